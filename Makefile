@@ -1,0 +1,50 @@
+# Floodgate — see README.md. Every target works on a clean Debian machine with Go.
+
+GO        ?= go
+BIN       ?= bin/floodgate
+PKGS      ?= ./...
+TESTFLAGS ?= -count=1 -timeout 12m
+
+.PHONY: all build run test lint bench redis clean
+
+all: lint test
+
+build:
+	$(GO) build -o $(BIN) ./cmd/floodgate
+
+## run: Floodgate on its embedded default (in-memory store, sample policy, loopback).
+run:
+	$(GO) run ./cmd/floodgate serve
+
+## test: the whole suite, real redis-server included (installed when missing and possible).
+test: redis
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+## lint: gofmt and go vet.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## bench: Go benchmarks of the engine (in-memory and Redis stores, with the raw EVALSHA baseline).
+bench: redis
+	$(GO) test -run '^$$' -bench . -benchmem ./limiter/...
+
+## redis: make sure redis-server (>= 7.0) and redis-cli are on PATH; install them with apt-get when root.
+redis:
+	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "redis-server not found: installing it with apt-get"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null; } || \
+	    { echo "apt-get could not install redis-server; install Redis >= 7.0 (redis-server, redis-cli) and re-run" >&2; exit 1; }; \
+	  else \
+	    echo "the tests need redis-server and redis-cli (Redis >= 7.0) on PATH: run 'sudo apt-get install redis-server' (Debian/Ubuntu) and re-run" >&2; exit 1; \
+	  fi; \
+	fi
+	@v=$$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p'); \
+	if [ -n "$$v" ] && [ "$$v" -lt 7 ]; then \
+	  echo "redis-server $$(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p') is too old: Floodgate needs Redis >= 7.0 (PEXPIRETIME)" >&2; exit 1; fi
+
+clean:
+	rm -rf bin

@@ -1,0 +1,276 @@
+// Package memory is the in-process limiter.Store: Floodgate's embedded default
+// and, behind the resilience layer, its per-replica fallback when Redis is
+// unreachable. Same arithmetic as the Redis script, exact to the microsecond.
+//
+// Buckets live in shards, each a map behind its own mutex, so parallel
+// decisions on different callers rarely meet on a lock. A bucket that has
+// refilled completely is indistinguishable from one never seen, so it is
+// reclaimed at no cost to accuracy (in amortized sweeps as new buckets
+// arrive, and by Reclaim); when a shard still reaches its share of
+// MaxBuckets, the sampled bucket closest to full is evicted, which can only
+// err in the caller's favour. A flood of unique identities therefore costs
+// bounded memory.
+package memory
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Defaults for Options left zero.
+const (
+	DefaultMaxBuckets = 1 << 20
+	DefaultShards     = 256
+)
+
+// Options tune a Store. The zero value is ready to use.
+type Options struct {
+	// Clock is where the store reads time; tests inject a limiter.ManualClock.
+	Clock limiter.Clock
+	// MaxBuckets bounds the buckets held at once (default DefaultMaxBuckets).
+	MaxBuckets int
+	// Shards is the number of independently locked maps, rounded up to a
+	// power of two (default DefaultShards).
+	Shards int
+}
+
+// Store is an in-memory limiter.Store. Safe for concurrent use.
+type Store struct {
+	clock    limiter.Clock
+	epoch    time.Time
+	seed     maphash.Seed
+	mask     uint64
+	shardCap int
+	shards   []shard
+}
+
+// key identifies a bucket: a 64-bit keyed hash of its name and identity.
+// Holding no strings keeps the maps pointer-free (the garbage collector never
+// scans them) and each entry at 32 bytes. The seed is random per process, so
+// no caller can aim for a collision; by chance, two of n buckets share a key
+// with probability about n²/2⁶⁵ (3·10⁻⁸ for a million).
+type key uint64
+
+func (s *Store) key(name, id string) key {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(name)
+	h.WriteByte(0)
+	h.WriteString(id)
+	if k := key(h.Sum64()); k != 0 {
+		return k
+	}
+	return 1 // 0 marks an empty slot
+}
+
+func (s *Store) shard(k key) int { return int(uint64(k) >> 32 & s.mask) }
+
+// bucket is one bucket's exact state: missing units at time at (µs since the
+// store's epoch), and the first microsecond at which it is full again.
+type bucket struct {
+	missing, at, full int64
+}
+
+type shard struct {
+	mu         sync.Mutex
+	t          table
+	untilSweep int      // new buckets to take before the next sweep
+	_          [24]byte // keep neighbouring shards' locks off one cache line
+}
+
+// New returns an empty store.
+func New(o Options) *Store {
+	if o.Clock == nil {
+		o.Clock = limiter.SystemClock{}
+	}
+	if o.MaxBuckets <= 0 {
+		o.MaxBuckets = DefaultMaxBuckets
+	}
+	if o.Shards <= 0 {
+		o.Shards = DefaultShards
+	}
+	n := 1
+	for n < o.Shards {
+		n <<= 1
+	}
+	s := &Store{
+		clock:    o.Clock,
+		epoch:    o.Clock.Now(),
+		seed:     maphash.MakeSeed(),
+		mask:     uint64(n - 1),
+		shardCap: max(1, (o.MaxBuckets+n-1)/n),
+		shards:   make([]shard, n),
+	}
+	for i := range s.shards {
+		s.shards[i].t = newTable()
+	}
+	return s
+}
+
+// maxInline is how many buckets one decision handles without allocating.
+const maxInline = 8
+
+// Take implements limiter.Store.
+func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
+	if err := limiter.Check(reqs, res); err != nil {
+		return false, err
+	}
+	now := s.clock.Now().Sub(s.epoch).Microseconds()
+
+	var pendBuf [maxInline]pending
+	var idxBuf, orderBuf [maxInline]int
+	pend, idx, order := pendBuf[:0], idxBuf[:0], orderBuf[:0]
+	if len(reqs) > maxInline {
+		pend, idx, order = make([]pending, 0, len(reqs)), make([]int, 0, len(reqs)), make([]int, 0, len(reqs))
+	}
+	for i := range reqs {
+		k := s.key(reqs[i].Name, reqs[i].ID)
+		pend, idx = append(pend, pending{k: k, shard: s.shard(k), slot: -1}), append(idx, s.shard(k))
+	}
+	order = s.locked(idx, order)
+
+	allowed := true
+	for i := range reqs {
+		r, p := &reqs[i], &pend[i]
+		t := &s.shards[p.shard].t
+		if j, ok := t.find(p.k); ok {
+			b := &t.slots[j].b
+			p.slot, p.missing = j, r.Limit.Refill(b.missing, now-b.at)
+		}
+		allowed = allowed && r.Limit.Fits(p.missing, r.Cost)
+	}
+	if !allowed {
+		s.unlock(order)
+		for i := range reqs {
+			r, m := &reqs[i], pend[i].missing
+			res[i] = r.Limit.Result(m, r.Cost, r.Limit.Fits(m, r.Cost))
+		}
+		return false, nil
+	}
+	// Charge known buckets in place first: inserting a new bucket may move
+	// entries of its table, which would make the recorded slots stale.
+	for pass := 0; pass < 2; pass++ {
+		for i := range reqs {
+			r, p := &reqs[i], &pend[i]
+			if (pass == 0) != (p.slot >= 0) {
+				continue
+			}
+			k, _ := r.Limit.Units()
+			m := p.missing + r.Cost*k
+			b := bucket{missing: m, at: now, full: now + untilFull(r.Limit, m)}
+			if sh := &s.shards[p.shard]; p.slot >= 0 {
+				sh.t.slots[p.slot].b = b
+			} else {
+				s.insert(sh, p.k, b)
+			}
+			res[i] = r.Limit.Result(m, r.Cost, true)
+		}
+	}
+	s.unlock(order)
+	return true, nil
+}
+
+// pending is one bucket of a decision in progress.
+type pending struct {
+	k       key
+	shard   int
+	slot    int   // index in the shard's table, -1 for a bucket not held
+	missing int64 // units missing now
+}
+
+// Len returns the number of buckets held (for tests and metrics).
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.t.n
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func untilFull(l limiter.Limit, missing int64) int64 {
+	_, g := l.Units()
+	return (missing + g - 1) / g
+}
+
+// minSweep is the fewest inserts between two sweeps of a shard.
+const minSweep = 64
+
+// insert stores b under a k the shard does not hold, making room first:
+// once the shard has taken as many new buckets as it held after its last
+// sweep, it drops its full ones, so reclamation costs O(1) per insert, amortized, and memory
+// tracks the callers still refilling. When the shard is at its cap all the
+// same, it evicts the sampled bucket closest to full.
+func (s *Store) insert(sh *shard, k key, b bucket) {
+	t := &sh.t
+	if sh.untilSweep--; sh.untilSweep <= 0 {
+		t.sweep(b.at)
+		sh.untilSweep = max(minSweep, t.n)
+	}
+	if t.n >= s.shardCap {
+		t.evictNearFull(int(uint64(k) >> 16))
+	}
+	i, _ := t.find(k)
+	t.insert(i, k, b)
+}
+
+// locked takes the locks of the shards named in idx, each once and in
+// ascending order so decisions over several buckets cannot deadlock, and
+// returns the shards to release. buf provides storage.
+func (s *Store) locked(idx, buf []int) []int {
+	order := append(buf[:0], idx...)
+	for i := 1; i < len(order); i++ { // insertion sort: a handful of entries
+		for j := i; j > 0 && order[j] < order[j-1]; j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
+	u := order[:0]
+	for i, x := range order {
+		if i == 0 || x != order[i-1] {
+			u = append(u, x)
+		}
+	}
+	for _, x := range u {
+		s.shards[x].mu.Lock()
+	}
+	return u
+}
+
+func (s *Store) unlock(order []int) {
+	for _, x := range order {
+		s.shards[x].mu.Unlock()
+	}
+}
+
+// Has reports whether the store holds state for bucket (name, id); a bucket
+// it does not hold is full.
+func (s *Store) Has(name, id string) bool {
+	k := s.key(name, id)
+	sh := &s.shards[s.shard(k)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	_, ok := sh.t.find(k)
+	return ok
+}
+
+// Reclaim drops every bucket that has refilled completely and returns how
+// many it dropped. Take reclaims as it goes; a periodic Reclaim returns the
+// memory of callers that went idle all at once.
+func (s *Store) Reclaim() int {
+	now := s.clock.Now().Sub(s.epoch).Microseconds()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.t.sweep(now)
+		sh.untilSweep = max(minSweep, sh.t.n)
+		sh.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,94 @@
+package memory_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
+	s := memory.New(memory.Options{Clock: clock})
+	storetest.Run(t, storetest.Harness{
+		Store:   s,
+		Advance: func(_ *testing.T, d time.Duration) { clock.Advance(d) },
+		Exists:  func(_ *testing.T, name, id string) bool { return s.Has(name, id) },
+		Reclaim: func(*testing.T) { s.Reclaim() },
+	})
+}
+
+func TestAFloodOfUniqueCallersStaysWithinTheCap(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(0, 0))
+	const maxBuckets = 4096
+	s := memory.New(memory.Options{Clock: clock, MaxBuckets: maxBuckets, Shards: 16})
+	l := limiter.MustLimit(10, "1/60") // nothing refills during the flood
+	res := make([]limiter.Result, 1)
+	for i := 0; i < 100_000; i++ {
+		ok, err := s.Take(context.Background(), []limiter.Request{{Name: "flood", ID: strconv.Itoa(i), Limit: l, Cost: 1}}, res)
+		if err != nil || !ok {
+			t.Fatalf("caller %d: %v %v", i, ok, err)
+		}
+	}
+	if n := s.Len(); n > maxBuckets || n < maxBuckets/2 {
+		t.Fatalf("after 100000 unique callers the store holds %d buckets, cap %d", n, maxBuckets)
+	}
+}
+
+func TestRefilledBucketsAreReclaimed(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(0, 0))
+	s := memory.New(memory.Options{Clock: clock, Shards: 4})
+	l := limiter.MustLimit(10, "10") // full again 100ms after one take
+	res := make([]limiter.Result, 1)
+	take := func(id string) {
+		if _, err := s.Take(context.Background(), []limiter.Request{{Name: "idle", ID: id, Limit: l, Cost: 1}}, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 10_000; i++ {
+		take("old" + strconv.Itoa(i))
+	}
+	clock.Advance(100 * time.Millisecond)
+	// New callers arriving sweep the old, now full, buckets as they go.
+	for i := 0; i < 10_000; i++ {
+		take("new" + strconv.Itoa(i))
+	}
+	if n := s.Len(); n > 12_000 {
+		t.Errorf("%d buckets held after 10000 idle callers refilled and 10000 new arrived: the idle ones were not reclaimed", n)
+	}
+	clock.Advance(100 * time.Millisecond)
+	if n := s.Reclaim(); n == 0 || s.Len() != 0 {
+		t.Errorf("Reclaim dropped %d and left %d; want every bucket gone", n, s.Len())
+	}
+}
+
+func TestParallelCallersShareOneBucketExactly(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(0, 0))
+	s := memory.New(memory.Options{Clock: clock})
+	l := limiter.MustLimit(1000, "1")
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := make([]limiter.Result, 2)
+			reqs := []limiter.Request{{Name: "a", ID: "one", Limit: l, Cost: 1}, {Name: "b", ID: "two", Limit: l, Cost: 1}}
+			for i := 0; i < 500; i++ {
+				if ok, _ := s.Take(context.Background(), reqs, res); ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 1000 {
+		t.Fatalf("32×500 parallel decisions on a frozen clock admitted %d, want exactly the capacity 1000", admitted.Load())
+	}
+}

@@ -1,0 +1,116 @@
+package memory
+
+// table is an open-addressing hash table from key to bucket: linear probing,
+// 32-byte slots (key and state side by side, two to a cache line) and
+// backward-shift deletion, so there are no tombstones and a lookup in a large
+// table usually costs one cache miss. Go's map costs two (control word, then
+// slot), which is most of a decision's time once a million callers are live.
+// Key 0 marks an empty slot; Store.key never returns it.
+type table struct {
+	slots []slot
+	n     int
+}
+
+type slot struct {
+	k key
+	b bucket
+}
+
+const minTable = 16
+
+func newTable() table { return table{slots: make([]slot, minTable)} }
+
+func (t *table) mask() int { return len(t.slots) - 1 }
+
+// find returns the index of k, or of the empty slot where k would go.
+func (t *table) find(k key) (int, bool) {
+	m := t.mask()
+	for i := int(uint64(k)) & m; ; i = (i + 1) & m {
+		switch t.slots[i].k {
+		case k:
+			return i, true
+		case 0:
+			return i, false
+		}
+	}
+}
+
+// insert puts a new k at the empty slot i (from find), growing the table
+// first when it is three-quarters full.
+func (t *table) insert(i int, k key, b bucket) {
+	if 4*(t.n+1) > 3*len(t.slots) {
+		t.grow()
+		i, _ = t.find(k)
+	}
+	t.slots[i] = slot{k, b}
+	t.n++
+}
+
+func (t *table) grow() {
+	old := t.slots
+	t.slots = make([]slot, 2*len(old))
+	m := t.mask()
+	for _, s := range old {
+		if s.k == 0 {
+			continue
+		}
+		i := int(uint64(s.k)) & m
+		for t.slots[i].k != 0 {
+			i = (i + 1) & m
+		}
+		t.slots[i] = s
+	}
+}
+
+// remove empties slot i and shifts back the entries of its probe run that
+// would otherwise become unreachable (Knuth's algorithm R).
+func (t *table) remove(i int) {
+	m := t.mask()
+	for j := i; ; {
+		j = (j + 1) & m
+		if t.slots[j].k == 0 {
+			break
+		}
+		home := int(uint64(t.slots[j].k)) & m
+		// The entry at j may move to i unless its home lies cyclically in (i, j].
+		if (i <= j && (home <= i || home > j)) || (i > j && home <= i && home > j) {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = slot{}
+	t.n--
+}
+
+// sweep removes the buckets full at now and returns how many it removed.
+func (t *table) sweep(now int64) int {
+	removed := 0
+	for i := 0; i < len(t.slots); {
+		if s := &t.slots[i]; s.k != 0 && s.b.full <= now {
+			t.remove(i) // a later entry may have moved into i: look again
+			removed++
+			continue
+		}
+		i++
+	}
+	return removed
+}
+
+// evictNearFull removes, among up to 8 entries found probing from start, the
+// one whose bucket is full soonest: forgetting it loses the least.
+func (t *table) evictNearFull(start int) {
+	m := t.mask()
+	victim, seen := -1, 0
+	for i := start & m; seen < 8 && seen < t.n; i = (i + 1) & m {
+		if t.slots[i].k == 0 {
+			continue
+		}
+		seen++
+		if victim < 0 || t.slots[i].b.full < t.slots[victim].b.full {
+			victim = i
+		}
+	}
+	if victim >= 0 {
+		t.remove(victim)
+	}
+}

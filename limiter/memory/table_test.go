@@ -1,0 +1,68 @@
+package memory
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestTableAgreesWithAMap drives the open-addressing table and a Go map
+// through the same random inserts, updates, removals and sweeps, with keys
+// chosen to collide in the low bits so probe runs are long and wrap around.
+func TestTableAgreesWithAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	tb := newTable()
+	ref := map[key]bucket{}
+	randKey := func() key { return key(1 + rng.Uint64N(64)<<20 | rng.Uint64N(4)) }
+	for step := 0; step < 200_000; step++ {
+		k := randKey()
+		switch op := rng.IntN(10); {
+		case op < 6:
+			b := bucket{missing: rng.Int64N(100), at: int64(step), full: int64(step) + rng.Int64N(1000)}
+			if i, ok := tb.find(k); ok {
+				tb.slots[i].b = b
+			} else {
+				tb.insert(i, k, b)
+			}
+			ref[k] = b
+		case op < 9:
+			if i, ok := tb.find(k); ok {
+				tb.remove(i)
+			}
+			delete(ref, k)
+		default:
+			got := tb.sweep(int64(step))
+			want := 0
+			for rk, b := range ref {
+				if b.full <= int64(step) {
+					delete(ref, rk)
+					want++
+				}
+			}
+			if got != want {
+				t.Fatalf("step %d: sweep removed %d, want %d", step, got, want)
+			}
+		}
+		if tb.n != len(ref) {
+			t.Fatalf("step %d: table holds %d, map %d", step, tb.n, len(ref))
+		}
+	}
+	for k, b := range ref {
+		if i, ok := tb.find(k); !ok || tb.slots[i].b != b {
+			t.Fatalf("key %x: table has %v (found %v), map %v", k, tb.slots[i].b, ok, b)
+		}
+	}
+}
+
+func TestEvictionKeepsEachShardUnderItsCap(t *testing.T) {
+	s := New(Options{MaxBuckets: 64, Shards: 4})
+	sh := &s.shards[0]
+	for i := 0; i < 1000; i++ {
+		s.insert(sh, key(i+1), bucket{full: int64(1_000_000 + i)})
+		if sh.t.n > s.shardCap {
+			t.Fatalf("after %d inserts the shard holds %d, cap %d", i+1, sh.t.n, s.shardCap)
+		}
+	}
+	if sh.t.n != s.shardCap {
+		t.Errorf("shard holds %d, want it full at %d", sh.t.n, s.shardCap)
+	}
+}

@@ -1,0 +1,98 @@
+package redisstore_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/redistest"
+)
+
+// The Redis benchmarks run 64 goroutines against one real redis-server. Their
+// baseline is BenchmarkRawEvalSha: go-redis calling EVALSHA on a script that
+// returns at once, the floor of any one-round-trip design on this machine.
+// Compare the two in the same run (make bench prints the ratio).
+const parallelism = 64
+
+func benchClient(b *testing.B) *redis.Client {
+	srv := redistest.Start(b)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: parallelism})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+func setParallelism(b *testing.B) {
+	b.SetParallelism((parallelism + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+}
+
+func BenchmarkRawEvalSha(b *testing.B) {
+	c := benchClient(b)
+	noop := redis.NewScript("return 1")
+	ctx := context.Background()
+	if err := noop.Load(ctx, c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	setParallelism(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		keys := []string{"fg:bench:{raw}"}
+		for pb.Next() {
+			if err := noop.EvalSha(ctx, c, keys).Err(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkTakeDistinctKeys(b *testing.B) {
+	benchTake(b, 100_000, 1)
+}
+
+func BenchmarkTakeHotKey(b *testing.B) {
+	benchTake(b, 1, 1)
+}
+
+func BenchmarkTakeTwoBuckets(b *testing.B) {
+	benchTake(b, 100_000, 2)
+}
+
+func benchTake(b *testing.B, keys, buckets int) {
+	c := benchClient(b)
+	s := redisstore.New(c, "")
+	ctx := context.Background()
+	l := limiter.MustLimit(1_000_000_000, "1000000")
+	ids := make([]string, keys)
+	for i := range ids {
+		ids[i] = "ip:" + strconv.Itoa(i)
+	}
+	var worker atomic.Int64
+	setParallelism(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(worker.Add(1)) * 7919
+		reqs := make([]limiter.Request, buckets)
+		for j := range reqs {
+			reqs[j] = limiter.Request{Name: "bench" + strconv.Itoa(j), Limit: l, Cost: 1}
+		}
+		res := make([]limiter.Result, buckets)
+		for pb.Next() {
+			for j := range reqs {
+				reqs[j].ID = ids[i%keys]
+			}
+			i++
+			if _, err := s.Take(ctx, reqs, res); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,148 @@
+package storetest
+
+import (
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// TakeAt makes one decision with the store's clock reading at (time since
+// the start of the run; it never decreases).
+type TakeAt func(at time.Duration, reqs []limiter.Request, res []limiter.Result) (bool, error)
+
+// model is the reference: the semantics of DESIGN.md in plain rational
+// arithmetic, with none of the stores' integer encodings.
+type model struct {
+	capacity *big.Rat
+	rate     *big.Rat // tokens per microsecond
+	tokens   *big.Rat
+	last     int64 // µs
+}
+
+func newModel(l limiter.Limit) *model {
+	num, den := l.Rate.Fraction()
+	return &model{
+		capacity: new(big.Rat).SetInt64(l.Capacity),
+		rate:     big.NewRat(num, den*1_000_000),
+		tokens:   new(big.Rat).SetInt64(l.Capacity), // a new bucket is full
+	}
+}
+
+// refill brings the bucket to time now: min(C, tokens + r·dt).
+func (m *model) refill(now int64) {
+	dt := new(big.Rat).SetInt64(now - m.last)
+	m.tokens.Add(m.tokens, dt.Mul(dt, m.rate))
+	if m.tokens.Cmp(m.capacity) > 0 {
+		m.tokens.Set(m.capacity)
+	}
+	m.last = now
+}
+
+func floorRat(r *big.Rat) int64 { return new(big.Int).Div(r.Num(), r.Denom()).Int64() }
+
+func ceilRat(r *big.Rat) int64 {
+	q, m := new(big.Int).DivMod(r.Num(), r.Denom(), new(big.Int))
+	if m.Sign() != 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+// result is what the reference says bucket m reports after a decision.
+func (m *model) result(cost int64, fits, allowed bool) limiter.Result {
+	r := limiter.Result{Allowed: fits, Remaining: floorRat(m.tokens)}
+	r.Limit = floorRat(m.capacity)
+	gap := new(big.Rat).Sub(m.capacity, m.tokens)
+	r.ResetAfter = time.Duration(ceilRat(gap.Quo(gap, m.rate))) * time.Microsecond
+	n := new(big.Rat).SetInt64(cost)
+	if n.Cmp(m.capacity) > 0 {
+		r.ExceedsCapacity = true
+	} else if !allowed && !fits {
+		need := n.Sub(n, m.tokens)
+		r.RetryAfter = time.Duration(ceilRat(need.Quo(need, m.rate))) * time.Microsecond
+	}
+	return r
+}
+
+var modelRates = []string{"1", "0.5", "1/3", "7/60", "2", "1000", "12345/7", "10000", "0.001", "3"}
+
+// RunModel drives a store through steps random decisions (time advances,
+// costs, one to three buckets at once) and compares every decision and every
+// reported figure with the rational reference model.
+func RunModel(t *testing.T, seed uint64, steps int, take TakeAt) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	const pool = 6
+	type b struct {
+		req   limiter.Request
+		model *model
+	}
+	buckets := make([]b, pool)
+	name := fmt.Sprintf("model-%d-%d", seed, time.Now().UnixNano())
+	for i := range buckets {
+		l := limiter.MustLimit(1+rng.Int64N(200), modelRates[rng.IntN(len(modelRates))])
+		buckets[i] = b{limiter.Request{Name: name, ID: fmt.Sprint("b", i), Limit: l}, newModel(l)}
+	}
+	var now int64
+	allowedCount := 0
+	for step := 0; step < steps; step++ {
+		switch p := rng.IntN(10); {
+		case p < 2:
+		case p < 5:
+			now += 1 + rng.Int64N(1000)
+		case p < 8:
+			now += 1000 + rng.Int64N(1_000_000)
+		default:
+			now += 1_000_000 + rng.Int64N(3_600_000_000)
+		}
+		picked := rng.Perm(pool)[:1+rng.IntN(3)]
+		reqs := make([]limiter.Request, len(picked))
+		models := make([]*model, len(picked))
+		for i, p := range picked {
+			reqs[i] = buckets[p].req
+			c := reqs[i].Limit.Capacity
+			switch q := rng.IntN(10); {
+			case q < 5:
+				reqs[i].Cost = 1
+			case q < 9:
+				reqs[i].Cost = 1 + rng.Int64N(c)
+			default:
+				reqs[i].Cost = c + 1
+			}
+			models[i] = buckets[p].model
+		}
+		// Reference decision.
+		want := true
+		fits := make([]bool, len(reqs))
+		for i, m := range models {
+			m.refill(now)
+			fits[i] = m.tokens.Cmp(new(big.Rat).SetInt64(reqs[i].Cost)) >= 0
+			want = want && fits[i]
+		}
+		if want {
+			for i, m := range models {
+				m.tokens.Sub(m.tokens, new(big.Rat).SetInt64(reqs[i].Cost))
+			}
+			allowedCount++
+		}
+		res := make([]limiter.Result, len(reqs))
+		got, err := take(time.Duration(now)*time.Microsecond, reqs, res)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if got != want {
+			t.Fatalf("step %d at %dµs: allowed = %v, reference says %v", step, now, got, want)
+		}
+		for i, m := range models {
+			if w := m.result(reqs[i].Cost, fits[i] || want, want); res[i] != w {
+				t.Fatalf("step %d at %dµs, bucket %s (%v, cost %d):\n got %+v\nwant %+v", step, now, reqs[i].ID, reqs[i].Limit, reqs[i].Cost, res[i], w)
+			}
+		}
+	}
+	if allowedCount == 0 || allowedCount == steps {
+		t.Fatalf("%d of %d decisions allowed: the run exercised only one outcome", allowedCount, steps)
+	}
+}

@@ -1,0 +1,222 @@
+// Package storetest is the conformance suite every limiter.Store must pass:
+// the token-bucket semantics of DESIGN.md, table by table, with time moved by
+// the harness rather than slept through.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Harness adapts a store to the suite.
+type Harness struct {
+	Store limiter.Store
+	// Advance makes d pass for every bucket the store holds.
+	Advance func(t *testing.T, d time.Duration)
+	// Exists reports whether the store holds state for a bucket.
+	Exists func(t *testing.T, name, id string) bool
+	// Reclaim gives the store its chance to drop full buckets (Redis expires
+	// keys by itself; the memory store needs a nudge).
+	Reclaim func(t *testing.T)
+	// Slack is how much real time may pass unaccounted between two calls:
+	// zero for a store on an injected clock, a few milliseconds for Redis,
+	// whose clock cannot be injected. Expected durations are checked within it.
+	Slack time.Duration
+}
+
+type step struct {
+	advance time.Duration
+	buckets []bucket // the decision's buckets; empty repeats the previous
+	allowed bool
+	// what the first bucket must report
+	remaining  int64
+	resetAfter time.Duration
+	retryAfter time.Duration
+	exceeds    bool
+}
+
+type bucket struct {
+	id    string
+	limit limiter.Limit
+	cost  int64
+}
+
+var cases = []struct {
+	name  string
+	steps []step
+}{
+	{"a new bucket is full", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 1}}, allowed: true, remaining: 9, resetAfter: time.Second},
+	}},
+	{"a burst of exactly capacity passes, then the next is denied", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1}}, allowed: true, remaining: 2, resetAfter: time.Minute},
+		{allowed: true, remaining: 1, resetAfter: 2 * time.Minute},
+		{allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
+		{allowed: false, remaining: 0, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
+	}},
+	{"retry-after shrinks as tokens accrue and grows with the cost", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 10}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 1}}, allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: 500 * time.Millisecond},
+		{advance: 250 * time.Millisecond, allowed: false, remaining: 0, resetAfter: 4750 * time.Millisecond, retryAfter: 250 * time.Millisecond},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 3}}, allowed: false, remaining: 0, resetAfter: 4750 * time.Millisecond, retryAfter: 1250 * time.Millisecond},
+	}},
+	{"tokens refill with time", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 10}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{advance: 1500 * time.Millisecond, buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 1}}, allowed: true, remaining: 2, resetAfter: 4 * time.Second},
+		{allowed: true, remaining: 1, resetAfter: 4500 * time.Millisecond},
+		{allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: 500 * time.Millisecond},
+	}},
+	{"a refill never exceeds the capacity", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(4, "100"), 4}}, allowed: true, remaining: 0, resetAfter: 40 * time.Millisecond},
+		{advance: time.Hour, buckets: []bucket{{"a", limiter.MustLimit(4, "100"), 1}}, allowed: true, remaining: 3, resetAfter: 10 * time.Millisecond},
+	}},
+	{"half a token a second", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(2, "0.5"), 2}}, allowed: true, remaining: 0, resetAfter: 4 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(2, "0.5"), 1}}, allowed: false, remaining: 0, resetAfter: 4 * time.Second, retryAfter: 2 * time.Second},
+		{advance: time.Second, allowed: false, remaining: 0, resetAfter: 3 * time.Second, retryAfter: time.Second},
+		{advance: time.Second, allowed: true, remaining: 0, resetAfter: 4 * time.Second},
+	}},
+	{"a third of a token a second, which no decimal holds", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(1, "1/3"), 1}}, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
+		{advance: 2900 * time.Millisecond, allowed: false, remaining: 0, resetAfter: 100 * time.Millisecond, retryAfter: 100 * time.Millisecond},
+		{advance: 100 * time.Millisecond, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
+	}},
+	{"ten thousand tokens a second", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(20000, "10000"), 20000}}, allowed: true, remaining: 0, resetAfter: 2 * time.Second},
+		{advance: 100 * time.Millisecond, buckets: []bucket{{"a", limiter.MustLimit(20000, "10000"), 1000}}, allowed: true, remaining: 0, resetAfter: 2 * time.Second},
+		{allowed: false, remaining: 0, resetAfter: 2 * time.Second, retryAfter: 100 * time.Millisecond},
+	}},
+	{"a cost above one takes that many tokens", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 4}}, allowed: true, remaining: 6, resetAfter: 4 * time.Minute},
+		{allowed: true, remaining: 2, resetAfter: 8 * time.Minute},
+		{allowed: false, remaining: 2, resetAfter: 8 * time.Minute, retryAfter: 2 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 2}}, allowed: true, remaining: 0, resetAfter: 10 * time.Minute},
+	}},
+	{"a cost above the capacity can never pass and takes nothing", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 4}}, allowed: false, remaining: 3, exceeds: true},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 3}}, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
+	}},
+	{"several buckets pass together", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}, {"b", limiter.MustLimit(2, "1/60"), 1}}, allowed: true, remaining: 4, resetAfter: time.Minute},
+		{allowed: true, remaining: 3, resetAfter: 2 * time.Minute},
+	}},
+	{"when one bucket denies, no bucket pays", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}, {"b", limiter.MustLimit(2, "1/60"), 1}}, allowed: true, remaining: 4, resetAfter: time.Minute},
+		{allowed: true, remaining: 3, resetAfter: 2 * time.Minute},
+		{allowed: false, remaining: 3, resetAfter: 2 * time.Minute}, // b is empty; a must not pay
+		{allowed: false, remaining: 3, resetAfter: 2 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 3}}, allowed: true, remaining: 0, resetAfter: 5 * time.Minute},
+	}},
+	{"an impossible cost in one bucket takes nothing from the others", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}, {"b", limiter.MustLimit(2, "1/60"), 3}}, allowed: false, remaining: 5},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 5}}, allowed: true, remaining: 0, resetAfter: 5 * time.Minute},
+	}},
+}
+
+// Run runs the conformance suite against h.
+func Run(t *testing.T, h Harness) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "conf-" + t.Name()
+			var reqs []limiter.Request
+			for i, s := range tc.steps {
+				if s.advance > 0 {
+					h.Advance(t, s.advance)
+				}
+				if len(s.buckets) > 0 {
+					reqs = reqs[:0]
+					for _, b := range s.buckets {
+						reqs = append(reqs, limiter.Request{Name: name, ID: b.id, Limit: b.limit, Cost: b.cost})
+					}
+				}
+				res := make([]limiter.Result, len(reqs))
+				allowed, err := h.Store.Take(context.Background(), reqs, res)
+				if err != nil {
+					t.Fatalf("step %d: Take: %v", i, err)
+				}
+				if allowed != s.allowed {
+					t.Fatalf("step %d: allowed = %v, want %v (results %+v)", i, allowed, s.allowed, res)
+				}
+				r := res[0]
+				if r.Remaining < s.remaining || r.Remaining > s.remaining+h.extraTokens(reqs[0].Limit) || r.ExceedsCapacity != s.exceeds || r.Limit != reqs[0].Limit.Capacity {
+					t.Errorf("step %d: remaining %d exceeds %v limit %d, want %d %v %d", i, r.Remaining, r.ExceedsCapacity, r.Limit, s.remaining, s.exceeds, reqs[0].Limit.Capacity)
+				}
+				if !s.exceeds {
+					h.within(t, i, "reset-after", r.ResetAfter, s.resetAfter)
+				}
+				if s.allowed || s.exceeds {
+					if got := limiter.RetryAfter(res); got != 0 {
+						t.Errorf("step %d: retry-after %v on a decision that cannot be retried", i, got)
+					}
+				} else if s.retryAfter > 0 {
+					h.within(t, i, "retry-after", limiter.RetryAfter(res), s.retryAfter)
+				}
+			}
+		})
+	}
+	t.Run("a bucket is forgotten once it has refilled", func(t *testing.T) {
+		name := "conf-expiry"
+		l := limiter.MustLimit(2, "10")
+		reqs := []limiter.Request{{Name: name, ID: "x", Limit: l, Cost: 2}}
+		res := make([]limiter.Result, 1)
+		if ok, err := h.Store.Take(context.Background(), reqs, res); !ok || err != nil {
+			t.Fatalf("Take = %v, %v", ok, err)
+		}
+		if !h.Exists(t, name, "x") {
+			t.Fatal("an emptied bucket left no state")
+		}
+		h.Advance(t, 150*time.Millisecond)
+		if !h.Exists(t, name, "x") {
+			t.Fatal("a bucket half refilled was dropped") // 150ms of 200ms
+		}
+		h.Advance(t, 50*time.Millisecond)
+		h.Reclaim(t)
+		if h.Exists(t, name, "x") {
+			t.Fatal("a full bucket still holds state")
+		}
+		// Forgetting it lost nothing: it is full.
+		if ok, _ := h.Store.Take(context.Background(), reqs, res); !ok || res[0].Remaining != 0 {
+			t.Fatalf("after refill: allowed %v remaining %d, want a full bucket", ok, res[0].Remaining)
+		}
+	})
+	t.Run("bad input is an error, not a decision", func(t *testing.T) {
+		l := limiter.MustLimit(1, "1")
+		bad := []struct {
+			name string
+			reqs []limiter.Request
+			want error
+		}{
+			{"no buckets", nil, limiter.ErrNoBuckets},
+			{"empty identity", []limiter.Request{{Name: "n", ID: "", Limit: l, Cost: 1}}, limiter.ErrKey},
+			{"empty name", []limiter.Request{{Name: "", ID: "i", Limit: l, Cost: 1}}, limiter.ErrKey},
+			{"zero cost", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: 0}}, limiter.ErrCost},
+			{"negative cost", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: -3}}, limiter.ErrCost},
+			{"a limit not built by NewLimit", []limiter.Request{{Name: "n", ID: "i", Limit: limiter.Limit{Capacity: 5}, Cost: 1}}, limiter.ErrCapacity},
+			{"the same bucket twice", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: 1}, {Name: "n", ID: "i", Limit: l, Cost: 1}}, limiter.ErrDuplicate},
+		}
+		for _, b := range bad {
+			_, err := h.Store.Take(context.Background(), b.reqs, make([]limiter.Result, len(b.reqs)))
+			if !errors.Is(err, b.want) {
+				t.Errorf("%s: err = %v, want %v", b.name, err, b.want)
+			}
+		}
+	})
+}
+
+// extraTokens is how many whole tokens l may gain within the slack.
+func (h Harness) extraTokens(l limiter.Limit) int64 {
+	num, den := l.Rate.Fraction()
+	return int64(h.Slack/time.Microsecond) * num / (den * 1_000_000)
+}
+
+func (h Harness) within(t *testing.T, step int, what string, got, want time.Duration) {
+	t.Helper()
+	if got > want || got < want-h.Slack {
+		t.Errorf("step %d: %s = %v, want %v (slack %v)", step, what, got, want, h.Slack)
+	}
+}
