@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// listFlag collects a repeated flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ", ") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// check sends Envoy-shaped CheckRequests and prints each decision.
+func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:9191", "Floodgate's gRPC address")
+	path := fs.String("path", "/", "request path (with query string, as Envoy sends it)")
+	method := fs.String("method", "GET", "request method")
+	host := fs.String("host", "localhost", "request host (:authority)")
+	source := fs.String("source", "127.0.0.1", "the connection's source address")
+	count := fs.Int("count", 1, "how many requests to send")
+	raw := fs.Bool("raw", false, "send headers in header_map, as Envoy does with encode_raw_headers")
+	timeout := fs.Duration("timeout", time.Second, "deadline of each Check (Envoy's ext_authz timeout)")
+	var hdrs, ctxExt listFlag
+	fs.Var(&hdrs, "H", "request header 'name: value' (repeatable)")
+	fs.Var(&ctxExt, "context", "context extension key=value, as a route's check_settings sets (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *count < 1 || *count > 1_000_000 {
+		fmt.Fprintln(stderr, "floodgate check: --count must be between 1 and 1000000")
+		return 2
+	}
+	req, err := buildCheckRequest(*method, *host, *path, *source, hdrs, ctxExt, *raw)
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate check:", err)
+		return 2
+	}
+	conn, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate check:", err)
+		return 1
+	}
+	defer conn.Close()
+	client := authv3.NewAuthorizationClient(conn)
+	for i := 1; i <= *count; i++ {
+		cctx, cancel := context.WithTimeout(ctx, *timeout)
+		resp, err := client.Check(cctx, req)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "#%d error: %v\n", i, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "#%d %s\n", i, describe(resp))
+	}
+	return 0
+}
+
+func buildCheckRequest(method, host, path, source string, hdrs, ctxExt []string, raw bool) (*authv3.CheckRequest, error) {
+	headers := map[string]string{":method": method, ":path": path, ":authority": host, ":scheme": "http"}
+	var order []string
+	for _, h := range hdrs {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("-H %q: want 'name: value'", h)
+		}
+		name = strings.ToLower(strings.TrimSpace(name))
+		value = strings.TrimSpace(value)
+		if old, dup := headers[name]; dup && !strings.HasPrefix(name, ":") {
+			value = old + "," + value // Envoy joins repeated headers with a bare comma
+		} else if !dup {
+			order = append(order, name)
+		}
+		headers[name] = value
+	}
+	if net.ParseIP(source) == nil {
+		return nil, fmt.Errorf("--source %q is not an IP address", source)
+	}
+	ext := map[string]string{}
+	for _, kv := range ctxExt {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--context %q: want key=value", kv)
+		}
+		ext[k] = v
+	}
+	httpReq := &authv3.AttributeContext_HttpRequest{
+		Method: method, Path: path, Host: host, Scheme: "http", Protocol: "HTTP/1.1",
+	}
+	if raw {
+		hm := &corev3.HeaderMap{}
+		for _, k := range append([]string{":authority", ":path", ":method", ":scheme"}, order...) {
+			for _, v := range strings.Split(headers[k], ",") {
+				hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
+			}
+		}
+		httpReq.HeaderMap = hm
+	} else {
+		httpReq.Headers = headers
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+			SocketAddress: &corev3.SocketAddress{Address: source, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 50000}}}}},
+		ContextExtensions: ext,
+		Request:           &authv3.AttributeContext_Request{Http: httpReq},
+	}}, nil
+}
+
+// describe renders one decision on one line: verdict, headers, body.
+func describe(resp *authv3.CheckResponse) string {
+	var b strings.Builder
+	var hs []*corev3.HeaderValueOption
+	if resp.GetStatus().GetCode() == 0 {
+		b.WriteString("allowed")
+		hs = resp.GetOkResponse().GetResponseHeadersToAdd()
+	} else {
+		code := resp.GetDeniedResponse().GetStatus().GetCode()
+		if code == 0 {
+			code = 403 // what Envoy answers for a denial without a status
+		}
+		fmt.Fprintf(&b, "denied %d", int32(code))
+		hs = resp.GetDeniedResponse().GetHeaders()
+	}
+	for _, h := range hs {
+		fmt.Fprintf(&b, "  %s: %s", h.GetHeader().GetKey(), h.GetHeader().GetValue())
+	}
+	if body := resp.GetDeniedResponse().GetBody(); body != "" {
+		b.WriteString("  body: ")
+		b.WriteString(body)
+	}
+	return b.String()
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+)
+
+// drainTimeout bounds how long SIGTERM waits for in-flight Checks.
+const drainTimeout = 10 * time.Second
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration file (default: the embedded default)")
+	logFormat := fs.String("log-format", "", "json or console (overrides log.format)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if *logFormat != "" {
+		cfg.Log.Format = *logFormat
+	}
+	log, err := newLogger(cfg.Log, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate:", err)
+		return 1
+	}
+	defer log.Sync()
+	if err := runServer(ctx, cfg, *path, log); err != nil {
+		log.Error("floodgate stopped", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return config.Default(), nil
+	}
+	return config.Load(path)
+}
+
+func newLogger(l config.Log, out io.Writer) (*zap.Logger, error) {
+	level := zapcore.InfoLevel
+	if l.Level != "" {
+		if err := level.Set(l.Level); err != nil {
+			return nil, err
+		}
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey, enc.EncodeTime, enc.EncodeDuration = "ts", zapcore.ISO8601TimeEncoder, zapcore.StringDurationEncoder
+	var encoder zapcore.Encoder
+	switch l.Format {
+	case "", "json":
+		encoder = zapcore.NewJSONEncoder(enc)
+	case "console":
+		enc.EncodeLevel = zapcore.CapitalLevelEncoder
+		encoder = zapcore.NewConsoleEncoder(enc)
+	default:
+		return nil, fmt.Errorf("unknown log format %q (want json or console)", l.Format)
+	}
+	core := zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(out)), level)
+	// At most 10 identical lines a second, then one in 100: a flood of
+	// denials or shadow would-be denials cannot drown the log.
+	core = zapcore.NewSamplerWithOptions(core, time.Second, 10, 100)
+	return zap.New(core), nil
+}
+
+// runServer serves until ctx ends, then drains.
+func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	store, closeStore, err := buildStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	onError := extauthz.FailOpen
+	if cfg.Store.OnFailure == "deny" {
+		onError = extauthz.FailClosed
+	}
+	authz := extauthz.NewServer(cfg.Engine, store, extauthz.ServerOptions{Logger: log, Registerer: reg, OnError: onError})
+
+	grpcLis, err := net.Listen("tcp", cfg.Listen.GRPC)
+	if err != nil {
+		return fmt.Errorf("listen.grpc %s: %w", cfg.Listen.GRPC, err)
+	}
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(4<<20),
+		grpc.MaxConcurrentStreams(1024),
+	)
+	authv3.RegisterAuthorizationServer(gs, authz)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	var ready atomic.Bool
+	var admin *http.Server
+	adminAddr := ""
+	if cfg.Listen.Admin != "" {
+		adminLis, err := net.Listen("tcp", cfg.Listen.Admin)
+		if err != nil {
+			grpcLis.Close()
+			return fmt.Errorf("listen.admin %s: %w", cfg.Listen.Admin, err)
+		}
+		adminAddr = adminLis.Addr().String()
+		admin = &http.Server{Handler: adminMux(reg, &ready), ReadHeaderTimeout: 5 * time.Second}
+		go admin.Serve(adminLis)
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(grpcLis) }()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	ready.Store(true)
+	log.Info("serving",
+		zap.String("grpc", grpcLis.Addr().String()), zap.String("admin", adminAddr),
+		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
+		zap.Int("policies", len(cfg.Policies)), zap.String("version", version))
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			reload(path, authz, log)
+			continue
+		case err := <-errc:
+			return fmt.Errorf("grpc server: %w", err)
+		case <-ctx.Done():
+		}
+		break
+	}
+
+	// Drain: report not ready so Envoy and Kubernetes move away, finish the
+	// Checks in flight, then stop.
+	log.Info("draining", zap.Duration("within", drainTimeout))
+	ready.Store(false)
+	hs.Shutdown()
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drainTimeout):
+		log.Warn("drain timed out; closing remaining streams")
+		gs.Stop()
+	}
+	if admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		admin.Shutdown(sctx)
+		cancel()
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// reload swaps in the policies of a re-read configuration file. A file that
+// does not validate changes nothing. Listen addresses and the store need a
+// restart.
+func reload(path string, s *extauthz.Server, log *zap.Logger) {
+	if path == "" {
+		log.Info("reload ignored: running the embedded default")
+		return
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
+		return
+	}
+	s.SetEngine(cfg.Engine)
+	log.Info("reloaded", zap.String("config", path), zap.Int("policies", len(cfg.Policies)))
+}
+
+func adminMux(reg *prometheus.Registry, ready *atomic.Bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return mux
+}
+
+// buildStore connects the configured store.
+func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger) (limiter.Store, func(), error) {
+	switch cfg.Store.Backend {
+	case "redis":
+		rc := cfg.Store.Redis
+		client := redis.NewUniversalClient(&redis.UniversalOptions{
+			Addrs:        rc.Addresses,
+			DialTimeout:  250 * time.Millisecond,
+			ReadTimeout:  rc.Timeout.Duration,
+			WriteTimeout: rc.Timeout.Duration,
+			PoolTimeout:  rc.Timeout.Duration,
+			MaxRetries:   -1,
+		})
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := redisstore.CheckServer(cctx, client); err != nil {
+			if errors.Is(err, redisstore.ErrVersion) {
+				cancel()
+				client.Close()
+				return nil, nil, err
+			}
+			log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
+		}
+		cancel()
+		return deadlineStore{redisstore.New(client, rc.Prefix), rc.Timeout.Duration}, func() { client.Close() }, nil
+	default:
+		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
+		stop := make(chan struct{})
+		go func() {
+			t := time.NewTicker(10 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					m.Reclaim()
+				case <-stop:
+					return
+				}
+			}
+		}()
+		return m, func() { close(stop) }, nil
+	}
+}
+
+// deadlineStore bounds each decision by the store timeout.
+type deadlineStore struct {
+	limiter.Store
+	timeout time.Duration
+}
+
+func (d deadlineStore) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	return d.Store.Take(ctx, reqs, res)
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/config"
+)
+
+// validate checks a configuration file: exit 0, or 1 with one
+// FILE:LINE: message per problem.
+func validate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration file to check")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "floodgate validate: --config FILE is required")
+		return 2
+	}
+	c, err := config.Load(*path)
+	if err != nil {
+		var ps config.Problems
+		if errors.As(err, &ps) {
+			for _, p := range ps {
+				fmt.Fprintln(stderr, p)
+			}
+		} else {
+			fmt.Fprintln(stderr, err)
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d policies, store %s)\n", *path, len(c.Policies), c.Store.Backend)
+	return 0
+}

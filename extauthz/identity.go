@@ -1,0 +1,157 @@
+package extauthz
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"hash"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+type sourceKind uint8
+
+const (
+	srcHeader sourceKind = iota + 1
+	srcClientIP
+	srcContext
+	srcMetadata
+	srcFingerprint
+)
+
+// keySource is one compiled entry of a policy's `key` list.
+type keySource struct {
+	kind sourceKind
+	name string   // header or context name, metadata namespace
+	path []string // metadata path
+	tag  string   // the source as written: hashed with the value, so equal
+	// values from different sources never share a bucket
+}
+
+func parseKeySource(s string) (keySource, error) {
+	s = strings.TrimSpace(s)
+	kind, arg, _ := strings.Cut(s, ":")
+	switch kind {
+	case "client_ip", "fingerprint":
+		if arg != "" {
+			return keySource{}, errors.New(kind + " takes no argument (got " + strconv.Quote(s) + ")")
+		}
+		k := srcClientIP
+		if kind == "fingerprint" {
+			k = srcFingerprint
+		}
+		return keySource{kind: k, tag: kind}, nil
+	case "header":
+		name := strings.ToLower(arg)
+		if !headerName.MatchString(name) {
+			return keySource{}, errors.New("header source needs a header name, as in header:x-api-key (got " + strconv.Quote(s) + ")")
+		}
+		return keySource{kind: srcHeader, name: name, tag: "header:" + name}, nil
+	case "context":
+		if arg == "" {
+			return keySource{}, errors.New("context source needs a context_extensions key, as in context:tenant")
+		}
+		return keySource{kind: srcContext, name: arg, tag: s}, nil
+	case "metadata":
+		ns, path, ok := strings.Cut(arg, ":")
+		if !ok || ns == "" || path == "" || strings.Contains(path, "..") || strings.HasPrefix(path, ".") || strings.HasSuffix(path, ".") {
+			return keySource{}, errors.New("metadata source is metadata:NAMESPACE:PATH, as in metadata:envoy.filters.http.jwt_authn:jwt_payload.sub (got " + strconv.Quote(s) + ")")
+		}
+		return keySource{kind: srcMetadata, name: ns, path: strings.Split(path, "."), tag: s}, nil
+	}
+	return keySource{}, errors.New("unknown key source " + strconv.Quote(s) + " (want header:NAME, client_ip, context:NAME, metadata:NAMESPACE:PATH or fingerprint)")
+}
+
+// MaxIdentityBytes bounds the value hashed into an identity: a megabyte
+// header costs no more than this to hash.
+const MaxIdentityBytes = 4096
+
+// sharedID is the bucket of requests for which no key source yields a value
+// under on_missing_key: shared.
+const sharedID = "-"
+
+// identity returns the bucket identity of the request under p, or
+// ok = false when p does not apply (no value and on_missing_key: skip).
+func (e *Engine) identity(p *Policy, v *View) (string, bool) {
+	for i := range p.keys {
+		k := &p.keys[i]
+		var val string
+		switch k.kind {
+		case srcHeader:
+			val, _ = v.Header(k.name)
+			val = strings.TrimSpace(val)
+		case srcClientIP:
+			if ip := e.clientIP.Resolve(v); ip.IsValid() {
+				val = ip.String()
+			}
+		case srcContext:
+			val, _ = v.Context(k.name)
+		case srcMetadata:
+			val, _ = v.Metadata(k.name, k.path)
+		case srcFingerprint:
+			val = fingerprint(v, p.printHdrs)
+		}
+		if val != "" {
+			return e.hasher.id(k.tag, val), true
+		}
+	}
+	if p.skipMissed {
+		return "", false
+	}
+	return sharedID, true
+}
+
+// fingerprint joins the named headers' values; empty when none is present.
+func fingerprint(v *View, names []string) string {
+	var b strings.Builder
+	any := false
+	for _, n := range names {
+		val, ok := v.Header(n)
+		any = any || ok
+		b.WriteString(val)
+		b.WriteByte(0)
+	}
+	if !any {
+		return ""
+	}
+	return b.String()
+}
+
+// hasher turns (source, value) into a bucket identity: 128 bits of
+// HMAC-SHA256 under the configured secret, base64url (22 characters). API
+// keys and tokens therefore never reach Redis, logs or metrics in the clear,
+// and without the secret the keys in Redis cannot be brute-forced back.
+type hasher struct {
+	pool sync.Pool
+}
+
+func newHasher(secret []byte) *hasher {
+	key := append([]byte("floodgate identity v1\x00"), secret...)
+	h := &hasher{}
+	h.pool.New = func() any { return &hmacState{mac: hmac.New(sha256.New, key)} }
+	return h
+}
+
+type hmacState struct {
+	mac hash.Hash
+	sum [sha256.Size]byte
+	out [22]byte
+}
+
+func (h *hasher) id(tag, val string) string {
+	if len(val) > MaxIdentityBytes {
+		val = val[:MaxIdentityBytes]
+	}
+	st := h.pool.Get().(*hmacState)
+	st.mac.Reset()
+	st.mac.Write([]byte(tag))
+	st.mac.Write([]byte{0})
+	st.mac.Write([]byte(val))
+	sum := st.mac.Sum(st.sum[:0])
+	base64.RawURLEncoding.Encode(st.out[:], sum[:16])
+	s := string(st.out[:])
+	h.pool.Put(st)
+	return s
+}

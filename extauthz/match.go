@@ -1,0 +1,149 @@
+package extauthz
+
+import (
+	"fmt"
+	"strings"
+)
+
+// matcher is a compiled MatchSpec.
+type matcher struct {
+	tcp        bool
+	pathPrefix string
+	path       string
+	methods    []string
+	hosts      []string // exact hosts, and ".suffix" for "*.suffix"
+	headers    []headerMatch
+	context    [][2]string
+}
+
+type headerMatch struct {
+	name, value, prefix string
+	absent              bool
+}
+
+var methods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true,
+	"CONNECT": true, "OPTIONS": true, "TRACE": true, "PATCH": true}
+
+func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
+	m := matcher{pathPrefix: s.PathPrefix, path: s.Path}
+	switch strings.ToLower(s.Protocol) {
+	case "", "http":
+	case "tcp":
+		m.tcp = true
+		if s.PathPrefix != "" || s.Path != "" || len(s.Methods) > 0 || len(s.Hosts) > 0 || len(s.Headers) > 0 {
+			el.add(at, "a tcp policy cannot match on HTTP fields (path, methods, hosts, headers)")
+		}
+	default:
+		el.add(at+".protocol", "must be http or tcp (got %q)", s.Protocol)
+	}
+	if s.PathPrefix != "" && !strings.HasPrefix(s.PathPrefix, "/") {
+		el.add(at+".path_prefix", "must start with / (got %q)", s.PathPrefix)
+	}
+	if s.Path != "" && !strings.HasPrefix(s.Path, "/") {
+		el.add(at+".path", "must start with / (got %q)", s.Path)
+	}
+	if strings.ContainsAny(s.Path+s.PathPrefix, "?#") {
+		el.add(at, "paths are matched without the query string: remove ? and # from path/path_prefix")
+	}
+	for i, meth := range s.Methods {
+		u := strings.ToUpper(strings.TrimSpace(meth))
+		if !methods[u] {
+			el.add(fmt.Sprintf("%s.methods[%d]", at, i), "unknown HTTP method %q", meth)
+		}
+		m.methods = append(m.methods, u)
+	}
+	for i, h := range s.Hosts {
+		h = strings.ToLower(strings.TrimSpace(h))
+		switch {
+		case h == "" || strings.ContainsAny(h, "/ "):
+			el.add(fmt.Sprintf("%s.hosts[%d]", at, i), "not a host name: %q", s.Hosts[i])
+		case strings.HasPrefix(h, "*."):
+			m.hosts = append(m.hosts, h[1:])
+		case strings.Contains(h, "*"):
+			el.add(fmt.Sprintf("%s.hosts[%d]", at, i), "a wildcard may only start a host, as in *.example.com (got %q)", s.Hosts[i])
+		default:
+			m.hosts = append(m.hosts, normalizeHost(h))
+		}
+	}
+	for i, h := range s.Headers {
+		p := fmt.Sprintf("%s.headers[%d]", at, i)
+		name := strings.ToLower(strings.TrimSpace(h.Name))
+		if !headerName.MatchString(name) {
+			el.add(p+".name", "not a header name: %q", h.Name)
+		}
+		hm := headerMatch{name: name, value: h.Value, prefix: h.Prefix}
+		if h.Value != "" && h.Prefix != "" {
+			el.add(p, "set value or prefix, not both")
+		}
+		if h.Present != nil && !*h.Present {
+			hm.absent = true
+			if h.Value != "" || h.Prefix != "" {
+				el.add(p, "present: false cannot be combined with value or prefix")
+			}
+		}
+		m.headers = append(m.headers, hm)
+	}
+	for k, v := range s.Context {
+		m.context = append(m.context, [2]string{k, v})
+	}
+	return m
+}
+
+// matches reports whether the request in v fits.
+func (m *matcher) matches(v *View) bool {
+	if m.tcp != !v.HTTP {
+		return false
+	}
+	if m.pathPrefix != "" && !strings.HasPrefix(v.Path, m.pathPrefix) {
+		return false
+	}
+	if m.path != "" && v.Path != m.path {
+		return false
+	}
+	if len(m.methods) > 0 && !contains(m.methods, v.Method) {
+		return false
+	}
+	if len(m.hosts) > 0 && !m.hostMatches(v.Host) {
+		return false
+	}
+	for i := range m.headers {
+		h := &m.headers[i]
+		val, ok := v.Header(h.name)
+		switch {
+		case h.absent:
+			if ok {
+				return false
+			}
+		case !ok:
+			return false
+		case h.value != "" && val != h.value:
+			return false
+		case h.prefix != "" && !strings.HasPrefix(val, h.prefix):
+			return false
+		}
+	}
+	for _, kv := range m.context {
+		if val, ok := v.Context(kv[0]); !ok || val != kv[1] {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *matcher) hostMatches(host string) bool {
+	for _, h := range m.hosts {
+		if h == host || (h[0] == '.' && strings.HasSuffix(host, h)) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

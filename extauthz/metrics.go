@@ -1,0 +1,72 @@
+package extauthz
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the server's Prometheus collectors. Labels carry policy names
+// and outcomes only, never identities: cardinality stays what the
+// configuration makes it.
+type Metrics struct {
+	// Decisions counts policy decisions by policy and result: allowed,
+	// denied, shadow_allowed, shadow_denied (would have been denied).
+	Decisions *prometheus.CounterVec
+	// Checks counts Check calls by outcome: allowed, denied, unmatched,
+	// degraded_allowed, degraded_denied, bad_request.
+	Checks *prometheus.CounterVec
+	// Latency is the time to answer a Check.
+	Latency prometheus.Histogram
+	// StoreErrors counts decisions the store could not make.
+	StoreErrors prometheus.Counter
+}
+
+// NewMetrics creates the collectors and registers them with reg (nil: none).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_decisions_total",
+			Help: "Rate-limit decisions by policy and result (shadow_denied: a shadow policy would have denied).",
+		}, []string{"policy", "result"}),
+		Checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_checks_total",
+			Help: "ext_authz Check calls by outcome.",
+		}, []string{"outcome"}),
+		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "floodgate_check_duration_seconds",
+			Help:    "Time to answer an ext_authz Check.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		StoreErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_store_errors_total",
+			Help: "Decisions the store could not make (the failure mode answered instead).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Decisions, m.Checks, m.Latency, m.StoreErrors)
+	}
+	return m
+}
+
+// Check outcomes.
+const (
+	outcomeAllowed         = "allowed"
+	outcomeDenied          = "denied"
+	outcomeUnmatched       = "unmatched"
+	outcomeDegradedAllowed = "degraded_allowed"
+	outcomeDegradedDenied  = "degraded_denied"
+)
+
+// policyCounters are one policy's counters, resolved once per engine so a
+// decision does not hash label values.
+type policyCounters struct {
+	allowed, denied, shadowAllowed, shadowDenied prometheus.Counter
+}
+
+func (m *Metrics) forPolicy(name string) policyCounters {
+	return policyCounters{
+		allowed:       m.Decisions.WithLabelValues(name, "allowed"),
+		denied:        m.Decisions.WithLabelValues(name, "denied"),
+		shadowAllowed: m.Decisions.WithLabelValues(name, "shadow_allowed"),
+		shadowDenied:  m.Decisions.WithLabelValues(name, "shadow_denied"),
+	}
+}

@@ -1,0 +1,249 @@
+package extauthz
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Policy is a compiled PolicySpec: what it matches, how it names a caller's
+// bucket and the bucket's limit.
+type Policy struct {
+	Name   string
+	Limit  limiter.Limit
+	Shadow bool
+
+	match      matcher
+	keys       []keySource
+	skipMissed bool // on_missing_key: skip
+	cost       int64
+	costHeader string
+	maxCost    int64
+	printHdrs  []string // fingerprint headers
+
+	// Rendered once: the structured RateLimit-Policy member and the window.
+	policyMember string
+	window       int64
+}
+
+// Options are the settings shared by every policy.
+type Options struct {
+	ClientIP ClientIPSpec
+	// Headers lists the RateLimit header families to send: "legacy"
+	// (RateLimit-Limit/-Remaining/-Reset) and/or "structured"
+	// (RateLimit-Policy and RateLimit, draft-ietf-httpapi-ratelimit-headers).
+	// Empty means both.
+	Headers []string
+	// HashSecret keys the hash that turns identities into bucket keys.
+	HashSecret []byte
+}
+
+// ClientIPSpec configures ClientIP (the `client_ip:` block).
+type ClientIPSpec struct {
+	TrustedHops        int      `yaml:"trusted_hops"`
+	TrustedCIDRs       []string `yaml:"trusted_cidrs"`
+	UseExternalAddress bool     `yaml:"use_external_address"`
+	IPv4Prefix         *int     `yaml:"ipv4_prefix"` // default 32
+	IPv6Prefix         *int     `yaml:"ipv6_prefix"` // default 64
+}
+
+// Engine is a compiled configuration: policies in order plus the shared
+// options. It is immutable, so a reload swaps one Engine for another while
+// decisions in flight finish on the old one.
+type Engine struct {
+	Policies   []*Policy
+	clientIP   ClientIP
+	legacy     bool
+	structured bool
+	hasher     *hasher
+	anyTCP     bool
+}
+
+var policyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+var headerName = regexp.MustCompile("^:?[a-z0-9!#$%&'*+.^_`|~-]+$")
+
+// Compile checks specs and opts and builds an Engine. Its error is Errors:
+// every problem found, each at a path like "policies[1].key[0]".
+func Compile(specs []PolicySpec, opts Options) (*Engine, error) {
+	var el errorList
+	e := &Engine{hasher: newHasher(opts.HashSecret)}
+	e.clientIP = compileClientIP(opts.ClientIP, &el)
+	if len(opts.Headers) == 0 {
+		e.legacy, e.structured = true, true
+	}
+	for i, h := range opts.Headers {
+		switch h {
+		case "legacy":
+			e.legacy = true
+		case "structured":
+			e.structured = true
+		default:
+			el.add(fmt.Sprintf("headers[%d]", i), "unknown header family %q (want legacy or structured)", h)
+		}
+	}
+	seen := map[string]int{}
+	for i := range specs {
+		p := compilePolicy(&specs[i], fmt.Sprintf("policies[%d]", i), &el)
+		if j, dup := seen[specs[i].Name]; dup && specs[i].Name != "" {
+			el.add(fmt.Sprintf("policies[%d].name", i), "duplicate policy name %q (also policies[%d])", specs[i].Name, j)
+		}
+		seen[specs[i].Name] = i
+		if p != nil {
+			e.Policies = append(e.Policies, p)
+			e.anyTCP = e.anyTCP || p.match.tcp
+		}
+	}
+	if err := el.err(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func compileClientIP(s ClientIPSpec, el *errorList) ClientIP {
+	c := ClientIP{TrustedHops: s.TrustedHops, UseExternalAddress: s.UseExternalAddress, IPv4Prefix: 32, IPv6Prefix: 64}
+	if s.TrustedHops < 0 || s.TrustedHops >= MaxXFFEntries {
+		el.add("client_ip.trusted_hops", "must be between 0 and %d (got %d)", MaxXFFEntries-1, s.TrustedHops)
+	}
+	for i, cidr := range s.TrustedCIDRs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(cidr))
+		if err != nil {
+			if a, err2 := netip.ParseAddr(strings.TrimSpace(cidr)); err2 == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			} else {
+				el.add(fmt.Sprintf("client_ip.trusted_cidrs[%d]", i), "not a CIDR: %q", cidr)
+				continue
+			}
+		}
+		c.TrustedCIDRs = append(c.TrustedCIDRs, p.Masked())
+	}
+	if len(s.TrustedCIDRs) > 0 && s.TrustedHops > 0 {
+		el.add("client_ip.trusted_cidrs", "set either trusted_hops or trusted_cidrs, not both (as Envoy's xff_num_trusted_hops and xff_trusted_cidrs)")
+	}
+	if s.IPv4Prefix != nil {
+		if *s.IPv4Prefix < 1 || *s.IPv4Prefix > 32 {
+			el.add("client_ip.ipv4_prefix", "must be between 1 and 32 (got %d)", *s.IPv4Prefix)
+		}
+		c.IPv4Prefix = *s.IPv4Prefix
+	}
+	if s.IPv6Prefix != nil {
+		if *s.IPv6Prefix < 1 || *s.IPv6Prefix > 128 {
+			el.add("client_ip.ipv6_prefix", "must be between 1 and 128 (got %d)", *s.IPv6Prefix)
+		}
+		c.IPv6Prefix = *s.IPv6Prefix
+	}
+	return c
+}
+
+func compilePolicy(s *PolicySpec, at string, el *errorList) *Policy {
+	n := len(el.errs)
+	p := &Policy{Name: s.Name, cost: s.Cost, costHeader: strings.ToLower(s.CostHeader), maxCost: s.MaxCost}
+	if !policyName.MatchString(s.Name) {
+		el.add(at+".name", "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit (got %q)", s.Name)
+	}
+	if s.Capacity <= 0 {
+		el.add(at+".capacity", "must be a whole number > 0 (got %d)", s.Capacity)
+	}
+	rate, err := limiter.ParseRate(s.RefillPerSecond)
+	if s.RefillPerSecond == "" {
+		el.add(at+".refill_per_second", "is required: tokens per second, e.g. 10, 0.5 or 1/60")
+	} else if err != nil {
+		el.add(at+".refill_per_second", "must be a number > 0 such as 10, 0.5 or 1/60 (got %q)", s.RefillPerSecond)
+	}
+	if s.Capacity > 0 && err == nil {
+		if p.Limit, err = limiter.NewLimit(s.Capacity, rate); err != nil {
+			el.add(at+".capacity", "%v", err)
+		}
+	}
+	switch s.Mode {
+	case "", "enforce":
+	case "shadow":
+		p.Shadow = true
+	default:
+		el.add(at+".mode", "must be enforce or shadow (got %q)", s.Mode)
+	}
+	switch s.OnMissingKey {
+	case "", "shared":
+	case "skip":
+		p.skipMissed = true
+	default:
+		el.add(at+".on_missing_key", "must be shared or skip (got %q)", s.OnMissingKey)
+	}
+	if p.cost == 0 {
+		p.cost = 1
+	} else if p.cost < 0 {
+		el.add(at+".cost", "must be a whole number >= 1 (got %d)", s.Cost)
+	} else if s.Capacity > 0 && p.cost > s.Capacity {
+		el.add(at+".cost", "%d exceeds the capacity %d: no request could ever pass", s.Cost, s.Capacity)
+	}
+	if p.costHeader != "" && !headerName.MatchString(p.costHeader) {
+		el.add(at+".cost_header", "not a header name: %q", s.CostHeader)
+	}
+	if p.maxCost == 0 {
+		p.maxCost = s.Capacity
+	} else if p.maxCost < 0 {
+		el.add(at+".max_cost", "must be >= 1 (got %d)", s.MaxCost)
+	}
+	if s.MaxCost != 0 && s.CostHeader == "" {
+		el.add(at+".max_cost", "only bounds cost_header, which is not set")
+	}
+	p.match = compileMatch(&s.Match, at+".match", el)
+	if len(s.Key) == 0 {
+		el.add(at+".key", "is required: a list of sources such as [header:x-api-key, client_ip]")
+	}
+	for i, src := range s.Key {
+		if k, err := parseKeySource(src); err != nil {
+			el.add(fmt.Sprintf("%s.key[%d]", at, i), "%v", err)
+		} else {
+			p.keys = append(p.keys, k)
+			if k.kind == srcFingerprint && len(s.FingerprintHeaders) == 0 {
+				el.add(fmt.Sprintf("%s.key[%d]", at, i), "fingerprint needs fingerprint_headers (e.g. [user-agent, x-ja4])")
+			}
+		}
+	}
+	for i, h := range s.FingerprintHeaders {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if !headerName.MatchString(h) {
+			el.add(fmt.Sprintf("%s.fingerprint_headers[%d]", at, i), "not a header name: %q", s.FingerprintHeaders[i])
+		}
+		p.printHdrs = append(p.printHdrs, h)
+	}
+	if p.match.tcp {
+		for i, k := range p.keys {
+			if k.kind != srcClientIP {
+				el.add(fmt.Sprintf("%s.key[%d]", at, i), "a tcp policy is keyed by the connection's address: use client_ip (got %q)", s.Key[i])
+			}
+		}
+		if p.costHeader != "" {
+			el.add(at+".cost_header", "a tcp check has no headers")
+		}
+	}
+	if len(el.errs) > n {
+		return nil
+	}
+	num, den := p.Limit.Rate.Fraction()
+	p.window = ceilDiv(p.Limit.Capacity*den, num)
+	p.policyMember = `"` + p.Name + `";q=` + strconv.FormatInt(p.Limit.Capacity, 10) + ";w=" + strconv.FormatInt(p.window, 10)
+	return p
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// costOf returns the tokens a request takes under p.
+func (p *Policy) costOf(v *View) int64 {
+	if p.costHeader == "" {
+		return p.cost
+	}
+	s, ok := v.Header(p.costHeader)
+	if !ok {
+		return p.cost
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 1 {
+		return p.cost
+	}
+	return min(n, p.maxCost)
+}

@@ -1,0 +1,231 @@
+package extauthz
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// FailureMode is what a Check answers when the store cannot decide.
+type FailureMode int
+
+const (
+	// FailOpen allows the request, marked with x-ratelimit-degraded.
+	FailOpen FailureMode = iota
+	// FailClosed denies it with 429 and a short Retry-After.
+	FailClosed
+)
+
+// ServerOptions configure a Server. The zero value works: no logs, no
+// metrics, fail open.
+type ServerOptions struct {
+	Logger     *zap.Logger
+	Registerer prometheus.Registerer
+	OnError    FailureMode
+	// ErrorRetryAfter is the Retry-After of a FailClosed denial (default 1s).
+	ErrorRetryAfter time.Duration
+}
+
+// Server implements Envoy's Authorization service. It never answers with an
+// RPC error: Envoy would treat that as an outage, and with failure_mode_allow
+// let everything through.
+type Server struct {
+	authv3.UnimplementedAuthorizationServer
+
+	state   atomic.Pointer[serverState]
+	store   limiter.Store
+	log     *zap.Logger
+	metrics *Metrics
+	opts    ServerOptions
+}
+
+// serverState is what a reload swaps: the engine and its policies' counters.
+type serverState struct {
+	engine   *Engine
+	counters map[*Policy]policyCounters
+}
+
+// NewServer returns a server deciding with e's policies in store.
+func NewServer(e *Engine, store limiter.Store, o ServerOptions) *Server {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.ErrorRetryAfter <= 0 {
+		o.ErrorRetryAfter = time.Second
+	}
+	s := &Server{store: store, log: o.Logger, metrics: NewMetrics(o.Registerer), opts: o}
+	s.SetEngine(e)
+	return s
+}
+
+// SetEngine switches to a new engine atomically: Checks in flight finish on
+// the old one, new Checks use the new one.
+func (s *Server) SetEngine(e *Engine) {
+	st := &serverState{engine: e, counters: make(map[*Policy]policyCounters, len(e.Policies))}
+	for _, p := range e.Policies {
+		st.counters[p] = s.metrics.forPolicy(p.Name)
+	}
+	s.state.Store(st)
+}
+
+// Engine returns the engine in use.
+func (s *Server) Engine() *Engine { return s.state.Load().engine }
+
+// Metrics returns the server's collectors.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// planned is one matched policy with its bucket request.
+type planned struct {
+	policy *Policy
+	req    limiter.Request
+}
+
+var viewPool = sync.Pool{New: func() any { return new(View) }}
+
+// Check decides one request. See the package comment for the contract.
+func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *authv3.CheckResponse, _ error) {
+	start := time.Now()
+	st := s.state.Load()
+	defer func() {
+		if p := recover(); p != nil {
+			// A bug must not become an outage (or, with fail-open, a bypass).
+			s.log.Error("check panicked", zap.Any("panic", p), zap.Stack("stack"))
+			resp = s.failed(st.engine, nil)
+		}
+		s.metrics.Latency.Observe(time.Since(start).Seconds())
+	}()
+
+	v := viewPool.Get().(*View)
+	v.Reset(req)
+	defer func() { *v = View{}; viewPool.Put(v) }()
+
+	var planBuf [8]planned
+	plan := st.engine.plan(v, planBuf[:0])
+	if len(plan) == 0 {
+		s.metrics.Checks.WithLabelValues(outcomeUnmatched).Inc()
+		return plainOK(), nil
+	}
+
+	// Enforced policies decide together; shadow policies decide on their own
+	// and never deny.
+	var enfBuf, shBuf [8]planned
+	enforced, shadow := enfBuf[:0], shBuf[:0]
+	for _, p := range plan {
+		if p.policy.Shadow {
+			shadow = append(shadow, p)
+		} else {
+			enforced = append(enforced, p)
+		}
+	}
+	if len(shadow) > 0 {
+		s.shadow(ctx, st, shadow, v)
+	}
+	if len(enforced) == 0 {
+		s.metrics.Checks.WithLabelValues(outcomeAllowed).Inc()
+		return plainOK(), nil
+	}
+
+	o := outcome{policies: make([]*Policy, len(enforced)), results: make([]limiter.Result, len(enforced))}
+	reqs := make([]limiter.Request, len(enforced))
+	for i, p := range enforced {
+		o.policies[i], reqs[i] = p.policy, p.req
+	}
+	allowed, err := s.store.Take(ctx, reqs, o.results)
+	if err != nil {
+		s.metrics.StoreErrors.Inc()
+		s.log.Warn("store could not decide; failure mode answers", zap.Error(err), zap.String("path", v.Path))
+		return s.failed(st.engine, &o), nil
+	}
+	o.allowed = allowed
+	for i, p := range o.policies {
+		c := st.counters[p]
+		if allowed {
+			c.allowed.Inc()
+		} else if !o.results[i].Allowed {
+			c.denied.Inc()
+		}
+	}
+	if !v.HTTP {
+		if allowed {
+			s.metrics.Checks.WithLabelValues(outcomeAllowed).Inc()
+			return plainOK(), nil
+		}
+		s.metrics.Checks.WithLabelValues(outcomeDenied).Inc()
+		return tcpDeny(), nil
+	}
+	if allowed {
+		s.metrics.Checks.WithLabelValues(outcomeAllowed).Inc()
+		return st.engine.okResponse(&o), nil
+	}
+	s.metrics.Checks.WithLabelValues(outcomeDenied).Inc()
+	if d := denying(&o); d >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
+		s.log.Debug("denied", zap.String("policy", o.policies[d].Name), zap.String("identity", reqs[d].ID),
+			zap.Duration("retry_after", limiter.RetryAfter(o.results)), zap.String("path", v.Path))
+	}
+	return st.engine.denyResponse(&o, limiter.RetryAfter(o.results)), nil
+}
+
+// failed answers by the failure mode when the store could not decide.
+func (s *Server) failed(e *Engine, o *outcome) *authv3.CheckResponse {
+	if o == nil {
+		o = &outcome{}
+	}
+	o.policies, o.results, o.degraded = nil, nil, true
+	if s.opts.OnError == FailClosed {
+		s.metrics.Checks.WithLabelValues(outcomeDegradedDenied).Inc()
+		return e.denyResponse(o, s.opts.ErrorRetryAfter)
+	}
+	s.metrics.Checks.WithLabelValues(outcomeDegradedAllowed).Inc()
+	return e.okResponse(o)
+}
+
+// shadow decides the shadow policies and records what they would have done.
+func (s *Server) shadow(ctx context.Context, st *serverState, plan []planned, v *View) {
+	reqs := make([]limiter.Request, len(plan))
+	for i, p := range plan {
+		reqs[i] = p.req
+	}
+	res := make([]limiter.Result, len(plan))
+	allowed, err := s.store.Take(ctx, reqs, res)
+	if err != nil {
+		s.metrics.StoreErrors.Inc()
+		return
+	}
+	for i, p := range plan {
+		c := st.counters[p.policy]
+		if allowed {
+			c.shadowAllowed.Inc()
+			continue
+		}
+		c.shadowDenied.Inc()
+		if !res[i].Allowed {
+			s.log.Info("shadow policy would deny", zap.String("policy", p.policy.Name),
+				zap.String("identity", p.req.ID), zap.Duration("retry_after", res[i].RetryAfter), zap.String("path", v.Path))
+		}
+	}
+}
+
+// plan returns the policies matching v, each with its bucket request.
+func (e *Engine) plan(v *View, out []planned) []planned {
+	if !v.HTTP && !e.anyTCP {
+		return out
+	}
+	for _, p := range e.Policies {
+		if !p.match.matches(v) {
+			continue
+		}
+		id, ok := e.identity(p, v)
+		if !ok {
+			continue
+		}
+		out = append(out, planned{policy: p, req: limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v)}})
+	}
+	return out
+}

@@ -1,0 +1,92 @@
+package extauthz
+
+import (
+	"fmt"
+	"strings"
+)
+
+// PolicySpec is one policy as configured (the `policies:` list of the YAML
+// configuration). Compile checks it and turns it into a Policy.
+type PolicySpec struct {
+	Name  string    `yaml:"name"`
+	Match MatchSpec `yaml:"match"`
+	// Key lists identity sources, tried in order; the first non-empty wins:
+	// header:NAME, client_ip, context:NAME, metadata:NAMESPACE:PATH,
+	// fingerprint.
+	Key []string `yaml:"key"`
+	// OnMissingKey decides a request for which no source yields a value:
+	// "shared" (one bucket for all such requests, the default) or "skip"
+	// (the policy does not apply).
+	OnMissingKey string `yaml:"on_missing_key"`
+	// FingerprintHeaders are hashed together by the fingerprint source.
+	FingerprintHeaders []string `yaml:"fingerprint_headers"`
+
+	Capacity        int64  `yaml:"capacity"`
+	RefillPerSecond string `yaml:"refill_per_second"` // a decimal or a fraction: 2, 0.5, 1/60
+
+	// Cost is what one request takes (default 1). CostHeader, when set and
+	// holding a whole number, overrides it, bounded by MaxCost (default the
+	// capacity); a missing or unreadable value falls back to Cost.
+	Cost       int64  `yaml:"cost"`
+	CostHeader string `yaml:"cost_header"`
+	MaxCost    int64  `yaml:"max_cost"`
+
+	// Mode "enforce" (default) denies; "shadow" decides and counts, never denies.
+	Mode string `yaml:"mode"`
+}
+
+// MatchSpec selects the requests a policy applies to. Every field set must
+// fit; an empty MatchSpec matches every HTTP request.
+type MatchSpec struct {
+	PathPrefix string            `yaml:"path_prefix"`
+	Path       string            `yaml:"path"`
+	Methods    []string          `yaml:"methods"`
+	Hosts      []string          `yaml:"hosts"` // exact, or "*.example.com"
+	Headers    []HeaderMatchSpec `yaml:"headers"`
+	Context    map[string]string `yaml:"context"` // context_extensions that must be equal
+	// Protocol is "http" (default) or "tcp": a tcp policy applies to checks
+	// from Envoy's network filter, keyed by the connection's address.
+	Protocol string `yaml:"protocol"`
+}
+
+// HeaderMatchSpec matches one request header: equal to Value, starting with
+// Prefix, or (with neither) present; Present: false requires it absent.
+type HeaderMatchSpec struct {
+	Name    string `yaml:"name"`
+	Value   string `yaml:"value"`
+	Prefix  string `yaml:"prefix"`
+	Present *bool  `yaml:"present"`
+}
+
+// FieldError is a configuration error at a path such as
+// "policies[2].capacity"; the config loader turns paths into file:line.
+type FieldError struct {
+	Path string
+	Msg  string
+}
+
+func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
+
+// Errors is every problem Compile found, in order.
+type Errors []*FieldError
+
+func (es Errors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+type errorList struct{ errs Errors }
+
+func (l *errorList) add(path, format string, args ...any) {
+	l.errs = append(l.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (l *errorList) err() error {
+	if len(l.errs) == 0 {
+		return nil
+	}
+	return l.errs
+}

@@ -1,0 +1,198 @@
+// Package extauthz turns Envoy's ext_authz Check calls into rate-limit
+// decisions: it reads the request (View), selects the policies that match,
+// derives each policy's bucket identity, asks a limiter.Store for one
+// all-or-nothing decision and renders Envoy's CheckResponse.
+//
+// The Envoy contract it follows (see ENVOY_CONTRACT.md in the design notes):
+// a decision is never an RPC error; a deny is a non-OK status with a 429
+// denied_response; RateLimit headers on allow go to the client through
+// ok_response.response_headers_to_add; every returned header overwrites.
+package extauthz
+
+import (
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// View is the part of a CheckRequest that policies look at, read once.
+// Headers come from the `headers` map or, in Envoy's encode_raw_headers mode,
+// from `header_map`, with names matched case-insensitively.
+type View struct {
+	// HTTP is false for a check from Envoy's network (TCP) filter.
+	HTTP   bool
+	Method string // upper case
+	Path   string // without query string or fragment
+	Host   string // lower case, without port
+	Source string // the connection's remote address (IP, no port)
+
+	headers map[string]string
+	raw     []*corev3.HeaderValue
+	folded  bool // headers has keys that are not lower case: look up by folding
+
+	context  map[string]string
+	metadata map[string]*structpb.Struct
+}
+
+// NewView reads req. It never fails: whatever is missing reads as empty.
+func NewView(req *authv3.CheckRequest) *View {
+	v := &View{}
+	v.Reset(req)
+	return v
+}
+
+// Reset makes v a view of req, reusing v's memory.
+func (v *View) Reset(req *authv3.CheckRequest) {
+	attrs := req.GetAttributes()
+	h := attrs.GetRequest().GetHttp()
+	*v = View{
+		HTTP:     h != nil,
+		headers:  h.GetHeaders(),
+		raw:      h.GetHeaderMap().GetHeaders(),
+		context:  attrs.GetContextExtensions(),
+		metadata: attrs.GetMetadataContext().GetFilterMetadata(),
+		Source:   attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
+	}
+	for k := range v.headers {
+		if hasUpper(k) {
+			v.folded = true
+			break
+		}
+	}
+	v.Method = h.GetMethod()
+	if v.Method == "" {
+		v.Method, _ = v.Header(":method")
+	}
+	if hasLower(v.Method) {
+		v.Method = strings.ToUpper(v.Method)
+	}
+	path := h.GetPath()
+	if path == "" {
+		path, _ = v.Header(":path")
+	}
+	if i := strings.IndexAny(path, "?#"); i >= 0 {
+		path = path[:i]
+	}
+	v.Path = path
+	host := h.GetHost()
+	if host == "" {
+		if host, _ = v.Header(":authority"); host == "" {
+			host, _ = v.Header("host")
+		}
+	}
+	v.Host = normalizeHost(host)
+}
+
+// Header returns the value of the named header; name must be lower case.
+// Repeated headers read as Envoy joins them: values separated by ",".
+func (v *View) Header(name string) (string, bool) {
+	if v.headers != nil {
+		if s, ok := v.headers[name]; ok {
+			return s, true
+		}
+		if v.folded {
+			for k, s := range v.headers {
+				if strings.EqualFold(k, name) {
+					return s, true
+				}
+			}
+		}
+		return "", false
+	}
+	var out string
+	found := false
+	for _, hv := range v.raw {
+		if !strings.EqualFold(hv.GetKey(), name) {
+			continue
+		}
+		s := hv.GetValue()
+		if raw := hv.GetRawValue(); len(raw) > 0 {
+			s = string(raw)
+		}
+		if found {
+			out += "," + s
+		} else {
+			out, found = s, true
+		}
+	}
+	return out, found
+}
+
+// Context returns a context_extensions value (Envoy per-route check settings).
+func (v *View) Context(name string) (string, bool) {
+	s, ok := v.context[name]
+	return s, ok
+}
+
+// Metadata returns the value at path inside the dynamic metadata namespace
+// ns (e.g. a claim jwt_authn stored), rendered as text; lists and structs
+// are not identities and read as absent.
+func (v *View) Metadata(ns string, path []string) (string, bool) {
+	st := v.metadata[ns]
+	if st == nil || len(path) == 0 {
+		return "", false
+	}
+	var val *structpb.Value
+	for i, p := range path {
+		val = st.GetFields()[p]
+		if val == nil {
+			return "", false
+		}
+		if i < len(path)-1 {
+			if st = val.GetStructValue(); st == nil {
+				return "", false
+			}
+		}
+	}
+	switch k := val.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return k.StringValue, k.StringValue != ""
+	case *structpb.Value_NumberValue:
+		return formatNumber(k.NumberValue), true
+	case *structpb.Value_BoolValue:
+		if k.BoolValue {
+			return "true", true
+		}
+		return "false", true
+	}
+	return "", false
+}
+
+// normalizeHost lower-cases host and drops a port (and IPv6 brackets' port).
+func normalizeHost(h string) string {
+	if strings.HasPrefix(h, "[") {
+		if i := strings.IndexByte(h, ']'); i > 0 {
+			h = h[:i+1]
+		}
+	} else if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h, ':') == i {
+		h = h[:i]
+	}
+	if hasUpper(h) {
+		h = strings.ToLower(h)
+	}
+	return strings.TrimSuffix(h, ".")
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+func hasLower(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'a' <= s[i] && s[i] <= 'z' {
+			return true
+		}
+	}
+	return false
+}
+
+// formatNumber renders a metadata number as a JWT claim would read: 42, not 4.2e+01.
+func formatNumber(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
