@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// binary is the floodgate command built once for the package's tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "floodgate-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "floodgate")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building floodgate: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running floodgate process.
+type proc struct {
+	cmd    *exec.Cmd
+	grpc   string
+	admin  string
+	client authv3.AuthorizationClient
+	mu     sync.Mutex
+	logs   []string
+	exited chan error
+}
+
+// startFloodgate runs `floodgate serve --config` on cfg (YAML) and waits for
+// its "serving" log line, which names the addresses it bound.
+func startFloodgate(t *testing.T, cfg string, extra ...string) *proc {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startCommand(t, append([]string{"serve", "--config", path}, extra...)...)
+}
+
+func startCommand(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, args...), exited: make(chan error, 1)}
+	stdout, _ := p.cmd.StdoutPipe()
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	serving := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.logs = append(p.logs, line)
+			p.mu.Unlock()
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "serving" {
+				serving <- m
+			}
+		}
+		p.exited <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() { p.stop(t) })
+	select {
+	case m := <-serving:
+		p.grpc, _ = m["grpc"].(string)
+		p.admin, _ = m["admin"].(string)
+	case err := <-p.exited:
+		t.Fatalf("floodgate exited before serving: %v\n%s", err, p.output())
+	case <-time.After(15 * time.Second):
+		t.Fatalf("floodgate did not report serving within 15s\n%s", p.output())
+	}
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	p.client = authv3.NewAuthorizationClient(conn)
+	return p
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.logs, "\n")
+}
+
+// stop sends SIGTERM and requires a clean exit (status 0) within 15s.
+func (p *proc) stop(t *testing.T) {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("floodgate exited with %v after SIGTERM\n%s", err, p.output())
+		}
+	case <-time.After(15 * time.Second):
+		p.cmd.Process.Kill()
+		t.Errorf("floodgate did not exit within 15s of SIGTERM")
+	}
+}
+
+func (p *proc) check(t *testing.T, req *authv3.CheckRequest) *authv3.CheckResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := p.client.Check(ctx, req)
+	if err != nil {
+		t.Fatalf("Check: RPC error %v (a decision must never be an RPC error)", err)
+	}
+	if err := resp.ValidateAll(); err != nil {
+		t.Fatalf("response fails validation: %v", err)
+	}
+	return resp
+}
+
+func loadFixture(t *testing.T, name string) *authv3.CheckRequest {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "extauthz", "testdata", "envoy", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &authv3.CheckRequest{}
+	if err := protojson.Unmarshal(b, req); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func hdr(resp *authv3.CheckResponse, name string) string {
+	for _, h := range append(resp.GetOkResponse().GetResponseHeadersToAdd(), resp.GetDeniedResponse().GetHeaders()...) {
+		if h.GetHeader().GetKey() == name {
+			return h.GetHeader().GetValue()
+		}
+	}
+	return ""
+}
+
+func isAllowed(resp *authv3.CheckResponse) bool { return resp.GetStatus().GetCode() == 0 }
+

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestValidateExitsNonZeroWithFileAndLine(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("store:\n  backend: etcd\npolicies:\n  - name: a\n    key: [client_ip]\n    capacity: 0\n    refill_per_second: 1\n"), 0o600)
+	out, err := exec.Command(binary, "validate", "--config", bad).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("validate on a broken file: %v\n%s", err, out)
+	}
+	for _, want := range []string{bad + ":2: store.backend: must be redis or memory", bad + ":6: policies[0].capacity: must be a whole number > 0"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte("policies:\n  - name: a\n    key: [client_ip]\n    capacity: 1\n    refill_per_second: 1\n"), 0o600)
+	if out, err := exec.Command(binary, "validate", "--config", good).CombinedOutput(); err != nil {
+		t.Fatalf("validate on a good file: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(binary, "validate").CombinedOutput(); err == nil {
+		t.Fatalf("validate without --config succeeded:\n%s", out)
+	}
+}
+
+func TestServeRefusesAnInvalidConfigAtStart(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("policies: []\n"), 0o600)
+	out, err := exec.Command(binary, "serve", "--config", bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), bad+":1: policies: must list at least one policy") {
+		t.Fatalf("serve on an invalid config: %v\n%s", err, out)
+	}
+}
+
+func TestSIGHUPReloadsPoliciesAndKeepsTheOldOnAnInvalidFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "floodgate.yaml")
+	write := func(capacity string) {
+		cfg := "listen: {grpc: \"127.0.0.1:0\", admin: \"\"}\npolicies:\n  - name: a\n    key: [client_ip]\n    capacity: " + capacity + "\n    refill_per_second: 1\n"
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("3")
+	p := startCommand(t, "serve", "--config", path)
+	limit := func() string { return hdr(p.check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
+	if got := limit(); got != "3" {
+		t.Fatalf("limit %s, want 3", got)
+	}
+	write("10")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 5*time.Second, "the reload to take effect", func() bool { return limit() == "10" })
+
+	write("zero") // invalid: the old policies keep serving
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 5*time.Second, "the rejection to be logged", func() bool {
+		return strings.Contains(p.output(), "reload rejected") && strings.Contains(p.output(), path+":5: policies[0].capacity")
+	})
+	if got := limit(); got != "10" {
+		t.Errorf("after an invalid reload the limit is %s, want the previous 10", got)
+	}
+}
+
+// waitFor polls cond until it holds or within passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

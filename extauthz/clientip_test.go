@@ -1,0 +1,66 @@
+package extauthz
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func viewWith(source string, headers map[string]string) *View {
+	return NewView(checkRequest(source, headers))
+}
+
+func TestClientIPFollowsEnvoysTrustedHopRule(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hops    int
+		source  string
+		xff     string
+		want    string
+		extAddr bool
+		extHdr  string
+	}{
+		{name: "no proxies: the peer is the client", hops: 0, source: "203.0.113.7", want: "203.0.113.7/32"},
+		{name: "edge Envoy appended the peer; with 0 hops that peer is the client", hops: 0, source: "203.0.113.7", xff: "6.6.6.6,203.0.113.7", want: "203.0.113.7/32"},
+		{name: "one trusted hop picks the second from the right", hops: 1, source: "10.0.0.5", xff: "6.6.6.6, 198.51.100.23,10.0.0.5", want: "198.51.100.23/32"},
+		{name: "two trusted hops (fixture chain)", hops: 2, source: "10.0.0.5", xff: "198.51.100.23, 192.0.2.10,10.0.0.5", want: "198.51.100.23/32"},
+		{name: "a spoofed leftmost entry is never chosen", hops: 1, source: "10.0.0.5", xff: "1.2.3.4, 5.6.7.8, 198.51.100.23,10.0.0.5", want: "198.51.100.23/32"},
+		{name: "too few entries fall back to the source", hops: 3, source: "10.0.0.5", xff: "198.51.100.23,10.0.0.5", want: "10.0.0.5/32"},
+		{name: "a garbage entry falls back to the source", hops: 1, source: "10.0.0.5", xff: "x, not-an-ip,10.0.0.5", want: "10.0.0.5/32"},
+		{name: "an empty header falls back to the source", hops: 1, source: "10.0.0.5", xff: " , ", want: "10.0.0.5/32"},
+		{name: "entries with ports and brackets", hops: 1, source: "10.0.0.5", xff: "[2001:db8::1]:443, 10.0.0.5", want: "2001:db8::/64"},
+		{name: "an IPv4 entry with a port", hops: 1, source: "10.0.0.5", xff: "198.51.100.23:5555, 10.0.0.5", want: "198.51.100.23/32"},
+		{name: "IPv6 clients are bucketed by /64", hops: 0, source: "2001:db8:1:2:aaaa::1", want: "2001:db8:1:2::/64"},
+		{name: "IPv4-mapped IPv6 reads as IPv4", hops: 0, source: "::ffff:198.51.100.9", want: "198.51.100.9/32"},
+		{name: "no address at all", hops: 0, source: "", want: "invalid Prefix"},
+		{name: "x-envoy-external-address is ignored unless trusted", hops: 0, source: "203.0.113.7", extHdr: "1.1.1.1", want: "203.0.113.7/32"},
+		{name: "x-envoy-external-address when trusted", hops: 0, source: "10.0.0.5", extAddr: true, extHdr: "198.51.100.23", want: "198.51.100.23/32"},
+		{name: "a forged external address that is not an IP is ignored", hops: 0, source: "10.0.0.5", extAddr: true, extHdr: "evil", want: "10.0.0.5/32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := map[string]string{}
+			if tc.xff != "" {
+				h["x-forwarded-for"] = tc.xff
+			}
+			if tc.extHdr != "" {
+				h["x-envoy-external-address"] = tc.extHdr
+			}
+			c := ClientIP{TrustedHops: tc.hops, UseExternalAddress: tc.extAddr, IPv4Prefix: 32, IPv6Prefix: 64}
+			if got := c.Resolve(viewWith(tc.source, h)).String(); got != tc.want {
+				t.Errorf("client = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClientIPWithTrustedCIDRs(t *testing.T) {
+	c := ClientIP{TrustedCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.0/24")}, IPv4Prefix: 32, IPv6Prefix: 64}
+	for _, tc := range []struct{ source, xff, want string }{
+		{"10.0.0.5", "6.6.6.6, 198.51.100.23, 192.0.2.10, 10.1.1.1", "198.51.100.23/32"},
+		{"10.0.0.5", "10.1.1.1, 10.2.2.2", "10.0.0.5/32"}, // every entry trusted: the source
+		{"203.0.113.9", "1.2.3.4", "203.0.113.9/32"},      // an untrusted peer's header counts for nothing
+	} {
+		if got := c.Resolve(viewWith(tc.source, map[string]string{"x-forwarded-for": tc.xff})).String(); got != tc.want {
+			t.Errorf("source %s xff %q: client %s, want %s", tc.source, tc.xff, got, tc.want)
+		}
+	}
+}
