@@ -164,4 +164,3 @@ func hdr(resp *authv3.CheckResponse, name string) string {
 }
 
 func isAllowed(resp *authv3.CheckResponse) bool { return resp.GetStatus().GetCode() == 0 }
-

@@ -7,8 +7,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
@@ -227,6 +232,38 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 			if resp := p.check(t, request(t, "/ctx/x", "203.0.113.9", ext)); !isAllowed(resp) || hdr(resp, "ratelimit-limit") != "" {
 				t.Errorf("%s matched the gold policy: %v", ext, resp)
 			}
+		}
+	})
+
+	run("grpc health reports SERVING and reflection lists the services", func(t *testing.T) {
+		conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, svc := range []string{"", "envoy.service.auth.v3.Authorization"} {
+			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+			if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Errorf("health %q: %v %v", svc, resp, err)
+			}
+		}
+		stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range r.GetListServicesResponse().GetService() {
+			names = append(names, s.GetName())
+		}
+		if !strings.Contains(strings.Join(names, " "), "envoy.service.auth.v3.Authorization") {
+			t.Errorf("reflection lists %v", names)
 		}
 	})
 
