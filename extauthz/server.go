@@ -31,6 +31,10 @@ type ServerOptions struct {
 	OnError    FailureMode
 	// ErrorRetryAfter is the Retry-After of a FailClosed denial (default 1s).
 	ErrorRetryAfter time.Duration
+	// ShadowStore decides shadow policies (default: the main store). The
+	// resilient store offers an uncached view for it, so an over-limit
+	// cache does not hide would-be denials.
+	ShadowStore limiter.Store
 }
 
 // Server implements Envoy's Authorization service. It never answers with an
@@ -59,6 +63,9 @@ func NewServer(e *Engine, store limiter.Store, o ServerOptions) *Server {
 	}
 	if o.ErrorRetryAfter <= 0 {
 		o.ErrorRetryAfter = time.Second
+	}
+	if o.ShadowStore == nil {
+		o.ShadowStore = store
 	}
 	s := &Server{store: store, log: o.Logger, metrics: NewMetrics(o.Registerer), opts: o}
 	s.SetEngine(e)
@@ -144,6 +151,9 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		return s.failed(st.engine, &o), nil
 	}
 	o.allowed = allowed
+	for i := range o.results {
+		o.degraded = o.degraded || o.results[i].Degraded
+	}
 	for i, p := range o.policies {
 		c := st.counters[p]
 		if allowed {
@@ -161,10 +171,10 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		return tcpDeny(), nil
 	}
 	if allowed {
-		s.metrics.Checks.WithLabelValues(outcomeAllowed).Inc()
+		s.metrics.Checks.WithLabelValues(pick(o.degraded, outcomeDegradedAllowed, outcomeAllowed)).Inc()
 		return st.engine.okResponse(&o), nil
 	}
-	s.metrics.Checks.WithLabelValues(outcomeDenied).Inc()
+	s.metrics.Checks.WithLabelValues(pick(o.degraded, outcomeDegradedDenied, outcomeDenied)).Inc()
 	if d := denying(&o); d >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
 		s.log.Debug("denied", zap.String("policy", o.policies[d].Name), zap.String("identity", reqs[d].ID),
 			zap.Duration("retry_after", limiter.RetryAfter(o.results)), zap.String("path", v.Path))
@@ -193,7 +203,7 @@ func (s *Server) shadow(ctx context.Context, st *serverState, plan []planned, v 
 		reqs[i] = p.req
 	}
 	res := make([]limiter.Result, len(plan))
-	allowed, err := s.store.Take(ctx, reqs, res)
+	allowed, err := s.opts.ShadowStore.Take(ctx, reqs, res)
 	if err != nil {
 		s.metrics.StoreErrors.Inc()
 		return
@@ -228,4 +238,11 @@ func (e *Engine) plan(v *View, out []planned) []planned {
 		out = append(out, planned{policy: p, req: limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v)}})
 	}
 	return out
+}
+
+func pick(cond bool, yes, no string) string {
+	if cond {
+		return yes
+	}
+	return no
 }

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -28,7 +29,15 @@ type Result struct {
 	ResetAfter      time.Duration
 	RetryAfter      time.Duration
 	ExceedsCapacity bool
+	// Degraded marks a result decided without the shared store (the
+	// per-replica fallback while Redis is unreachable): right in shape,
+	// not exact across replicas.
+	Degraded bool
 }
+
+// ErrUnavailable wraps the error of a store that could not decide (Redis
+// unreachable, slow, or the circuit breaker open). Nothing was taken.
+var ErrUnavailable = errors.New("limiter: store unavailable")
 
 // Store applies the token-bucket arithmetic to buckets it keeps.
 //

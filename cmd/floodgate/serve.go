@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -31,6 +30,7 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/resilient"
 )
 
 // drainTimeout bounds how long SIGTERM waits for in-flight Checks.
@@ -103,17 +103,21 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	store, closeStore, err := buildStore(ctx, cfg, log)
+	hs := health.NewServer()
+	store, err := buildStore(ctx, cfg, log, reg, func(exact bool) { setExact(hs, exact) })
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer store.close()
 
 	onError := extauthz.FailOpen
 	if cfg.Store.OnFailure == "deny" {
 		onError = extauthz.FailClosed
 	}
-	authz := extauthz.NewServer(cfg.Engine, store, extauthz.ServerOptions{Logger: log, Registerer: reg, OnError: onError})
+	authz := extauthz.NewServer(cfg.Engine, store.main, extauthz.ServerOptions{
+		Logger: log, Registerer: reg, OnError: onError,
+		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow,
+	})
 
 	grpcLis, err := net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {
@@ -124,7 +128,6 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		grpc.MaxConcurrentStreams(1024),
 	)
 	authv3.RegisterAuthorizationServer(gs, authz)
-	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 
@@ -138,7 +141,7 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 			return fmt.Errorf("listen.admin %s: %w", cfg.Listen.Admin, err)
 		}
 		adminAddr = adminLis.Addr().String()
-		admin = &http.Server{Handler: adminMux(reg, &ready), ReadHeaderTimeout: 5 * time.Second}
+		admin = &http.Server{Handler: adminMux(reg, &ready, store.status), ReadHeaderTimeout: 5 * time.Second}
 		go admin.Serve(adminLis)
 	}
 
@@ -146,6 +149,7 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	go func() { errc <- gs.Serve(grpcLis) }()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	setExact(hs, store.status.Exact())
 	ready.Store(true)
 	log.Info("serving",
 		zap.String("grpc", grpcLis.Addr().String()), zap.String("admin", adminAddr),
@@ -206,73 +210,137 @@ func reload(path string, s *extauthz.Server, log *zap.Logger) {
 	log.Info("reloaded", zap.String("config", path), zap.Int("policies", len(cfg.Policies)))
 }
 
-func adminMux(reg *prometheus.Registry, ready *atomic.Bool) *http.ServeMux {
+// ExactService is the grpc.health.v1 service name whose status says
+// whether decisions are exact (SERVING: Redis reachable) or degraded
+// (NOT_SERVING: the failure mode decides). The default service ("") stays
+// SERVING while degraded: a limiter that fails its readiness during a Redis
+// outage would take every replica out of Envoy's cluster at once.
+const ExactService = "floodgate.exact"
+
+func setExact(hs *health.Server, exact bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if exact {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	hs.SetServingStatus(ExactService, st)
+}
+
+// adminMux serves /metrics, /healthz (the process is alive) and /readyz
+// (serving; the body says whether decisions are exact or degraded, and
+// /readyz?exact=1 answers 503 while degraded, for monitors that want it).
+func adminMux(reg *prometheus.Registry, ready *atomic.Bool, status storeStatus) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: draining or starting", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "ready\n")
+		if !status.Exact() {
+			if r.URL.Query().Get("exact") != "" {
+				http.Error(w, "ready, degraded: the store is unreachable and the failure mode decides", http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, "ready, degraded: the store is unreachable and the failure mode decides\n")
+			return
+		}
+		io.WriteString(w, "ready, exact\n")
 	})
 	return mux
 }
 
-// buildStore connects the configured store.
-func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger) (limiter.Store, func(), error) {
-	switch cfg.Store.Backend {
-	case "redis":
-		rc := cfg.Store.Redis
-		client := redis.NewUniversalClient(&redis.UniversalOptions{
-			Addrs:        rc.Addresses,
-			DialTimeout:  250 * time.Millisecond,
-			ReadTimeout:  rc.Timeout.Duration,
-			WriteTimeout: rc.Timeout.Duration,
-			PoolTimeout:  rc.Timeout.Duration,
-			MaxRetries:   -1,
-		})
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := redisstore.CheckServer(cctx, client); err != nil {
-			if errors.Is(err, redisstore.ErrVersion) {
-				cancel()
-				client.Close()
-				return nil, nil, err
-			}
-			log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
-		}
-		cancel()
-		return deadlineStore{redisstore.New(client, rc.Prefix), rc.Timeout.Duration}, func() { client.Close() }, nil
-	default:
+// storeStatus tells readiness whether decisions are exact.
+type storeStatus interface{ Exact() bool }
+
+type alwaysExact struct{}
+
+func (alwaysExact) Exact() bool { return true }
+
+// builtStore is the wired store: what decides, what decides shadow
+// policies, whether decisions are exact, and how to let go.
+type builtStore struct {
+	main, shadow limiter.Store
+	status       storeStatus
+	close        func()
+}
+
+// buildStore connects the configured store. With Redis, the resilience
+// layer (deadline, breaker, failure mode, over-limit cache) wraps it.
+// onExact hears when decisions turn exact or degraded.
+func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*builtStore, error) {
+	if cfg.Store.Backend != "redis" {
 		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
-		stop := make(chan struct{})
-		go func() {
-			t := time.NewTicker(10 * time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					m.Reclaim()
-				case <-stop:
-					return
-				}
-			}
-		}()
-		return m, func() { close(stop) }, nil
+		stop := reclaimEvery(m, 10*time.Second)
+		return &builtStore{main: m, shadow: m, status: alwaysExact{}, close: stop}, nil
 	}
+	ro, err := cfg.RedisOptions()
+	if err != nil {
+		return nil, err
+	}
+	client, err := redisstore.Dial(ro)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = redisstore.CheckServer(cctx, client)
+	cancel()
+	if errors.Is(err, redisstore.ErrVersion) {
+		client.Close()
+		return nil, err
+	}
+	if err != nil {
+		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
+	}
+	opts := resilient.Options{
+		Timeout:       cfg.Store.Redis.Timeout.Duration,
+		Breaker:       resilient.BreakerOptions{Failures: cfg.Store.Breaker.Failures, OpenFor: cfg.Store.Breaker.OpenFor.Duration},
+		Logger:        log,
+		Registerer:    reg,
+		OnExactChange: onExact,
+	}
+	opts.OverLimitEntries = 100_000
+	if m := cfg.Store.OverLimitCache.MaxEntries; m != nil {
+		opts.OverLimitEntries = *m
+	}
+	closers := []func(){func() { client.Close() }}
+	if cfg.Store.OnFailure == "local" {
+		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
+		closers = append(closers, reclaimEvery(m, 10*time.Second))
+		opts.Fallback = m
+		if cfg.Store.LocalShare != nil {
+			opts.FallbackShare = *cfg.Store.LocalShare
+		}
+	}
+	rs, err := resilient.New(redisstore.New(client, ro.Prefix), opts)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &builtStore{main: rs, shadow: rs.Uncached(), status: rs, close: func() {
+		for _, c := range closers {
+			c()
+		}
+	}}, nil
 }
 
-// deadlineStore bounds each decision by the store timeout.
-type deadlineStore struct {
-	limiter.Store
-	timeout time.Duration
-}
-
-func (d deadlineStore) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
-	return d.Store.Take(ctx, reqs, res)
+// reclaimEvery drops a memory store's full buckets periodically, returning
+// the memory of callers that went idle; the returned func stops it.
+func reclaimEvery(m *memory.Store, every time.Duration) func() {
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				m.Reclaim()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return func() { close(stop) }
 }

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
 // Config is the whole configuration file. The key names are fixed by the
@@ -45,17 +46,59 @@ type Listen struct {
 
 // Store chooses and tunes the bucket store.
 type Store struct {
-	Backend   string `yaml:"backend"` // redis | memory
-	Redis     Redis  `yaml:"redis"`
-	Memory    Memory `yaml:"memory"`
-	OnFailure string `yaml:"on_failure"` // allow | deny | local
+	Backend string `yaml:"backend"` // redis | memory
+	Redis   Redis  `yaml:"redis"`
+	Memory  Memory `yaml:"memory"`
+	// OnFailure is what decides while Redis cannot: allow (fail open,
+	// marked x-ratelimit-degraded), deny (429, short Retry-After) or local
+	// (per-replica in-memory buckets, each given LocalShare of every limit).
+	OnFailure  string   `yaml:"on_failure"`
+	LocalShare *float64 `yaml:"local_share"` // (0, 1], default 1
+	// FailureRetryAfter is the Retry-After of on_failure: deny (default 1s).
+	FailureRetryAfter Duration       `yaml:"failure_retry_after"`
+	Breaker           Breaker        `yaml:"breaker"`
+	OverLimitCache    OverLimitCache `yaml:"over_limit_cache"`
+}
+
+// Breaker tunes the circuit breaker on Redis.
+type Breaker struct {
+	Failures int      `yaml:"failures"` // consecutive failures that open it (default 5)
+	OpenFor  Duration `yaml:"open_for"` // before a probe (default 500ms)
+}
+
+// OverLimitCache tunes the cache that denies, without a Redis call, requests
+// that cannot pass before their Retry-After.
+type OverLimitCache struct {
+	MaxEntries *int `yaml:"max_entries"` // default 100000; 0 turns it off
 }
 
 // Redis is the Redis connection.
 type Redis struct {
-	Addresses []string `yaml:"addresses"` // one: standalone; several: Redis Cluster
-	Timeout   Duration `yaml:"timeout"`   // per decision (default 50ms)
-	Prefix    string   `yaml:"prefix"`    // key prefix (default fg:)
+	Addresses      []string `yaml:"addresses"`       // one: standalone; several: Redis Cluster (or Sentinels)
+	SentinelMaster string   `yaml:"sentinel_master"` // use Sentinel: the master's name
+	Timeout        Duration `yaml:"timeout"`         // per decision (default 50ms)
+	Prefix         string   `yaml:"prefix"`          // key prefix (default fg:)
+
+	Username             string `yaml:"username"`
+	PasswordFile         string `yaml:"password_file"`
+	PasswordEnv          string `yaml:"password_env"`
+	SentinelPasswordFile string `yaml:"sentinel_password_file"`
+	SentinelPasswordEnv  string `yaml:"sentinel_password_env"`
+
+	TLS *RedisTLS `yaml:"tls"`
+
+	PoolSize     int      `yaml:"pool_size"`      // per node (default 10 × CPUs)
+	MinIdleConns int      `yaml:"min_idle_conns"` // kept warm (default 0)
+	DialTimeout  Duration `yaml:"dial_timeout"`   // default 250ms
+}
+
+// RedisTLS enables TLS to Redis.
+type RedisTLS struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	ServerName         string `yaml:"server_name"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
 // Memory tunes the in-memory store.
@@ -225,11 +268,6 @@ func (v *validator) check(c *Config) {
 	default:
 		v.at("store.backend", "must be redis or memory (got %q)", c.Store.Backend)
 	}
-	if !c.Store.Redis.Timeout.IsSet() {
-		c.Store.Redis.Timeout.Duration = DefaultRedisTimeout
-	} else if t := c.Store.Redis.Timeout.Duration; t <= 0 || t > 10*time.Second {
-		v.at("store.redis.timeout", "must be between 1ms and 10s, and well under Envoy's ext_authz timeout (got %v)", t)
-	}
 	switch c.Store.OnFailure {
 	case "":
 		c.Store.OnFailure = "allow"
@@ -237,6 +275,27 @@ func (v *validator) check(c *Config) {
 	default:
 		v.at("store.on_failure", "must be allow, deny or local (got %q)", c.Store.OnFailure)
 	}
+	if s := c.Store.LocalShare; s != nil && (!(*s > 0) || *s > 1) {
+		v.at("store.local_share", "must be a fraction in (0, 1], e.g. 0.5 for two replicas (got %v)", *s)
+	}
+	if c.Store.LocalShare != nil && c.Store.OnFailure != "local" {
+		v.at("store.local_share", "only applies with on_failure: local")
+	}
+	if !c.Store.FailureRetryAfter.IsSet() {
+		c.Store.FailureRetryAfter.Duration = time.Second
+	} else if d := c.Store.FailureRetryAfter.Duration; d < time.Second || d > time.Hour {
+		v.at("store.failure_retry_after", "must be between 1s and 1h (got %v)", d)
+	}
+	if c.Store.Breaker.Failures < 0 {
+		v.at("store.breaker.failures", "must be >= 1 (got %d)", c.Store.Breaker.Failures)
+	}
+	if d := c.Store.Breaker.OpenFor; d.IsSet() && (d.Duration < time.Millisecond || d.Duration > time.Minute) {
+		v.at("store.breaker.open_for", "must be between 1ms and 1m (got %v)", d.Duration)
+	}
+	if m := c.Store.OverLimitCache.MaxEntries; m != nil && *m < 0 {
+		v.at("store.over_limit_cache.max_entries", "must be >= 0 (got %d)", *m)
+	}
+	v.checkRedis(&c.Store.Redis, c.Store.Backend == "redis")
 	if c.Store.Memory.MaxBuckets < 0 {
 		v.at("store.memory.max_buckets", "must be > 0 (got %d)", c.Store.Memory.MaxBuckets)
 	}
@@ -307,4 +366,97 @@ func checkHostPort(s string) error {
 		return fmt.Errorf("must name a host or address, as in 127.0.0.1:9191 (got %q)", s)
 	}
 	return nil
+}
+
+// checkRedis validates store.redis (credentials and TLS files only when the
+// backend is redis: an unused block is not read).
+func (v *validator) checkRedis(r *Redis, used bool) {
+	if !r.Timeout.IsSet() {
+		r.Timeout.Duration = DefaultRedisTimeout
+	} else if t := r.Timeout.Duration; t < time.Millisecond || t > 10*time.Second {
+		v.at("store.redis.timeout", "must be between 1ms and 10s, and well under Envoy's ext_authz timeout (got %v)", t)
+	}
+	if d := r.DialTimeout; d.IsSet() && (d.Duration < time.Millisecond || d.Duration > time.Minute) {
+		v.at("store.redis.dial_timeout", "must be between 1ms and 1m (got %v)", d.Duration)
+	}
+	if r.PoolSize < 0 {
+		v.at("store.redis.pool_size", "must be >= 1 (got %d)", r.PoolSize)
+	}
+	if r.MinIdleConns < 0 {
+		v.at("store.redis.min_idle_conns", "must be >= 0 (got %d)", r.MinIdleConns)
+	}
+	if r.SentinelMaster != "" && len(r.Addresses) == 0 {
+		v.at("store.redis.sentinel_master", "needs the Sentinels' host:port in store.redis.addresses")
+	}
+	if r.PasswordFile != "" && r.PasswordEnv != "" {
+		v.at("store.redis.password_file", "set password_file or password_env, not both")
+	}
+	if r.SentinelPasswordFile != "" && r.SentinelPasswordEnv != "" {
+		v.at("store.redis.sentinel_password_file", "set sentinel_password_file or sentinel_password_env, not both")
+	}
+	if !used {
+		return
+	}
+	if _, err := readSecret(r.PasswordFile, r.PasswordEnv); err != nil {
+		v.at("store.redis.password_file", "%v", err)
+	}
+	if _, err := readSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv); err != nil {
+		v.at("store.redis.sentinel_password_file", "%v", err)
+	}
+	if t := r.TLS; t != nil {
+		for path, f := range map[string]string{"ca_file": t.CAFile, "cert_file": t.CertFile, "key_file": t.KeyFile} {
+			if f == "" {
+				continue
+			}
+			if _, err := os.Stat(f); err != nil {
+				v.at("store.redis.tls."+path, "%v", err)
+			}
+		}
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			v.at("store.redis.tls", "cert_file and key_file go together")
+		}
+	}
+}
+
+// readSecret reads a secret from a file (trimmed) or an environment variable.
+func readSecret(file, env string) (string, error) {
+	switch {
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	case env != "":
+		s, ok := os.LookupEnv(env)
+		if !ok {
+			return "", fmt.Errorf("environment variable %s is not set", env)
+		}
+		return s, nil
+	}
+	return "", nil
+}
+
+// RedisOptions returns the connection settings for redisstore.Dial, reading
+// the secrets now (a rotated password file takes effect on restart).
+func (c *Config) RedisOptions() (redisstore.Options, error) {
+	r := c.Store.Redis
+	pw, err := readSecret(r.PasswordFile, r.PasswordEnv)
+	if err != nil {
+		return redisstore.Options{}, fmt.Errorf("store.redis password: %w", err)
+	}
+	spw, err := readSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv)
+	if err != nil {
+		return redisstore.Options{}, fmt.Errorf("store.redis sentinel password: %w", err)
+	}
+	o := redisstore.Options{
+		Addresses: r.Addresses, SentinelMaster: r.SentinelMaster,
+		Username: r.Username, Password: pw, SentinelPassword: spw,
+		Timeout: r.Timeout.Duration, DialTimeout: r.DialTimeout.Duration,
+		PoolSize: r.PoolSize, MinIdleConns: r.MinIdleConns, Prefix: r.Prefix,
+	}
+	if t := r.TLS; t != nil {
+		o.TLS = &redisstore.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
+	}
+	return o, nil
 }

@@ -1,0 +1,114 @@
+package resilient
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/memory"
+)
+
+// counting passes decisions to a real store and counts them.
+type counting struct {
+	limiter.Store
+	calls atomic.Int64
+}
+
+func (c *counting) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
+	c.calls.Add(1)
+	return c.Store.Take(ctx, reqs, res)
+}
+
+// TestTheOverLimitCacheNeverDeniesWhatTheStoreWouldAllow runs one random
+// sequence of decisions twice in lockstep on one clock: through the cache
+// into a store, and straight into an identical store. Every decision must
+// agree; where the cache answered, its figures may only be generous bounds.
+func TestTheOverLimitCacheNeverDeniesWhatTheStoreWouldAllow(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
+	inner := &counting{Store: memory.New(memory.Options{Clock: clock})}
+	cached, err := New(inner, Options{Clock: clock, OverLimitEntries: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := memory.New(memory.Options{Clock: clock})
+	limits := []limiter.Limit{limiter.MustLimit(5, "2"), limiter.MustLimit(3, "1/3"), limiter.MustLimit(50, "100"), limiter.MustLimit(1, "0.5")}
+	rng := rand.New(rand.NewPCG(3, 4))
+	decisions, denials := 0, 0
+	for step := 0; step < 20000; step++ {
+		clock.Advance(time.Duration(rng.Int64N(300_000)) * time.Microsecond)
+		n := 1 + rng.IntN(2)
+		reqs := make([]limiter.Request, n)
+		for i := range reqs {
+			l := limits[rng.IntN(len(limits))]
+			reqs[i] = limiter.Request{Name: "p" + strconv.Itoa(i), ID: "id" + strconv.Itoa(rng.IntN(3)), Limit: l, Cost: 1 + rng.Int64N(l.Capacity)}
+		}
+		resA, resB := make([]limiter.Result, n), make([]limiter.Result, n)
+		before := inner.calls.Load()
+		a, err := cached.Take(context.Background(), reqs, resA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answeredByCache := inner.calls.Load() == before
+		b, _ := plain.Take(context.Background(), reqs, resB)
+		if a != b {
+			t.Fatalf("step %d: through the cache %v, store alone %v (cache answered: %v)", step, a, b, answeredByCache)
+		}
+		decisions++
+		if !a {
+			denials++
+		}
+		if answeredByCache {
+			for i := range resA {
+				if resA[i].Remaining < resB[i].Remaining || resA[i].RetryAfter > resB[i].RetryAfter {
+					t.Fatalf("step %d bucket %d: cache reported %+v, store %+v: not a generous bound", step, i, resA[i], resB[i])
+				}
+			}
+		}
+	}
+	hits := decisions - int(inner.calls.Load())
+	t.Logf("%d decisions, %d denied, %d answered by the cache", decisions, denials, hits)
+	if hits == 0 {
+		t.Errorf("the cache answered none of %d denials", denials)
+	}
+	if n := cached.cache.len(); n > 100 {
+		t.Errorf("cache holds %d entries, bound 100", n)
+	}
+}
+
+func TestAFloodOnAnEmptyBucketNeverReachesTheStore(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
+	inner := &counting{Store: memory.New(memory.Options{Clock: clock})}
+	s, _ := New(inner, Options{Clock: clock, OverLimitEntries: 10})
+	req := []limiter.Request{{Name: "p", ID: "flood", Limit: limiter.MustLimit(2, "1"), Cost: 1}}
+	res := make([]limiter.Result, 1)
+	for i := 0; i < 3; i++ { // two pass, the third is denied by the store: retry after 1s
+		s.Take(context.Background(), req, res)
+	}
+	if inner.calls.Load() != 3 || res[0].RetryAfter != time.Second {
+		t.Fatalf("setup: %d calls, %+v", inner.calls.Load(), res[0])
+	}
+	for i := 0; i < 1000; i++ {
+		clock.Advance(999 * time.Microsecond) // 999ms in all: still short of a token
+		if ok, err := s.Take(context.Background(), req, res); ok || err != nil {
+			t.Fatalf("flood request %d: %v %v", i, ok, err)
+		}
+	}
+	if n := inner.calls.Load(); n != 3 {
+		t.Errorf("the flood reached the store %d times, want 0", n-3)
+	}
+	clock.Advance(time.Millisecond) // a token exists now: the store must be asked
+	if ok, _ := s.Take(context.Background(), req, res); !ok || inner.calls.Load() != 4 {
+		t.Errorf("after Retry-After: allowed %v, store calls %d", ok, inner.calls.Load())
+	}
+	// Shadow decisions bypass the cache.
+	s.Take(context.Background(), req, res) // denied, cached
+	before := inner.calls.Load()
+	s.Uncached().Take(context.Background(), req, res)
+	if inner.calls.Load() != before+1 {
+		t.Error("an uncached decision was answered by the cache")
+	}
+}
