@@ -5,7 +5,10 @@ BIN       ?= bin/floodgate
 PKGS      ?= ./...
 TESTFLAGS ?= -count=1 -timeout 12m
 
-.PHONY: all build run test lint bench redis clean
+FUZZTIME  ?= 30s
+FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzCheck ./cmd/floodgate/config:FuzzParse
+
+.PHONY: all build run test lint bench fuzz redis clean
 
 all: lint test
 
@@ -29,6 +32,12 @@ lint:
 ## bench: Go benchmarks of the engine (in-memory and Redis stores, with the raw EVALSHA baseline).
 bench: redis
 	$(GO) test -run '^$$' -bench . -benchmem ./limiter/...
+
+## fuzz: each fuzz target for FUZZTIME (make test replays their committed corpora in testdata/fuzz).
+fuzz:
+	@for t in $(FUZZ); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzzing $$fn in $$pkg for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 ## redis: make sure redis-server (>= 7.0) and redis-cli are on PATH; install them with apt-get when root.
 redis:

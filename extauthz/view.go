@@ -102,23 +102,42 @@ func (v *View) Header(name string) (string, bool) {
 		}
 		return "", false
 	}
-	var out string
-	found := false
-	for _, hv := range v.raw {
-		if !strings.EqualFold(hv.GetKey(), name) {
-			continue
-		}
-		s := hv.GetValue()
-		if raw := hv.GetRawValue(); len(raw) > 0 {
-			s = string(raw)
-		}
-		if found {
-			out += "," + s
-		} else {
-			out, found = s, true
+	// One pass to find the entries; a single entry (the usual case) needs
+	// no joining, several are joined in one buffer (linear in their size).
+	first, n := -1, 0
+	for i, hv := range v.raw {
+		if len(hv.GetKey()) == len(name) && strings.EqualFold(hv.GetKey(), name) {
+			if first < 0 {
+				first = i
+			}
+			n++
 		}
 	}
-	return out, found
+	switch n {
+	case 0:
+		return "", false
+	case 1:
+		return rawValue(v.raw[first]), true
+	}
+	var b strings.Builder
+	for _, hv := range v.raw[first:] {
+		if len(hv.GetKey()) == len(name) && strings.EqualFold(hv.GetKey(), name) {
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(rawValue(hv))
+		}
+	}
+	return b.String(), true
+}
+
+// rawValue reads a header_map entry: raw_value when set (Envoy's
+// encode_raw_headers), else value.
+func rawValue(hv *corev3.HeaderValue) string {
+	if raw := hv.GetRawValue(); len(raw) > 0 {
+		return string(raw)
+	}
+	return hv.GetValue()
 }
 
 // Context returns a context_extensions value (Envoy per-route check settings).

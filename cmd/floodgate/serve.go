@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
@@ -119,14 +120,23 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow,
 	})
 
+	serverOpts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.Listen.MaxRequestBytes),
+		grpc.MaxConcurrentStreams(uint32(cfg.Listen.MaxConcurrentStreams)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.Listen.KeepaliveMinTime.Duration, PermitWithoutStream: true}),
+	}
+	if cfg.Listen.TLS != nil {
+		src, err := newTLSSource(*cfg.Listen.TLS, log)
+		if err != nil {
+			return err
+		}
+		serverOpts = append(serverOpts, grpc.Creds(src.credentials()))
+	}
 	grpcLis, err := net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {
 		return fmt.Errorf("listen.grpc %s: %w", cfg.Listen.GRPC, err)
 	}
-	gs := grpc.NewServer(
-		grpc.MaxRecvMsgSize(4<<20),
-		grpc.MaxConcurrentStreams(1024),
-	)
+	gs := grpc.NewServer(serverOpts...)
 	authv3.RegisterAuthorizationServer(gs, authz)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
@@ -156,13 +166,19 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
 		zap.Int("policies", len(cfg.Policies)), zap.String("version", version))
 
+	rl := newReloader(path, authz, log, reg)
+	if path != "" && *cfg.Reload.Watch {
+		wctx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go rl.watch(wctx, cfg.Reload.Interval.Duration)
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	for {
 		select {
 		case <-hup:
-			reload(path, authz, log)
+			rl.reload(true)
 			continue
 		case err := <-errc:
 			return fmt.Errorf("grpc server: %w", err)
@@ -191,23 +207,6 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// reload swaps in the policies of a re-read configuration file. A file that
-// does not validate changes nothing. Listen addresses and the store need a
-// restart.
-func reload(path string, s *extauthz.Server, log *zap.Logger) {
-	if path == "" {
-		log.Info("reload ignored: running the embedded default")
-		return
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
-		return
-	}
-	s.SetEngine(cfg.Engine)
-	log.Info("reloaded", zap.String("config", path), zap.Int("policies", len(cfg.Policies)))
 }
 
 // ExactService is the grpc.health.v1 service name whose status says

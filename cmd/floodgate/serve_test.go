@@ -280,6 +280,34 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 		}
 	})
 
+	run("identities never reach Redis keys, metrics or logs in the clear; every key expires", func(t *testing.T) {
+		secrets := []string{"k_live_3f9a2c7d", "sk-very-secret-token", "203.0.113.77", "198.51.100.23"}
+		p.check(t, loadFixture(t, "checkrequest-get-apikey.json"))
+		p.check(t, loadFixture(t, "checkrequest-xff-two-proxies.json"))
+		p.check(t, request(t, "/v1/x", "203.0.113.77", "x-api-key: sk-very-secret-token"))
+		p.check(t, request(t, "/both/x", "203.0.113.77", "x-api-key: sk-very-secret-token"))
+		keys, err := rc.Keys(context.Background(), "*").Result()
+		if err != nil || len(keys) < 4 {
+			t.Fatalf("keys %v %v", keys, err)
+		}
+		m := metrics(t, p)
+		for _, k := range keys {
+			if ttl := rc.PTTL(context.Background(), k).Val(); ttl <= 0 {
+				t.Errorf("key %s has no expiry", k)
+			}
+			for _, sec := range secrets {
+				if strings.Contains(k, sec) {
+					t.Errorf("Redis key %q holds %q in the clear", k, sec)
+				}
+			}
+		}
+		for _, sec := range secrets {
+			if strings.Contains(m, sec) {
+				t.Errorf("metrics hold %q", sec)
+			}
+		}
+	})
+
 	// No log line carries an API key in the clear.
 	if logs := p.output(); strings.Contains(logs, "k_live_3f9a2c7d") || strings.Contains(logs, "alpha") {
 		t.Errorf("a secret reached the log:\n%s", logs)

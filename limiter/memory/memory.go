@@ -97,12 +97,15 @@ func New(o Options) *Store {
 	for n < o.Shards {
 		n <<= 1
 	}
+	for n > 1 && n > o.MaxBuckets {
+		n >>= 1 // every shard holds at least one bucket
+	}
 	s := &Store{
 		clock:    o.Clock,
 		epoch:    o.Clock.Now(),
 		seed:     maphash.MakeSeed(),
 		mask:     uint64(n - 1),
-		shardCap: max(1, (o.MaxBuckets+n-1)/n),
+		shardCap: o.MaxBuckets / n, // rounded down: the total never exceeds MaxBuckets
 		shards:   make([]shard, n),
 	}
 	for i := range s.shards {

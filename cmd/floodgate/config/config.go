@@ -30,6 +30,7 @@ type Config struct {
 	Headers  []string              `yaml:"headers"`
 	Identity Identity              `yaml:"identity"`
 	Log      Log                   `yaml:"log"`
+	Reload   Reload                `yaml:"reload"`
 	Policies []extauthz.PolicySpec `yaml:"policies"`
 
 	// Engine is the compiled policies, set by Load.
@@ -38,10 +39,40 @@ type Config struct {
 	Source string `yaml:"-"`
 }
 
-// Listen is where the servers listen.
+// Listen is where the servers listen, and the gRPC server's limits.
 type Listen struct {
 	GRPC  string `yaml:"grpc"`  // ext_authz Check and grpc.health.v1
 	Admin string `yaml:"admin"` // HTTP /metrics, /healthz, /readyz; "" disables
+
+	// TLS, when set, serves gRPC over TLS; with client_ca_file, mTLS.
+	TLS *ListenTLS `yaml:"tls"`
+	// MaxRequestBytes bounds one CheckRequest (default 1 MiB): a request
+	// larger than this is refused by gRPC before any work is done.
+	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// MaxConcurrentStreams bounds Checks in flight per connection (default 1024).
+	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
+	// KeepaliveMinTime: clients pinging more often are disconnected (default 10s).
+	KeepaliveMinTime Duration `yaml:"keepalive_min_time"`
+}
+
+// ListenTLS is the gRPC listener's certificate and, for mTLS, the clients'
+// CA and an optional allow-list of client identities (URI or DNS SANs, such
+// as Envoy's SPIFFE ID in Istio). Files are re-read when they change, so a
+// rotated certificate is served without a restart.
+type ListenTLS struct {
+	CertFile     string   `yaml:"cert_file"`
+	KeyFile      string   `yaml:"key_file"`
+	ClientCAFile string   `yaml:"client_ca_file"`
+	AllowedSANs  []string `yaml:"allowed_sans"`
+}
+
+// Reload configures how a running server notices a changed file. SIGHUP
+// always reloads.
+type Reload struct {
+	// Watch polls the configuration file (following symlinks, so a
+	// Kubernetes ConfigMap's ..data swap is seen) every Interval. Default on.
+	Watch    *bool    `yaml:"watch"`
+	Interval Duration `yaml:"interval"` // default 2s
 }
 
 // Store chooses and tunes the bucket store.
@@ -252,6 +283,16 @@ func (v *validator) check(c *Config) {
 			v.at("listen.admin", "%v", err)
 		}
 	}
+	v.checkListen(&c.Listen)
+	if !c.Reload.Interval.IsSet() {
+		c.Reload.Interval.Duration = 2 * time.Second
+	} else if d := c.Reload.Interval.Duration; d < 100*time.Millisecond || d > time.Hour {
+		v.at("reload.interval", "must be between 100ms and 1h (got %v)", d)
+	}
+	if c.Reload.Watch == nil {
+		on := true
+		c.Reload.Watch = &on
+	}
 	switch c.Store.Backend {
 	case "":
 		c.Store.Backend = "memory"
@@ -459,4 +500,47 @@ func (c *Config) RedisOptions() (redisstore.Options, error) {
 		o.TLS = &redisstore.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
 	}
 	return o, nil
+}
+
+// Listener defaults.
+const (
+	DefaultMaxRequestBytes      = 1 << 20
+	DefaultMaxConcurrentStreams = 1024
+	DefaultKeepaliveMinTime     = 10 * time.Second
+)
+
+func (v *validator) checkListen(l *Listen) {
+	switch {
+	case l.MaxRequestBytes == 0:
+		l.MaxRequestBytes = DefaultMaxRequestBytes
+	case l.MaxRequestBytes < 4096 || l.MaxRequestBytes > 64<<20:
+		v.at("listen.max_request_bytes", "must be between 4096 and 67108864 (got %d)", l.MaxRequestBytes)
+	}
+	switch {
+	case l.MaxConcurrentStreams == 0:
+		l.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	case l.MaxConcurrentStreams < 1:
+		v.at("listen.max_concurrent_streams", "must be >= 1 (got %d)", l.MaxConcurrentStreams)
+	}
+	if !l.KeepaliveMinTime.IsSet() {
+		l.KeepaliveMinTime.Duration = DefaultKeepaliveMinTime
+	} else if l.KeepaliveMinTime.Duration < time.Second {
+		v.at("listen.keepalive_min_time", "must be at least 1s (got %v)", l.KeepaliveMinTime.Duration)
+	}
+	if t := l.TLS; t != nil {
+		if t.CertFile == "" || t.KeyFile == "" {
+			v.at("listen.tls", "needs cert_file and key_file")
+		}
+		for path, f := range map[string]string{"cert_file": t.CertFile, "key_file": t.KeyFile, "client_ca_file": t.ClientCAFile} {
+			if f == "" {
+				continue
+			}
+			if _, err := os.Stat(f); err != nil {
+				v.at("listen.tls."+path, "%v", err)
+			}
+		}
+		if len(t.AllowedSANs) > 0 && t.ClientCAFile == "" {
+			v.at("listen.tls.allowed_sans", "needs client_ca_file: without mTLS there is no client identity to check")
+		}
+	}
 }

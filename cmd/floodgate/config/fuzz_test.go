@@ -1,0 +1,42 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// FuzzParse: any bytes give either a compiled configuration or Problems,
+// each naming the file; never a panic, never both, never neither.
+func FuzzParse(f *testing.F) {
+	f.Add(DefaultYAML())
+	f.Add([]byte(goodPolicy))
+	f.Add([]byte("store:\n  backend: redis\n  redis: {addresses: [a:1], timeout: 5s}\npolicies:\n  - {name: x, key: [\"metadata:a:b.c\", fingerprint], fingerprint_headers: [ua], capacity: 3, refill_per_second: 1/7}\n"))
+	f.Add([]byte("policies: [{name: a, match: {protocol: tcp, headers: [{name: x, present: false}]}, key: [client_ip], capacity: 1.5, refill_per_second: NaN}]"))
+	f.Add([]byte("&a [*a]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1<<16 {
+			return
+		}
+		c, err := Parse("fuzz.yaml", data)
+		if (c == nil) == (err == nil) {
+			t.Fatalf("Parse returned config %v and error %v", c != nil, err)
+		}
+		if err != nil {
+			var ps Problems
+			if !errors.As(err, &ps) || len(ps) == 0 {
+				t.Fatalf("error is not Problems: %v", err)
+			}
+			for _, p := range ps {
+				if p.File != "fuzz.yaml" || !strings.HasPrefix(p.String(), "fuzz.yaml") {
+					t.Fatalf("problem without its file: %q", p)
+				}
+			}
+			return
+		}
+		if c.Engine == nil || len(c.Engine.Policies) != len(c.Policies) {
+			t.Fatal("a valid config without its compiled policies")
+		}
+	})
+}
+

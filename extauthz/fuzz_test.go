@@ -1,0 +1,117 @@
+package extauthz
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/memory"
+)
+
+// FuzzClientIP: any X-Forwarded-For and source address give either no
+// client or an address that really was in the header or the source, and
+// with enough valid entries exactly the one Envoy's rule names.
+func FuzzClientIP(f *testing.F) {
+	f.Add("198.51.100.23, 192.0.2.10,10.0.0.5", "10.0.0.5", 2, false, "")
+	f.Add("", "2001:db8::1", 0, false, "")
+	f.Add("[2001:db8::1]:443, 1.2.3.4:80", "::ffff:10.0.0.1", 1, true, "203.0.113.7")
+	f.Add(",,, ,", "", 3, false, "x")
+	f.Fuzz(func(t *testing.T, xff, source string, hops int, useExt bool, ext string) {
+		hops = ((hops % MaxXFFEntries) + MaxXFFEntries) % MaxXFFEntries
+		c := ClientIP{TrustedHops: hops, UseExternalAddress: useExt, IPv4Prefix: 32, IPv6Prefix: 128}
+		h := map[string]string{"x-forwarded-for": xff}
+		if ext != "" {
+			h["x-envoy-external-address"] = ext
+		}
+		got := c.Resolve(viewWith(source, h))
+		if !got.IsValid() {
+			return
+		}
+		appears := func(s string) bool {
+			a, ok := parseIP(s)
+			return ok && a == got.Addr()
+		}
+		inXFF := false
+		for _, e := range strings.Split(xff, ",") {
+			inXFF = inXFF || appears(e)
+		}
+		if !inXFF && !appears(source) && !(useExt && appears(ext)) {
+			t.Fatalf("client %s is in neither XFF %q, source %q nor external %q", got, xff, source, ext)
+		}
+		entries := strings.Split(xff, ",")
+		if !useExt && xff != "" && len(entries) > hops {
+			if a, ok := parseIP(entries[len(entries)-1-hops]); ok && a != got.Addr() {
+				t.Fatalf("hops %d of %q: got %s, Envoy's rule names %s", hops, xff, got, a)
+			}
+		}
+	})
+}
+
+// FuzzHeaderMap: raw header_map entries with any names, bytes and
+// duplicates: lookups never fail, and a name's entries read joined by ",".
+func FuzzHeaderMap(f *testing.F) {
+	f.Add("x-api-key", "k1", "X-Api-Key", "k2\xff", ":path", "/a?b")
+	f.Add("", "", "x", "", "x", "")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+			Http: &authv3.AttributeContext_HttpRequest{HeaderMap: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+				{Key: k1, RawValue: []byte(v1)}, {Key: k2, RawValue: []byte(v2)}, {Key: k3, Value: v3},
+			}}},
+		}}}
+		v := NewView(req)
+		name := strings.ToLower(k1)
+		got, ok := v.Header(name)
+		var want []string
+		for _, kv := range [][2]string{{k1, v1}, {k2, v2}, {k3, v3}} {
+			if strings.EqualFold(kv[0], name) && len(kv[0]) == len(name) {
+				want = append(want, kv[1])
+			}
+		}
+		if ok != (len(want) > 0) || (ok && got != strings.Join(want, ",")) {
+			t.Fatalf("Header(%q) = %q %v, want %q", name, got, ok, want)
+		}
+	})
+}
+
+// FuzzCheck: any CheckRequest the wire can carry gets a normal, valid
+// response from the whole handler, never an error or a panic.
+func FuzzCheck(f *testing.F) {
+	for _, name := range []string{"checkrequest-get-apikey.json", "checkrequest-xff-two-proxies.json", "checkrequest-raw-header-map-h2-tls.json"} {
+		b, err := proto.Marshal(fixture(f, name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte{})
+	eng, err := Compile([]PolicySpec{
+		{Name: "keys", Match: MatchSpec{PathPrefix: "/v1/"}, Key: []string{"header:x-api-key", "client_ip"}, Capacity: 5, RefillPerSecond: "1", CostHeader: "x-cost"},
+		{Name: "ctx", Match: MatchSpec{Context: map[string]string{"route": "items"}}, Key: []string{"context:virtual_host", "metadata:ns:a.b", "fingerprint"}, FingerprintHeaders: []string{"user-agent"}, Capacity: 3, RefillPerSecond: "1/60"},
+		{Name: "tcp", Match: MatchSpec{Protocol: "tcp"}, Key: []string{"client_ip"}, Capacity: 2, RefillPerSecond: "1"},
+		{Name: "shadow", Mode: "shadow", Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1"},
+	}, Options{ClientIP: ClientIPSpec{TrustedHops: 1}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	s := NewServer(eng, memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(0, 0)), MaxBuckets: 10000}), ServerOptions{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req := &authv3.CheckRequest{}
+		if proto.Unmarshal(data, req) != nil {
+			return
+		}
+		resp, err := s.Check(context.Background(), req)
+		if err != nil || resp == nil || resp.GetStatus() == nil {
+			t.Fatalf("Check = %v, %v", resp, err)
+		}
+		if err := resp.ValidateAll(); err != nil {
+			t.Fatalf("invalid response: %v", err)
+		}
+	})
+}
+
