@@ -1,8 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -22,6 +22,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
@@ -79,16 +80,14 @@ type composeHealthcheck struct {
 	Retries  int      `json:"retries"`
 }
 
+// strictJSON decodes as the Kubernetes API server does: field names are case-sensitive, and an
+// unknown or duplicate field is an error (sigs.k8s.io/json, which the API server uses).
 func strictJSON(data []byte, into any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(into); err != nil {
+	strict, err := kjson.UnmarshalStrict(data, into)
+	if err != nil {
 		return err
 	}
-	if dec.More() {
-		return fmt.Errorf("trailing data")
-	}
-	return nil
+	return errors.Join(strict...)
 }
 
 func loadCompose(t *testing.T, data []byte) *compose {
