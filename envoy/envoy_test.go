@@ -37,6 +37,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
@@ -129,6 +130,11 @@ func validateAnys(m protoreflect.Message, path string) (int, error) {
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		at := path + "." + string(fd.Name())
+		// Envoy warns about deprecated fields and later rejects them: the examples use none.
+		if opts, ok := fd.Options().(*descriptorpb.FieldOptions); ok && opts.GetDeprecated() {
+			firstErr = fmt.Errorf("%s: deprecated field", at)
+			return false
+		}
 		switch {
 		case fd.IsList() && fd.Message() != nil:
 			l := v.List()
@@ -677,6 +683,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"unknown field in a typed_config", "failure_mode_allow: true", "failure_mode_alow: true", "failure_mode_alow"},
 		{"unknown field at the top", "static_resources:", "static_resource:", "static_resource"},
 		{"unresolvable typed_config", "ext_authz.v3.ExtAuthz\n", "ext_authz.v3.ExtAuthZ\n", "ExtAuthZ"},
+		{"deprecated field", "merge_slashes: true", "merge_slashes: true\n                flush_access_log_on_new_request: true", "deprecated field"},
 		{"duplicate key", "merge_slashes: true", "merge_slashes: true\n                merge_slashes: false", "merge_slashes"},
 		{"cluster rule", "connect_timeout: 0.25s", "connect_timeout: 0s", "ConnectTimeout"},
 		{"rule inside a typed_config", "code: ServiceUnavailable", "code: 0", "Code"},
