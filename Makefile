@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzCheck ./cmd/floodgate/config:FuzzParse
 
-.PHONY: all build run test lint bench fuzz redis clean
+.PHONY: all build run test e2e lint bench fuzz redis clean
 
 all: lint test
 
@@ -22,6 +22,12 @@ run:
 ## test: the whole suite, real redis-server included (installed when missing and possible).
 test: redis
 	$(GO) test $(TESTFLAGS) $(PKGS)
+
+## e2e: the end-to-end tests alone (also part of test): the built binary as two replicas on one
+## real redis-server, driven over gRPC with Envoy-shaped requests; plus the checks of the container
+## run (e2e/docker-compose.yaml, e2e/run.sh, cmd/floodgate/Dockerfile). No container engine needed.
+e2e: redis
+	$(GO) test -count=1 ./e2e/...
 
 ## lint: gofmt and go vet.
 lint:
