@@ -41,13 +41,14 @@ func TestMain(m *testing.M) {
 
 // proc is a running floodgate process.
 type proc struct {
-	cmd    *exec.Cmd
-	grpc   string
-	admin  string
-	client authv3.AuthorizationClient
-	mu     sync.Mutex
-	logs   []string
-	exited chan error
+	cmd     *exec.Cmd
+	grpc    string
+	admin   string
+	client  authv3.AuthorizationClient
+	mu      sync.Mutex
+	logs    []string
+	exited  chan error
+	stopped bool // the test saw the process exit itself
 }
 
 // startFloodgate runs `floodgate serve --config` on cfg (YAML) and waits for
@@ -112,7 +113,7 @@ func (p *proc) output() string {
 
 // stop sends SIGTERM and requires a clean exit (status 0) within 15s.
 func (p *proc) stop(t *testing.T) {
-	if p.cmd.ProcessState != nil {
+	if p.stopped {
 		return
 	}
 	p.cmd.Process.Signal(syscall.SIGTERM)

@@ -187,11 +187,15 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		break
 	}
 
-	// Drain: report not ready so Envoy and Kubernetes move away, finish the
-	// Checks in flight, then stop.
-	log.Info("draining", zap.Duration("within", drainTimeout))
+	// Drain: report not ready so Envoy and Kubernetes move away (and keep
+	// answering for drain_delay while they do), finish the Checks in
+	// flight, then stop.
+	log.Info("draining", zap.Duration("delay", cfg.Listen.DrainDelay.Duration), zap.Duration("within", drainTimeout))
 	ready.Store(false)
 	hs.Shutdown()
+	if d := cfg.Listen.DrainDelay.Duration; d > 0 {
+		time.Sleep(d)
+	}
 	done := make(chan struct{})
 	go func() { gs.GracefulStop(); close(done) }()
 	select {

@@ -53,6 +53,11 @@ type Listen struct {
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
 	// KeepaliveMinTime: clients pinging more often are disconnected (default 10s).
 	KeepaliveMinTime Duration `yaml:"keepalive_min_time"`
+	// DrainDelay is how long, after SIGTERM, Floodgate keeps answering while
+	// reporting NOT_SERVING, so Envoy's health checks move traffic away
+	// before the listener closes (default 0: Kubernetes' preStop hook or
+	// endpoint removal usually does this job).
+	DrainDelay Duration `yaml:"drain_delay"`
 }
 
 // ListenTLS is the gRPC listener's certificate and, for mTLS, the clients'
@@ -526,6 +531,9 @@ func (v *validator) checkListen(l *Listen) {
 		l.KeepaliveMinTime.Duration = DefaultKeepaliveMinTime
 	} else if l.KeepaliveMinTime.Duration < time.Second {
 		v.at("listen.keepalive_min_time", "must be at least 1s (got %v)", l.KeepaliveMinTime.Duration)
+	}
+	if d := l.DrainDelay.Duration; d < 0 || d > 5*time.Minute {
+		v.at("listen.drain_delay", "must be between 0s and 5m (got %v)", d)
 	}
 	if t := l.TLS; t != nil {
 		if t.CertFile == "" || t.KeyFile == "" {

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestDrainDelayKeepsAnsweringWhileReportingNotReady: after SIGTERM with a
+// drain_delay, /readyz says 503 at once while Checks are still answered,
+// and the process then exits cleanly.
+func TestDrainDelayKeepsAnsweringWhileReportingNotReady(t *testing.T) {
+	p := startFloodgate(t, `
+listen: {grpc: "127.0.0.1:0", admin: "127.0.0.1:0", drain_delay: 1s}
+policies:
+  - {name: a, key: [client_ip], capacity: 100, refill_per_second: 1}
+`)
+	p.check(t, request(t, "/x", "203.0.113.1"))
+	start := time.Now()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 900*time.Millisecond, "/readyz to report 503", func() bool {
+		resp, err := http.Get("http://" + p.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	if !isAllowed(p.check(t, request(t, "/x", "203.0.113.1"))) {
+		t.Error("a Check during the drain delay was not answered normally")
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+		if took := time.Since(start); took < time.Second {
+			t.Errorf("exited %v after SIGTERM, before the 1s drain delay", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("did not exit")
+	}
+	p.stopped = true // the cleanup must not wait for a second exit
+}
