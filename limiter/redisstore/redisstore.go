@@ -79,7 +79,7 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 	args = append(args, extra...)
 	reply, err := s.script.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
-		return false, fmt.Errorf("redis: token-bucket script: %w", err)
+		return false, fmt.Errorf("redis: token-bucket script: %w", explain(err))
 	}
 	if len(reply) != len(reqs)+1 {
 		return false, fmt.Errorf("redis: token-bucket script returned %d values for %d buckets", len(reply), len(reqs))
@@ -94,6 +94,20 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 	return allowed, nil
 }
 
+// ErrNoMaster reports Sentinels that answered but named no master: they
+// monitor none by the configured name.
+var ErrNoMaster = errors.New("the Sentinels know no master by the configured name")
+
+// explain adds what a user can act on to go-redis errors that lack it. The
+// script and INFO never reply nil, so a nil reply is the Sentinels' answer
+// to a master name they do not monitor.
+func explain(err error) error {
+	if errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: %w", ErrNoMaster, err)
+	}
+	return err
+}
+
 // MinVersion is the oldest Redis the script runs on (PEXPIRETIME, SET PXAT).
 const MinVersion = "7.0.0"
 
@@ -106,7 +120,7 @@ var ErrVersion = errors.New("redis: server too old")
 func CheckServer(ctx context.Context, c redis.UniversalClient) error {
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
-		return fmt.Errorf("redis: cannot read server info: %w", err)
+		return fmt.Errorf("redis: cannot read server info: %w", explain(err))
 	}
 	v := infoField(info, "redis_version")
 	if v == "" {
