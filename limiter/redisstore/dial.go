@@ -1,27 +1,234 @@
 package redisstore
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Dial returns a client for o (placeholder: standalone and cluster only; the
-// full version with Sentinel, AUTH and TLS replaces it).
+// Defaults Dial applies to Options left at zero.
+const (
+	// DefaultTimeout bounds each decision's Redis work: socket reads and
+	// writes and the wait for a pooled connection.
+	DefaultTimeout = 50 * time.Millisecond
+	// DefaultDialTimeout bounds opening a connection.
+	DefaultDialTimeout = 250 * time.Millisecond
+)
+
+// ErrOptions is wrapped by every error Validate (and so Dial) returns for
+// options a user got wrong.
+var ErrOptions = errors.New("redis options")
+
+// Dial validates o and returns the client for its topology:
+//
+//   - SentinelMaster set: a Sentinel-managed master (redis.NewFailoverClient)
+//     found through the Sentinels in Addresses;
+//   - several Addresses, or Cluster: a Redis Cluster (*redis.ClusterClient)
+//     seeded with them;
+//   - one address: a standalone server (*redis.Client).
+//
+// The client never retries a command inside a decision (MaxRetries -1; the
+// layer above decides what a failure means), dials once per attempt to get
+// a connection, bounds reads, writes and the wait for a pooled connection by
+// Timeout, and lets a context deadline cut a read short
+// (ContextTimeoutEnabled). On a Cluster, MOVED and ASK redirections are
+// still followed (go-redis' MaxRedirects, default 3) so decisions survive a
+// resharding or failover; go-redis also retries a cluster command after a
+// network error within that budget, which can at worst charge a bucket twice
+// (erring towards denying). Dial does not contact Redis: the first command
+// connects. Use CheckServer to verify the server at start-up.
 func Dial(o Options) (redis.UniversalClient, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	tlsConfig, err := o.TLS.Config()
+	if err != nil {
+		return nil, err
+	}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	dialTimeout := o.DialTimeout
+	if dialTimeout == 0 {
+		dialTimeout = DefaultDialTimeout
+	}
+	u := &redis.UniversalOptions{
+		Addrs:                 o.Addresses,
+		MasterName:            o.SentinelMaster,
+		Username:              o.Username,
+		Password:              o.Password,
+		SentinelPassword:      o.SentinelPassword,
+		TLSConfig:             tlsConfig,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		DialTimeout:           dialTimeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		PoolTimeout:           timeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              o.PoolSize,
+		MinIdleConns:          o.MinIdleConns,
+	}
+	switch {
+	case o.SentinelMaster != "":
+		return redis.NewFailoverClient(u.Failover()), nil
+	case len(o.Addresses) > 1 || o.Cluster:
+		return redis.NewClusterClient(u.Cluster()), nil
+	default:
+		return redis.NewClient(u.Simple()), nil
+	}
+}
+
+// Validate reports the first problem with o that Dial would refuse, as an
+// error wrapping ErrOptions. It reads no files (Dial reads the TLS files).
+func (o Options) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrOptions, fmt.Sprintf(format, args...))
+	}
 	if len(o.Addresses) == 0 {
-		return nil, errors.New("redis: no addresses")
+		if o.SentinelMaster != "" {
+			return bad("sentinel master %q is set but no Sentinel address is given: list the Sentinels' host:port addresses", o.SentinelMaster)
+		}
+		return bad("no address: give one host:port for a standalone server, several for Redis Cluster, or the Sentinels' addresses with a sentinel master name")
 	}
-	if o.Timeout <= 0 {
-		o.Timeout = 50 * time.Millisecond
+	seen := make(map[string]bool, len(o.Addresses))
+	for _, a := range o.Addresses {
+		if err := checkAddress(a); err != nil {
+			return bad("address %q: %v", a, err)
+		}
+		if seen[a] {
+			return bad("address %q is listed twice", a)
+		}
+		seen[a] = true
 	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = 250 * time.Millisecond
+	if o.SentinelMaster != "" && o.Cluster {
+		return bad("sentinel master %q and cluster mode are both set: Redis Cluster does not use Sentinel; choose one", o.SentinelMaster)
 	}
-	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs: o.Addresses, MasterName: o.SentinelMaster, Username: o.Username, Password: o.Password,
-		DialTimeout: o.DialTimeout, ReadTimeout: o.Timeout, WriteTimeout: o.Timeout, PoolTimeout: o.Timeout,
-		ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: o.PoolSize, MinIdleConns: o.MinIdleConns,
-	}), nil
+	if strings.TrimSpace(o.SentinelMaster) != o.SentinelMaster {
+		return bad("sentinel master name %q has surrounding spaces", o.SentinelMaster)
+	}
+	if o.SentinelPassword != "" && o.SentinelMaster == "" {
+		return bad("a sentinel password is set but no sentinel master: it is only used to reach Sentinels")
+	}
+	if o.Username != "" && o.Password == "" {
+		return bad("username %q has no password: an ACL user authenticates with both", o.Username)
+	}
+	if o.Timeout < 0 {
+		return bad("timeout must not be negative (got %v)", o.Timeout)
+	}
+	if o.DialTimeout < 0 {
+		return bad("dial timeout must not be negative (got %v)", o.DialTimeout)
+	}
+	if o.PoolSize < 0 {
+		return bad("pool size must not be negative (got %d)", o.PoolSize)
+	}
+	if o.MinIdleConns < 0 {
+		return bad("min idle connections must not be negative (got %d)", o.MinIdleConns)
+	}
+	if o.PoolSize > 0 && o.MinIdleConns > o.PoolSize {
+		return bad("min idle connections (%d) exceed the pool size (%d)", o.MinIdleConns, o.PoolSize)
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return bad("key prefix %q contains a brace: braces mark the Redis Cluster hash tag, which must be the identity alone", o.Prefix)
+	}
+	if t := o.TLS; t != nil {
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			return bad("TLS client certificate and key go together: cert file %q, key file %q", t.CertFile, t.KeyFile)
+		}
+		if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
+			return bad("TLS: insecure_skip_verify turns off the verification that the CA file and server name configure; drop one or the other")
+		}
+	}
+	return nil
+}
+
+func checkAddress(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want host:port (%v)", err)
+	}
+	if host == "" {
+		return errors.New("the host is empty")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// Config builds the client TLS configuration: TLS 1.2 or later, the CA
+// file's certificates as the only roots when CAFile is set (otherwise the
+// system's), the client certificate when CertFile and KeyFile are set. It
+// returns nil for nil options. Errors name the file at fault.
+func (t *TLSOptions) Config() (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
+	c := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify,
+	}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS CA file: %v", ErrOptions, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: TLS CA file %s holds no PEM certificate", ErrOptions, t.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		if t.CertFile == "" || t.KeyFile == "" {
+			return nil, fmt.Errorf("%w: TLS client certificate and key go together: cert file %q, key file %q", ErrOptions, t.CertFile, t.KeyFile)
+		}
+		pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS client certificate %s with key %s: %v", ErrOptions, t.CertFile, t.KeyFile, err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
+}
+
+// ReadSecret returns a secret given either in a file (its content, without
+// the trailing newline) or in an environment variable; at most one of file
+// and env may be set, and "", nil when neither is. An unreadable file, an
+// unset variable or an empty secret is an error that names its source.
+func ReadSecret(file, env string) (string, error) {
+	switch {
+	case file != "" && env != "":
+		return "", fmt.Errorf("%w: a secret is given both in file %s and in environment variable %s; give one", ErrOptions, file, env)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%w: secret file: %v", ErrOptions, err)
+		}
+		s := strings.TrimRight(string(b), "\r\n")
+		if s == "" {
+			return "", fmt.Errorf("%w: secret file %s is empty", ErrOptions, file)
+		}
+		return s, nil
+	case env != "":
+		s, ok := os.LookupEnv(env)
+		if !ok {
+			return "", fmt.Errorf("%w: environment variable %s is not set", ErrOptions, env)
+		}
+		if s == "" {
+			return "", fmt.Errorf("%w: environment variable %s is empty", ErrOptions, env)
+		}
+		return s, nil
+	}
+	return "", nil
 }

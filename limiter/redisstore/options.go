@@ -12,6 +12,10 @@ type Options struct {
 	// SentinelMaster names the master the Sentinels watch; set it to use
 	// Sentinel instead of Cluster when several addresses are given.
 	SentinelMaster string
+	// Cluster treats a single address as a Redis Cluster seed (a managed
+	// cluster's configuration endpoint, say). Several addresses always mean
+	// a Cluster unless SentinelMaster is set.
+	Cluster bool
 
 	// Username and Password authenticate (ACL user, or the default user
 	// when Username is empty). SentinelPassword authenticates to the
@@ -24,8 +28,11 @@ type Options struct {
 	TLS *TLSOptions
 
 	// Timeout bounds each decision's Redis work (the resilience layer also
-	// applies it as a context deadline). DialTimeout bounds a new
-	// connection. PoolSize and MinIdleConns size the pool per node.
+	// applies it as a context deadline); Dial uses it for socket reads and
+	// writes and the wait for a pooled connection (default DefaultTimeout).
+	// DialTimeout bounds a new connection (default DefaultDialTimeout).
+	// PoolSize and MinIdleConns size the pool per node (0: go-redis'
+	// defaults).
 	Timeout      time.Duration
 	DialTimeout  time.Duration
 	PoolSize     int

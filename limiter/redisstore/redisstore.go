@@ -11,6 +11,11 @@
 // Each key is one small integer with an expiry at the instant its bucket is
 // full again; see the script for the exact encoding. Requires Redis >= 7.0
 // (PEXPIRETIME).
+//
+// Topologies: Dial builds the client for a standalone server, a Redis Cluster
+// or a Sentinel-managed master. On a Cluster, a decision whose buckets fall
+// in several slots (several identities) runs the script once per slot and
+// refunds the charged slots when another denies; see takeAcrossSlots.
 package redisstore
 
 import (
@@ -29,17 +34,32 @@ import (
 //go:embed tokenbucket.lua
 var scriptSource string
 
+//go:embed refund.lua
+var refundSource string
+
 // Script is the token-bucket script; its SHA1 is what EVALSHA names.
 var Script = redis.NewScript(scriptSource)
+
+// RefundScript gives back what Script took from some buckets; only a
+// decision spanning several Redis Cluster slots uses it.
+var RefundScript = redis.NewScript(refundSource)
 
 // DefaultPrefix starts every key Floodgate writes.
 const DefaultPrefix = "fg:"
 
+// ErrRefund reports a decision across Redis Cluster slots that was denied
+// but whose refund of the slots already charged failed: the decision stands
+// (Take returns false and fills the results), but those buckets may have
+// paid. They recover at their refill rate.
+var ErrRefund = errors.New("redis: refund after a denial across cluster slots failed")
+
 // Store is a limiter.Store backed by Redis. Safe for concurrent use.
 type Store struct {
-	client redis.Scripter
-	prefix string
-	script *redis.Script
+	client  redis.Scripter
+	cluster *redis.ClusterClient // client, when it is a Redis Cluster client
+	prefix  string
+	script  *redis.Script
+	refund  *redis.Script
 }
 
 // New returns a store that runs its script on client (a *redis.Client,
@@ -49,7 +69,8 @@ func New(client redis.Scripter, prefix string) *Store {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	return &Store{client: client, prefix: prefix, script: Script}
+	cluster, _ := client.(*redis.ClusterClient)
+	return &Store{client: client, cluster: cluster, prefix: prefix, script: Script, refund: RefundScript}
 }
 
 // Key returns the Redis key of bucket (name, id).
@@ -57,7 +78,13 @@ func (s *Store) Key(name, id string) string {
 	return s.prefix + name + ":{" + id + "}"
 }
 
-// Take implements limiter.Store with one script call: one round trip.
+// Take implements limiter.Store. Buckets that share a Redis Cluster slot
+// (always, outside a Cluster; within one, all buckets of one identity) are
+// decided by one script call: one round trip, atomic. On a
+// *redis.ClusterClient, a decision spanning several slots takes the path of
+// takeAcrossSlots: still all-or-nothing, but not atomic; in the rare case its
+// refund fails, Take returns false, the filled results and an error wrapping
+// ErrRefund.
 func (s *Store) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
 	return s.take(ctx, reqs, res)
 }
@@ -76,10 +103,13 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		k, g := r.Limit.Units()
 		args = append(args, r.Limit.Capacity, k, g, r.Cost)
 	}
+	if s.cluster != nil && len(keys) > 1 && !sameSlot(keys) {
+		return s.takeAcrossSlots(ctx, reqs, res, keys, args, extra)
+	}
 	args = append(args, extra...)
 	reply, err := s.script.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
-		return false, fmt.Errorf("redis: token-bucket script: %w", err)
+		return false, fmt.Errorf("redis: token-bucket script: %w", explain(err))
 	}
 	if len(reply) != len(reqs)+1 {
 		return false, fmt.Errorf("redis: token-bucket script returned %d values for %d buckets", len(reply), len(reqs))
@@ -94,6 +124,193 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 	return allowed, nil
 }
 
+func sameSlot(keys []string) bool {
+	first := Slot(keys[0])
+	for _, k := range keys[1:] {
+		if Slot(k) != first {
+			return false
+		}
+	}
+	return true
+}
+
+// takeAcrossSlots decides buckets that live in several Redis Cluster slots.
+// Redis runs a script only over keys of one slot, so no single call can be
+// atomic over them all. Instead:
+//
+//  1. The buckets are grouped by slot and the token-bucket script runs once
+//     per group, all groups in one cluster pipeline: go-redis sends each node
+//     its groups in one round trip, to all nodes at once. Each group is
+//     all-or-nothing on its own.
+//  2. If every group allowed, the decision is allowed: every bucket paid.
+//  3. Otherwise the groups that were charged are refunded (refund.lua, again
+//     one pipeline), so that no bucket paid; they report what they held
+//     before the charge, as if never charged.
+//
+// The window. Between a group's charge and its refund (about one round trip)
+// the charge is visible: a concurrent decision on those buckets may be
+// denied for tokens that are about to come back. This errs towards denying,
+// never towards admitting more than the limits allow, with one exception
+// bounded by the window itself: a refund cannot make a bucket fuller than
+// full, so if the bucket would have refilled to full during the window, the
+// tokens it would have gained meanwhile are handed back too (rate × window,
+// typically far below one token). The refund is not atomic with the denial
+// either: if it fails (a node lost between the two steps), Take reports the
+// denial with an error wrapping ErrRefund, and the charged buckets keep the
+// charge until they refill.
+//
+// A group whose call fails leaves its own buckets uncertain (the script may
+// or may not have run), as a failed call does on the single-slot path; the
+// other groups are refunded and Take returns the error.
+func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res []limiter.Result, keys []string, args, extra []any) (bool, error) {
+	// Group bucket indices by slot, in order of first appearance.
+	var groups [][]int
+	var slots []int
+	for i, k := range keys {
+		sl := Slot(k)
+		g := 0
+		for g < len(slots) && slots[g] != sl {
+			g++
+		}
+		if g == len(slots) {
+			slots = append(slots, sl)
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	gkeys := make([][]string, len(groups))
+	gargs := make([][]any, len(groups))
+	for g, idx := range groups {
+		gkeys[g] = make([]string, len(idx))
+		gargs[g] = make([]any, 0, 4*len(idx)+len(extra))
+		for j, i := range idx {
+			gkeys[g][j] = keys[i]
+			gargs[g] = append(gargs[g], args[4*i:4*i+4]...)
+		}
+		gargs[g] = append(gargs[g], extra...)
+	}
+
+	replies, errs := runPerSlot(ctx, s.cluster, s.script, gkeys, gargs)
+	allowed := true
+	var failed error
+	for g, idx := range groups {
+		if errs[g] == nil && len(replies[g]) != len(idx)+1 {
+			errs[g] = fmt.Errorf("returned %d values for %d buckets", len(replies[g]), len(idx))
+		}
+		if errs[g] != nil {
+			allowed = false
+			if failed == nil {
+				failed = fmt.Errorf("redis: token-bucket script (slot %d): %w", slots[g], errs[g])
+			}
+			continue
+		}
+		if replies[g][0] != 1 {
+			allowed = false
+		}
+	}
+	if allowed {
+		for g, idx := range groups {
+			for j, i := range idx {
+				r := &reqs[i]
+				res[i] = r.Limit.Result(replies[g][j+1], r.Cost, true)
+			}
+		}
+		return true, nil
+	}
+
+	// Refund every group that was charged. The refund must happen even if
+	// the caller has given up on the decision (its context cancelled or past
+	// its deadline), so it runs without the caller's cancellation; the
+	// client's own read and write timeouts still bound it.
+	var charged []int
+	for g := range groups {
+		if errs[g] == nil && replies[g][0] == 1 {
+			charged = append(charged, g)
+		}
+	}
+	var refundErr error
+	if len(charged) > 0 {
+		rkeys := make([][]string, len(charged))
+		rargs := make([][]any, len(charged))
+		for j, g := range charged {
+			rkeys[j], rargs[j] = gkeys[g], gargs[g]
+		}
+		_, rerrs := runPerSlot(context.WithoutCancel(ctx), s.cluster, s.refund, rkeys, rargs)
+		for j, err := range rerrs {
+			if err != nil && refundErr == nil {
+				refundErr = fmt.Errorf("%w (slot %d): %w", ErrRefund, slots[charged[j]], err)
+			}
+		}
+	}
+	if failed != nil {
+		if refundErr != nil {
+			return false, errors.Join(failed, refundErr)
+		}
+		return false, failed
+	}
+	for g, idx := range groups {
+		wasCharged := replies[g][0] == 1
+		for j, i := range idx {
+			r := &reqs[i]
+			m := replies[g][j+1]
+			if wasCharged {
+				// Report the bucket as it was before the charge.
+				k, _ := r.Limit.Units()
+				res[i] = r.Limit.Result(m-r.Cost*k, r.Cost, true)
+			} else {
+				res[i] = r.Limit.Result(m, r.Cost, r.Limit.Fits(m, r.Cost))
+			}
+		}
+	}
+	return false, refundErr
+}
+
+// runPerSlot runs script once per group of keys (each group within one
+// slot) in one cluster pipeline, and once more with EVAL for the groups
+// whose node did not have the script cached. It returns each group's reply
+// or error.
+func runPerSlot(ctx context.Context, c *redis.ClusterClient, script *redis.Script, keys [][]string, args [][]any) ([][]int64, []error) {
+	cmds := make([]*redis.Cmd, len(keys))
+	pipe := c.Pipeline()
+	for g := range keys {
+		cmds[g] = script.EvalSha(ctx, pipe, keys[g], args[g]...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	var missing []int
+	for g, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			missing = append(missing, g)
+		}
+	}
+	if len(missing) > 0 {
+		pipe = c.Pipeline()
+		for _, g := range missing {
+			cmds[g] = script.Eval(ctx, pipe, keys[g], args[g]...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	replies := make([][]int64, len(keys))
+	errs := make([]error, len(keys))
+	for g, cmd := range cmds {
+		replies[g], errs[g] = cmd.Int64Slice()
+	}
+	return replies, errs
+}
+
+// ErrNoMaster reports Sentinels that answered but named no master: they
+// monitor none by the configured name.
+var ErrNoMaster = errors.New("the Sentinels know no master by the configured name")
+
+// explain adds what a user can act on to go-redis errors that lack it. The
+// script and INFO never reply nil, so a nil reply is the Sentinels' answer
+// to a master name they do not monitor.
+func explain(err error) error {
+	if errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: %w", ErrNoMaster, err)
+	}
+	return err
+}
+
 // MinVersion is the oldest Redis the script runs on (PEXPIRETIME, SET PXAT).
 const MinVersion = "7.0.0"
 
@@ -106,7 +323,7 @@ var ErrVersion = errors.New("redis: server too old")
 func CheckServer(ctx context.Context, c redis.UniversalClient) error {
 	info, err := c.Info(ctx, "server").Result()
 	if err != nil {
-		return fmt.Errorf("redis: cannot read server info: %w", err)
+		return fmt.Errorf("redis: cannot read server info: %w", explain(err))
 	}
 	v := infoField(info, "redis_version")
 	if v == "" {

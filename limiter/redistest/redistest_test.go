@@ -1,0 +1,53 @@
+package redistest_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/limiter/redistest"
+)
+
+// TestServerClientsCarryTheirCredentials: Client() speaks TLS with the
+// client certificate and sends the password; a password set together with
+// ACL lines still protects the default user (Redis ignores requirepass once
+// it loads an ACL file, so the harness writes the default user's line).
+func TestServerClientsCarryTheirCredentials(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca := redistest.NewCA(t)
+	srv := redistest.StartWith(t, redistest.Config{
+		Password: "pw",
+		ACL:      []string{"user app on >app-pw ~app:* +@all"},
+		TLS:      &redistest.TLS{CA: ca},
+	})
+	if err := srv.Client().Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("Client() on a TLS server with a password: %v", err)
+	}
+	anonymous := redis.NewClient(&redis.Options{Addr: srv.Addr, TLSConfig: ca.ClientConfig(true), MaxRetries: -1})
+	defer anonymous.Close()
+	if err := anonymous.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("PING without the password: %v, want NOAUTH", err)
+	}
+	app := redis.NewClient(&redis.Options{Addr: srv.Addr, TLSConfig: ca.ClientConfig(true), Username: "app", Password: "app-pw", MaxRetries: -1})
+	defer app.Close()
+	if err := app.Set(ctx, "app:k", "v", 0).Err(); err != nil {
+		t.Errorf("the ACL user in its key space: %v", err)
+	}
+	if err := app.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("the ACL user outside its key space: %v, want NOPERM", err)
+	}
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "pw", MaxRetries: -1, DialTimeout: time.Second})
+	defer plain.Close()
+	if err := plain.Ping(ctx).Err(); err == nil {
+		t.Error("plain TCP to the TLS-only port answered")
+	}
+	noCert := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "pw", TLSConfig: ca.ClientConfig(false), MaxRetries: -1})
+	defer noCert.Close()
+	if err := noCert.Ping(ctx).Err(); err == nil {
+		t.Error("a client without a certificate was let in where tls-auth-clients is yes")
+	}
+}
