@@ -114,4 +114,3 @@ func FuzzCheck(f *testing.F) {
 		}
 	})
 }
-

@@ -39,6 +39,12 @@ type Result struct {
 // unreachable, slow, or the circuit breaker open). Nothing was taken.
 var ErrUnavailable = errors.New("limiter: store unavailable")
 
+// ErrDeniedDespite wraps the error of a store that did decide, and denied,
+// but failed to tidy up afterwards (a Redis Cluster refund, say): the
+// denial stands, res is filled, and the error is for the logs and the
+// breaker. A failure mode must not turn it into an allow.
+var ErrDeniedDespite = errors.New("limiter: denied, with an error after the decision")
+
 // Store applies the token-bucket arithmetic to buckets it keeps.
 //
 // Take decides reqs as one, all-or-nothing: if every bucket can pay its cost,

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -283,6 +284,7 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	if err != nil {
 		return nil, err
 	}
+	redis.SetLogger(redisLog{log.Named("redis")})
 	client, err := redisstore.Dial(ro)
 	if err != nil {
 		return nil, err
@@ -327,6 +329,14 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 			c()
 		}
 	}}, nil
+}
+
+// redisLog sends go-redis' own messages (failed dials, pool trouble) to the
+// structured log, where the sampler keeps an outage from flooding it.
+type redisLog struct{ log *zap.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn("redis client", zap.String("detail", fmt.Sprintf(format, v...)))
 }
 
 // reclaimEvery drops a memory store's full buckets periodically, returning

@@ -51,7 +51,7 @@ const DefaultPrefix = "fg:"
 // but whose refund of the slots already charged failed: the decision stands
 // (Take returns false and fills the results), but those buckets may have
 // paid. They recover at their refill rate.
-var ErrRefund = errors.New("redis: refund after a denial across cluster slots failed")
+var ErrRefund = fmt.Errorf("redis: refund after a denial across cluster slots failed (%w)", limiter.ErrDeniedDespite)
 
 // Store is a limiter.Store backed by Redis. Safe for concurrent use.
 type Store struct {

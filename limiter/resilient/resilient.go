@@ -178,6 +178,13 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		}
 		return allowed, nil
 	}
+	if errors.Is(err, limiter.ErrDeniedDespite) {
+		// The store denied; only its tidying up failed. The denial stands.
+		s.failures.WithLabelValues("error").Inc()
+		s.breaker.Failure(s.clock.Now())
+		s.log.Warn("store denied but failed afterwards", zap.Error(err))
+		return false, nil
+	}
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The caller went away: say nothing about the store's health.
 		s.breaker.Release()

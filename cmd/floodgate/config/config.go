@@ -111,6 +111,7 @@ type OverLimitCache struct {
 // Redis is the Redis connection.
 type Redis struct {
 	Addresses      []string `yaml:"addresses"`       // one: standalone; several: Redis Cluster (or Sentinels)
+	Cluster        bool     `yaml:"cluster"`         // one address that is a Cluster seed (a managed cluster's endpoint)
 	SentinelMaster string   `yaml:"sentinel_master"` // use Sentinel: the master's name
 	Timeout        Duration `yaml:"timeout"`         // per decision (default 50ms)
 	Prefix         string   `yaml:"prefix"`          // key prefix (default fg:)
@@ -373,8 +374,10 @@ func (v *validator) check(c *Config) {
 	c.Engine = eng
 }
 
-// secret reads the identity hash secret from its file or environment variable.
+// secret reads the identity hash secret from its file or environment
+// variable; it must be long enough to resist guessing.
 func (id Identity) secret() ([]byte, error) {
+	var s string
 	switch {
 	case id.HashSecretFile != "" && id.HashSecretEnv != "":
 		return nil, fmt.Errorf("set hash_secret_file or hash_secret_env, not both")
@@ -383,21 +386,20 @@ func (id Identity) secret() ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hash_secret_file: %v", err)
 		}
-		if s := strings.TrimSpace(string(b)); len(s) < 16 {
-			return nil, fmt.Errorf("hash_secret_file %s holds %d characters; use at least 16", id.HashSecretFile, len(s))
-		}
-		return []byte(strings.TrimSpace(string(b))), nil
+		s = string(b)
 	case id.HashSecretEnv != "":
-		s, ok := os.LookupEnv(id.HashSecretEnv)
+		v, ok := os.LookupEnv(id.HashSecretEnv)
 		if !ok {
 			return nil, fmt.Errorf("hash_secret_env: environment variable %s is not set", id.HashSecretEnv)
 		}
-		if len(strings.TrimSpace(s)) < 16 {
-			return nil, fmt.Errorf("hash_secret_env: %s holds %d characters; use at least 16", id.HashSecretEnv, len(strings.TrimSpace(s)))
-		}
-		return []byte(strings.TrimSpace(s)), nil
+		s = v
+	default:
+		return nil, nil
 	}
-	return nil, nil
+	if s = strings.TrimSpace(s); len(s) < 16 {
+		return nil, fmt.Errorf("the hash secret holds %d characters; use at least 16", len(s))
+	}
+	return []byte(s), nil
 }
 
 func checkHostPort(s string) error {
@@ -434,19 +436,13 @@ func (v *validator) checkRedis(r *Redis, used bool) {
 	if r.SentinelMaster != "" && len(r.Addresses) == 0 {
 		v.at("store.redis.sentinel_master", "needs the Sentinels' host:port in store.redis.addresses")
 	}
-	if r.PasswordFile != "" && r.PasswordEnv != "" {
-		v.at("store.redis.password_file", "set password_file or password_env, not both")
-	}
-	if r.SentinelPasswordFile != "" && r.SentinelPasswordEnv != "" {
-		v.at("store.redis.sentinel_password_file", "set sentinel_password_file or sentinel_password_env, not both")
-	}
 	if !used {
 		return
 	}
-	if _, err := readSecret(r.PasswordFile, r.PasswordEnv); err != nil {
+	if _, err := redisstore.ReadSecret(r.PasswordFile, r.PasswordEnv); err != nil {
 		v.at("store.redis.password_file", "%v", err)
 	}
-	if _, err := readSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv); err != nil {
+	if _, err := redisstore.ReadSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv); err != nil {
 		v.at("store.redis.sentinel_password_file", "%v", err)
 	}
 	if t := r.TLS; t != nil {
@@ -464,39 +460,20 @@ func (v *validator) checkRedis(r *Redis, used bool) {
 	}
 }
 
-// readSecret reads a secret from a file (trimmed) or an environment variable.
-func readSecret(file, env string) (string, error) {
-	switch {
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", err
-		}
-		return strings.TrimSpace(string(b)), nil
-	case env != "":
-		s, ok := os.LookupEnv(env)
-		if !ok {
-			return "", fmt.Errorf("environment variable %s is not set", env)
-		}
-		return s, nil
-	}
-	return "", nil
-}
-
 // RedisOptions returns the connection settings for redisstore.Dial, reading
 // the secrets now (a rotated password file takes effect on restart).
 func (c *Config) RedisOptions() (redisstore.Options, error) {
 	r := c.Store.Redis
-	pw, err := readSecret(r.PasswordFile, r.PasswordEnv)
+	pw, err := redisstore.ReadSecret(r.PasswordFile, r.PasswordEnv)
 	if err != nil {
 		return redisstore.Options{}, fmt.Errorf("store.redis password: %w", err)
 	}
-	spw, err := readSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv)
+	spw, err := redisstore.ReadSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv)
 	if err != nil {
 		return redisstore.Options{}, fmt.Errorf("store.redis sentinel password: %w", err)
 	}
 	o := redisstore.Options{
-		Addresses: r.Addresses, SentinelMaster: r.SentinelMaster,
+		Addresses: r.Addresses, Cluster: r.Cluster, SentinelMaster: r.SentinelMaster,
 		Username: r.Username, Password: pw, SentinelPassword: spw,
 		Timeout: r.Timeout.Duration, DialTimeout: r.DialTimeout.Duration,
 		PoolSize: r.PoolSize, MinIdleConns: r.MinIdleConns, Prefix: r.Prefix,

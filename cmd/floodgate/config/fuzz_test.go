@@ -39,4 +39,3 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
