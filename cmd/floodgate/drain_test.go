@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestDrainDelayKeepsAnsweringWhileReportingNotReady: after SIGTERM with a
@@ -42,4 +47,23 @@ policies:
 		t.Fatal("did not exit")
 	}
 	p.stopped = true // the cleanup must not wait for a second exit
+}
+
+// TestOversizedCheckRequestsAreRefusedByTheTransport: listen.max_request_bytes
+// bounds a CheckRequest before any work is done on it.
+func TestOversizedCheckRequestsAreRefusedByTheTransport(t *testing.T) {
+	p := startFloodgate(t, `
+listen: {grpc: "127.0.0.1:0", admin: "", max_request_bytes: 8192}
+policies:
+  - {name: a, key: [client_ip], capacity: 100, refill_per_second: 1}
+`)
+	if !isAllowed(p.check(t, request(t, "/x", "203.0.113.1", "x-pad: "+strings.Repeat("a", 4000)))) {
+		t.Fatal("a request under the limit was not decided")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := p.client.Check(ctx, request(t, "/x", "203.0.113.1", "x-pad: "+strings.Repeat("a", 9000)))
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a 9 KB request against an 8 KiB limit: %v, want ResourceExhausted", err)
+	}
 }
