@@ -1,5 +1,5 @@
 // Package redisstore is the limiter.Store shared by every Floodgate replica:
-// one Lua script (tokenbucket.lua) is the whole algorithm, run atomically
+// one Lua script (bucket.lua + tokenbucket.lua) is the whole algorithm, run atomically
 // inside Redis with Redis' clock. The Go side only builds keys and arguments
 // and reads the reply.
 //
@@ -31,11 +31,19 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-//go:embed tokenbucket.lua
-var scriptSource string
+// The scripts: bucket.lua (the state encoding and the clock) followed by
+// each script's own body.
+var (
+	//go:embed bucket.lua
+	bucketSource string
+	//go:embed tokenbucket.lua
+	takeSource string
+	//go:embed refund.lua
+	refundBody string
 
-//go:embed refund.lua
-var refundSource string
+	scriptSource = bucketSource + takeSource
+	refundSource = bucketSource + refundBody
+)
 
 // Script is the token-bucket script; its SHA1 is what EVALSHA names.
 var Script = redis.NewScript(scriptSource)
