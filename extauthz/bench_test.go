@@ -1,0 +1,138 @@
+package extauthz
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate/floodgate/limiter/memory"
+)
+
+// The Check benchmarks decide in the in-memory store, so what they measure
+// is the handler: reading the request, matching, hashing identities,
+// rendering the response. allocs/op is the number to watch (make bench-go
+// prints it); the README quotes it.
+
+// benchKeys is how many distinct callers the benchmarks cycle through.
+const benchKeys = 1024
+
+// benchPolicies are the policies of the benchmark configurations: one per
+// API key or client IP, and a second per client IP for the two-bucket case.
+var (
+	benchPerKey = PolicySpec{Name: "per-key", Match: MatchSpec{PathPrefix: "/v1/"}, Key: []string{"header:x-api-key", "client_ip"},
+		Capacity: 1_000_000_000, RefillPerSecond: "1000000"}
+	benchPerIP = PolicySpec{Name: "per-ip", Match: MatchSpec{PathPrefix: "/"}, Key: []string{"client_ip"},
+		Capacity: 1_000_000_000, RefillPerSecond: "1000000"}
+	benchTight = PolicySpec{Name: "tight", Match: MatchSpec{PathPrefix: "/v1/"}, Key: []string{"header:x-api-key"},
+		Capacity: 1, RefillPerSecond: "1/3600"}
+)
+
+// benchRequests are Envoy-shaped CheckRequests (headers map), one per caller.
+func benchRequests(n int) []*authv3.CheckRequest {
+	reqs := make([]*authv3.CheckRequest, n)
+	for i := range reqs {
+		reqs[i] = checkRequest("10.1."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255), map[string]string{
+			":path": "/v1/items/" + strconv.Itoa(i), "x-api-key": "k_live_" + strconv.Itoa(100000+i),
+			"x-forwarded-for": "203.0.113." + strconv.Itoa(i&255), "user-agent": "bench/1.0", "accept": "application/json",
+		})
+	}
+	return reqs
+}
+
+func benchServer(b *testing.B, policies ...PolicySpec) *Server {
+	b.Helper()
+	eng, err := Compile(policies, Options{HashSecret: []byte("benchmark-secret-0123456789")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return NewServer(eng, memory.New(memory.Options{}), ServerOptions{Registerer: prometheus.NewRegistry()})
+}
+
+func benchDirect(b *testing.B, s *Server, reqs []*authv3.CheckRequest, wantAllowed bool) {
+	ctx := context.Background()
+	// One pass to create the buckets: the steady state has them.
+	for _, r := range reqs {
+		s.Check(ctx, r)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		resp, _ := s.Check(ctx, reqs[i%len(reqs)])
+		if allowed(resp) != wantAllowed {
+			b.Fatalf("check %d: allowed = %v, want %v", i, allowed(resp), wantAllowed)
+		}
+	}
+}
+
+// BenchmarkCheckDirect calls Server.Check in-process: no gRPC, no network.
+func BenchmarkCheckDirect(b *testing.B) {
+	b.Run("allowed", func(b *testing.B) {
+		benchDirect(b, benchServer(b, benchPerKey), benchRequests(benchKeys), true)
+	})
+	b.Run("two-policies", func(b *testing.B) {
+		benchDirect(b, benchServer(b, benchPerKey, benchPerIP), benchRequests(benchKeys), true)
+	})
+	b.Run("denied", func(b *testing.B) {
+		benchDirect(b, benchServer(b, benchTight), benchRequests(benchKeys), false)
+	})
+	b.Run("unmatched", func(b *testing.B) {
+		reqs := benchRequests(benchKeys)
+		for _, r := range reqs {
+			r.Attributes.Request.Http.Path = "/health"
+			r.Attributes.Request.Http.Headers[":path"] = "/health"
+		}
+		benchDirect(b, benchServer(b, benchPerKey), reqs, true)
+	})
+	b.Run("raw-header-map", func(b *testing.B) {
+		benchDirect(b, benchServer(b, benchPerKey), []*authv3.CheckRequest{fixture(b, "checkrequest-raw-header-map-h2-tls.json")}, true)
+	})
+}
+
+// BenchmarkCheckGRPC calls Check through a real gRPC connection on loopback
+// (client and server in this process), 64 calls in flight.
+func BenchmarkCheckGRPC(b *testing.B) {
+	s := benchServer(b, benchPerKey)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(gs, s)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	client := authv3.NewAuthorizationClient(conn)
+	reqs := benchRequests(benchKeys)
+	ctx := context.Background()
+	for _, r := range reqs {
+		if _, err := client.Check(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var worker atomic.Int64
+	b.SetParallelism(32) // 64 in flight on 2 cores
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(worker.Add(1)) * 101
+		for pb.Next() {
+			resp, err := client.Check(ctx, reqs[i%len(reqs)])
+			i++
+			if err != nil || !allowed(resp) {
+				b.Errorf("Check: %v (allowed %v)", err, allowed(resp))
+				return
+			}
+		}
+	})
+}
