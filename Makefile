@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzCheck ./cmd/floodgate/config:FuzzParse
 
-.PHONY: all build run test e2e lint bench fuzz redis clean
+.PHONY: all build run test e2e lint bench bench-go bench-profile fuzz redis clean
 
 all: lint test
 
@@ -35,9 +35,25 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-## bench: Go benchmarks of the engine (in-memory and Redis stores, with the raw EVALSHA baseline).
-bench: redis
-	$(GO) test -run '^$$' -bench . -benchmem ./limiter/...
+## bench: the end-to-end table. Builds floodgate and floodbench, starts its own redis-server, a no-op
+## ext_authz server (the ceiling) and floodgate on 127.0.0.1, and prints decisions/s, p50, p99, the ratio
+## to the no-op server and Redis CPU per decision for every scenario at concurrency 1, 16 and 64 (a few
+## minutes). BENCHFLAGS go to `floodbench run` (e.g. BENCHFLAGS='--cell 5s --scenarios a,b,b0').
+BENCHFLAGS ?=
+bench: build redis
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	bin/floodbench run --floodgate $(BIN) $(BENCHFLAGS)
+
+## bench-go: Go benchmarks with allocs/op: the Check handler (in-process and over loopback gRPC) and
+## the engine (in-memory and Redis stores, with the raw EVALSHA baseline).
+bench-go: redis
+	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/ ./limiter/...
+
+## bench-profile: CPU and allocation profiles of floodgate under (b) Redis and (e) in-memory load at
+## concurrency 64, written to bin/profiles (read them with go tool pprof).
+bench-profile: build redis
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	bin/floodbench run --floodgate $(BIN) --scenarios a,b,e --conc 64 --cell 5s --profile bin/profiles $(BENCHFLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (make test replays their committed corpora in testdata/fuzz).
 fuzz:

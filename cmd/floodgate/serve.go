@@ -43,6 +43,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration file (default: the embedded default)")
 	logFormat := fs.String("log-format", "", "json or console (overrides log.format)")
+	pprofAddr := fs.String("pprof", "", "serve Go's /debug/pprof/ on this loopback address, e.g. 127.0.0.1:6060 (for profiling; off by default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -60,6 +61,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer log.Sync()
+	if *pprofAddr != "" {
+		stop, err := servePprof(*pprofAddr, log)
+		if err != nil {
+			fmt.Fprintln(stderr, "floodgate: --pprof:", err)
+			return 1
+		}
+		defer stop()
+	}
 	if err := runServer(ctx, cfg, *path, log); err != nil {
 		log.Error("floodgate stopped", zap.Error(err))
 		return 1

@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+func nproc() int        { return runtime.NumCPU() }
+func goVersion() string { return runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH }
+
+// benchOptions are floodbench run's flags.
+type benchOptions struct {
+	floodgate, redisServer string
+	self                   string // the floodbench binary, run as the no-op server (default: this one)
+	scenarios              []string
+	conc                   []int
+	cell, warmup           time.Duration
+	maxCount               int64
+	keys, conns            int
+	profileDir             string
+}
+
+// row is one measured cell.
+type row struct {
+	sc    scenario
+	conc  int
+	res   result
+	redis redisStats
+	rerr  error // reading Redis' counters failed
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o benchOptions
+	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
+	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
+	scen := fs.String("scenarios", "a,b,c,d,e,f", "scenarios to run, from a b b0 c d e f (b0: (b) with store.redis.pipeline: false)")
+	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
+	fs.DurationVar(&o.cell, "cell", 2*time.Second, "measured window of each cell")
+	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "warm-up before each window")
+	fs.Int64Var(&o.maxCount, "max", 2_000_000, "at most this many requests per cell")
+	fs.IntVar(&o.keys, "keys", 100_000, "distinct callers in (a), (b), (e) and (f)")
+	fs.IntVar(&o.conns, "conns", 1, "gRPC connections from the load generator to each server")
+	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b) and (e) at the highest concurrency to this directory")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	o.scenarios = strings.Split(*scen, ",")
+	for _, s := range strings.Split(*conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 4096 {
+			fmt.Fprintf(stderr, "floodbench run: bad concurrency %q\n", s)
+			return 2
+		}
+		o.conc = append(o.conc, n)
+	}
+	if o.cell <= 0 || o.cell > time.Minute || o.warmup < 0 || o.warmup > time.Minute || o.maxCount < 1 || o.keys < 1 || o.keys > 1<<20 {
+		fmt.Fprintln(stderr, "floodbench run: need 0 < --cell <= 1m, 0 <= --warmup <= 1m, --max >= 1, 1 <= --keys <= 1048576")
+		return 2
+	}
+	if err := bench(ctx, o, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "floodbench run:", err)
+		return 1
+	}
+	return 0
+}
+
+// bench starts the servers, measures every (scenario, concurrency) cell and
+// prints the table.
+func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error {
+	var scs []scenario
+	servers := map[string]bool{"noop": true} // (a) is the baseline of every ratio: always measured
+	if o.scenarios[0] != "a" {
+		o.scenarios = append([]string{"a"}, o.scenarios...)
+	}
+	seen := map[string]bool{}
+	for _, id := range o.scenarios {
+		sc, ok := scenarioByID(strings.TrimSpace(id))
+		if !ok {
+			return fmt.Errorf("unknown scenario %q", id)
+		}
+		if seen[sc.id] {
+			continue
+		}
+		seen[sc.id] = true
+		scs = append(scs, sc)
+		servers[sc.server] = true
+	}
+	self := o.self
+	if self == "" {
+		var err error
+		if self, err = os.Executable(); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat(o.floodgate); err != nil {
+		return fmt.Errorf("floodgate binary: %w (build it with make build, or pass --floodgate)", err)
+	}
+	redisBin, err := exec.LookPath(o.redisServer)
+	if err != nil {
+		return fmt.Errorf("redis-server not found (%v): install Redis >= 7.0, e.g. apt-get install redis-server", err)
+	}
+	dir, err := os.MkdirTemp("", "floodbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	fmt.Fprintf(stderr, "floodbench: starting redis-server, the no-op server and floodgate (%s)\n", o.floodgate)
+	var procs []*proc
+	defer func() {
+		for i := len(procs) - 1; i >= 0; i-- {
+			procs[i].stop()
+		}
+	}()
+	rp, rc, err := startRedis(ctx, redisBin, dir)
+	if err != nil {
+		return err
+	}
+	procs = append(procs, rp)
+	defer rc.Close()
+
+	clients := map[string]*client{}
+	defer func() {
+		for _, c := range clients {
+			c.close()
+		}
+	}()
+	fgProcs := map[string]*proc{}
+	for _, name := range []string{"noop", "redis", "redis-nopipe", "memory"} {
+		if !servers[name] {
+			continue
+		}
+		var p *proc
+		if name == "noop" {
+			p, err = startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0")
+		} else {
+			var cfg string
+			if cfg, err = floodgateConfig(name, rp.addr); err != nil {
+				return err
+			}
+			path := dir + "/floodgate-" + name + ".yaml"
+			if err = os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+				return err
+			}
+			args := []string{"serve", "--config", path}
+			if o.profileDir != "" {
+				args = append(args, "--pprof", "127.0.0.1:0")
+			}
+			p, err = startServing(ctx, "floodgate ("+name+")", o.floodgate, args...)
+			fgProcs[name] = p
+		}
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		if clients[name], err = dial(p.addr, o.conns); err != nil {
+			return err
+		}
+	}
+
+	work := map[string]workload{}
+	for _, sc := range scs {
+		if _, ok := work[sc.cache(o.keys)]; !ok {
+			work[sc.cache(o.keys)] = sc.work(o.keys)
+		}
+	}
+
+	// Cells run concurrency-major, (a) first at each concurrency, so each
+	// ratio compares cells measured close together in time.
+	var rows []row
+	cells := len(scs) * len(o.conc)
+	fmt.Fprintf(stderr, "floodbench: %d cells of %v (+%v warm-up) each\n", cells, o.cell, o.warmup)
+	for _, conc := range o.conc {
+		for _, sc := range scs {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r := row{sc: sc, conc: conc}
+			var before redisStats
+			cl := cell{conc: conc, warmup: o.warmup, window: o.cell, maxCount: o.maxCount, rpcTimeout: 5 * time.Second,
+				atWindow: func() { before, r.rerr = readRedisStats(ctx, rc) }}
+			var stopProfile func() error
+			if o.profileDir != "" && conc == o.conc[len(o.conc)-1] && (sc.id == "b" || sc.id == "e") {
+				cl.atWindow = func() {
+					before, r.rerr = readRedisStats(ctx, rc)
+					stopProfile = startProfile(ctx, fgProcs[sc.server], o.profileDir, "floodgate-"+sc.id, o.cell)
+				}
+			}
+			r.res = clients[sc.server].drive(ctx, work[sc.cache(o.keys)], cl)
+			if r.rerr == nil {
+				var after redisStats
+				after, r.rerr = readRedisStats(ctx, rc)
+				r.redis = after.minus(before)
+			}
+			if stopProfile != nil {
+				if err := stopProfile(); err != nil {
+					fmt.Fprintln(stderr, "floodbench: profile:", err)
+				}
+			}
+			fmt.Fprintf(stderr, "  %-34s conc %-3d %9.0f/s\n", sc.label, conc, r.res.rate())
+			rows = append(rows, r)
+		}
+	}
+	for _, p := range procs {
+		if p.exited() {
+			return fmt.Errorf("%s exited during the run:\n%s", p.name, p.output())
+		}
+	}
+	printTable(stdout, o, machine(redisBin), rows)
+	return nil
+}
+
+// printTable prints the machine, the settings and one row per cell, grouped
+// by scenario, with ratios to (a) at the same concurrency.
+func printTable(w io.Writer, o benchOptions, mach string, rows []row) {
+	base := map[int]result{}
+	for _, r := range rows {
+		if r.sc.id == "a" {
+			base[r.conc] = r.res
+		}
+	}
+	fmt.Fprintf(w, "machine: %s\n", mach)
+	fmt.Fprintf(w, "run: %s; each cell %v after a %v warm-up (at most %d requests); load generator: %d gRPC connection(s), pre-encoded Envoy-shaped CheckRequests, %d distinct callers; everything on 127.0.0.1\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), o.cell, o.warmup, o.maxCount, o.conns, o.keys)
+	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run; Redis µs/decision: used_cpu_user+used_cpu_sys over the window / decisions")
+	fmt.Fprintln(w)
+	cells := [][]string{{"scenario", "conc", "decisions/s", "p50", "p99", "rate ×(a)", "p99 ×(a)", "Redis µs/decision", "scripts/decision", "errors"}}
+	for _, id := range []string{"a", "b", "b0", "c", "d", "e", "f"} {
+		for _, r := range rows {
+			if r.sc.id != id {
+				continue
+			}
+			b := base[r.conc]
+			rate, p99 := "1", "1"
+			if id != "a" {
+				rate, p99 = "?", "?"
+				if b.rate() > 0 {
+					rate = fmt.Sprintf("%.2f", r.res.rate()/b.rate())
+				}
+				if b.p99 > 0 {
+					p99 = fmt.Sprintf("%.2f", float64(r.res.p99)/float64(b.p99))
+				}
+			}
+			cpu, scripts := "?", "?"
+			if r.rerr == nil && r.res.decisions > 0 {
+				cpu = fmt.Sprintf("%.1f", math.Max(0, r.redis.cpu)*1e6/float64(r.res.decisions))
+				scripts = fmt.Sprintf("%.2f", float64(r.redis.scripts)/float64(r.res.decisions))
+			}
+			errs := "0"
+			if n := r.res.unexpected + r.res.rpcErrors; n > 0 {
+				errs = fmt.Sprintf("%d", n)
+				if r.res.firstErr != nil && !errors.Is(r.res.firstErr, context.Canceled) {
+					errs += " (" + shorten(r.res.firstErr.Error(), 40) + ")"
+				}
+			}
+			cells = append(cells, []string{r.sc.label, strconv.Itoa(r.conc), fmt.Sprintf("%.0f", r.res.rate()),
+				fmtDur(r.res.p50), fmtDur(r.res.p99), rate, p99, cpu, scripts, errs})
+		}
+	}
+	writeMarkdown(w, cells)
+}
+
+// writeMarkdown prints cells as a Markdown table, padded to line up in a
+// terminal: the first column left-aligned, the others right-aligned.
+func writeMarkdown(w io.Writer, cells [][]string) {
+	width := make([]int, len(cells[0]))
+	for _, r := range cells {
+		for i, c := range r {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	line := func(r []string) {
+		var b strings.Builder
+		b.WriteString("|")
+		for i, c := range r {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if i == 0 {
+				b.WriteString(" " + c + pad + " |")
+			} else {
+				b.WriteString(" " + pad + c + " |")
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	}
+	line(cells[0])
+	sep := make([]string, len(width))
+	for i, n := range width {
+		if i == 0 {
+			sep[i] = strings.Repeat("-", n)
+		} else {
+			sep[i] = strings.Repeat("-", n-1) + ":"
+		}
+	}
+	line(sep)
+	for _, r := range cells[1:] {
+		line(r)
+	}
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// fmtDur renders a latency in µs or ms with three significant digits.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "-"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	}
+}

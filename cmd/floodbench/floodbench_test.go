@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// bins are the floodgate and floodbench binaries, built once for the tests.
+var bins struct{ floodgate, floodbench string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "floodbench-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bins.floodgate, bins.floodbench = filepath.Join(dir, "floodgate"), filepath.Join(dir, "floodbench")
+	for _, b := range [][2]string{{bins.floodgate, "../floodgate"}, {bins.floodbench, "."}} {
+		if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b[1], err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestSmoke runs the whole orchestrator with tiny cells: real redis-server,
+// real floodgate and no-op server processes, real gRPC on loopback. It checks
+// the table's shape and what the rows must say whatever the machine: every
+// cell answered, (b) is one script call per decision, (d) none.
+func TestSmoke(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server not found: the benchmark needs Redis >= 7.0 (apt-get install redis-server)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	err := bench(ctx, benchOptions{
+		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
+		scenarios: []string{"b", "d"}, conc: []int{2}, cell: 200 * time.Millisecond, warmup: 100 * time.Millisecond,
+		maxCount: 100_000, keys: 1000, conns: 1,
+	}, &out, &log)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, log.String())
+	}
+	t.Logf("\n%s", out.String())
+	if !strings.HasPrefix(out.String(), "machine: ") || !strings.Contains(out.String(), "CPUs (nproc)") {
+		t.Errorf("the table does not start with the machine:\n%s", out.String())
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if !strings.HasPrefix(line, "| (") {
+			continue
+		}
+		var cells []string
+		for _, c := range strings.Split(strings.Trim(line, "|"), "|") {
+			cells = append(cells, strings.TrimSpace(c))
+		}
+		rows[cells[0][:3]] = cells
+	}
+	for _, id := range []string{"(a)", "(b)", "(d)"} {
+		r, ok := rows[id]
+		if !ok {
+			t.Errorf("no row for %s:\n%s", id, out.String())
+			continue
+		}
+		if rate, err := strconv.ParseFloat(r[2], 64); err != nil || rate <= 0 {
+			t.Errorf("%s: decisions/s %q, want a positive rate", id, r[2])
+		}
+		if r[9] != "0" {
+			t.Errorf("%s: errors %q, want 0", id, r[9])
+		}
+		if r[5] == "?" || r[7] == "?" {
+			t.Errorf("%s: ratio %q, Redis CPU %q: want numbers", id, r[5], r[7])
+		}
+	}
+	// The counters are read around the window, so a call in flight at either
+	// edge may be counted on one side only: allow a little slack.
+	if r := rows["(b)"]; r != nil {
+		if n, err := strconv.ParseFloat(r[8], 64); err != nil || n < 0.9 || n > 1.1 {
+			t.Errorf("(b): %s script calls per decision, want 1", r[8])
+		}
+	}
+	if r := rows["(d)"]; r != nil {
+		if n, err := strconv.ParseFloat(r[8], 64); err != nil || n > 0.05 {
+			t.Errorf("(d): %s script calls per decision, want 0 (the over-limit cache answers)", r[8])
+		}
+	}
+}
+
+func TestStatusCodeReadsTheWireForm(t *testing.T) {
+	for _, code := range []int32{0, 7, 8, 16} {
+		b, err := proto.Marshal(&authv3.CheckResponse{Status: &rpcstatus.Status{Code: code, Message: "m"},
+			HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{Body: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := statusCode(b); err != nil || got != code {
+			t.Errorf("code %d read as %d, %v", code, got, err)
+		}
+	}
+	if got, err := statusCode(nil); err != nil || got != 0 {
+		t.Errorf("empty response read as %d, %v; want 0 (OK)", got, err)
+	}
+	if _, err := statusCode([]byte{0x0a, 0x05, 0x08}); err == nil {
+		t.Error("a truncated response parsed without error")
+	}
+}
+
+func TestOnlyLoopbackTargets(t *testing.T) {
+	for _, target := range []string{"10.0.0.1:9191", "example.com:9191", "192.168.1.1:1"} {
+		if c, err := dial(target, 1); err == nil {
+			c.close()
+			t.Errorf("dial(%s) accepted a non-loopback target", target)
+		}
+	}
+}

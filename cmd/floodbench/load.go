@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+const checkMethod = "/envoy.service.auth.v3.Authorization/Check"
+
+// rawMsg is a message already in wire form: the client sends pre-encoded
+// CheckRequests and reads back only the status code of each response.
+type rawMsg struct{ b []byte }
+
+// rawCodec passes rawMsg bytes through. Its name is "proto", so servers
+// decode the requests with their usual protobuf codec.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.(*rawMsg).b)}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m := v.(*rawMsg)
+	n := data.Len()
+	if cap(m.b) < n {
+		m.b = make([]byte, n)
+	}
+	m.b = m.b[:n]
+	data.CopyTo(m.b)
+	return nil
+}
+
+// statusCode reads CheckResponse.status.code (fields 1 and 1) from the wire
+// form without decoding the rest; a missing status reads as 0 (OK), as
+// protobuf's defaults do.
+func statusCode(b []byte) (int32, error) {
+	st, err := field(b, 1)
+	if err != nil || st == nil {
+		return 0, err
+	}
+	for len(st) > 0 {
+		num, typ, n := protowire.ConsumeTag(st)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		st = st[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(st)
+			if n < 0 {
+				return 0, protowire.ParseError(n)
+			}
+			return int32(v), nil
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, st); n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		st = st[n:]
+	}
+	return 0, nil
+}
+
+// field returns the bytes of the last length-delimited field num in b.
+func field(b []byte, num protowire.Number) ([]byte, error) {
+	var out []byte
+	for len(b) > 0 {
+		n0, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if n0 == num && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return nil, protowire.ParseError(n)
+			}
+			out, b = v, b[n:]
+			continue
+		}
+		if n = protowire.ConsumeFieldValue(n0, typ, b); n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return out, nil
+}
+
+// client is the load generator's connections to one server.
+type client struct{ conns []*grpc.ClientConn }
+
+// dial opens n connections to target, which must be a loopback address.
+func dial(target string, n int) (*client, error) {
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("target %s is not a loopback address: floodbench only sends to 127.0.0.0/8 or ::1", target)
+	}
+	c := &client{}
+	for i := 0; i < max(n, 1); i++ {
+		conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		c.conns = append(c.conns, conn)
+	}
+	return c, nil
+}
+
+func (c *client) close() {
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+}
+
+// cell bounds one measurement: a warm-up, then a window, and at most
+// maxCount requests in all. rpcTimeout bounds each call.
+type cell struct {
+	conc       int
+	warmup     time.Duration
+	window     time.Duration
+	maxCount   int64
+	rpcTimeout time.Duration
+	// atWindow, if set, runs when the window opens (the orchestrator reads
+	// Redis' counters there).
+	atWindow func()
+}
+
+// result is one cell's measurement: what completed inside the window.
+type result struct {
+	decisions  int64 // answered checks (allowed or denied)
+	unexpected int64 // answered, but not the answer the workload expects
+	rpcErrors  int64 // failed calls (an ext_authz server should have none)
+	window     time.Duration
+	p50, p99   time.Duration
+	firstErr   error
+}
+
+func (r result) rate() float64 {
+	if r.window <= 0 {
+		return 0
+	}
+	return float64(r.decisions) / r.window.Seconds()
+}
+
+type sample struct {
+	end int64 // ns since the cell started
+	dur time.Duration
+	bad bool // unexpected answer or error
+	err bool
+}
+
+// drive runs one cell of w against c: conc workers, each sending one request
+// at a time, stopping at the end of the window or after maxCount requests.
+func (c *client) drive(ctx context.Context, w workload, cl cell) result {
+	start := time.Now()
+	windowStart := start.Add(cl.warmup)
+	deadline := windowStart.Add(cl.window)
+	ws := int64(cl.warmup)
+	var issued atomic.Int64
+	var exhausted atomic.Int64 // ns since start when maxCount ran out; 0: not yet
+	var errOnce sync.Once
+	var firstErr error
+	samples := make([][]sample, cl.conc)
+	var wg sync.WaitGroup
+	for i := 0; i < cl.conc; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			conn := c.conns[i%len(c.conns)]
+			local := make([]sample, 0, 4096)
+			next := i * 7919 // callers walk the workload from spread-out points
+			req, resp := &rawMsg{}, &rawMsg{}
+			for ctx.Err() == nil {
+				if issued.Add(1) > cl.maxCount {
+					exhausted.CompareAndSwap(0, int64(time.Since(start)))
+					break
+				}
+				t0 := time.Now()
+				if !t0.Before(deadline) {
+					break
+				}
+				req.b = w.reqs[next%len(w.reqs)]
+				next++
+				rctx, cancel := context.WithTimeout(ctx, cl.rpcTimeout)
+				err := conn.Invoke(rctx, checkMethod, req, resp)
+				cancel()
+				t1 := time.Now()
+				s := sample{end: int64(t1.Sub(start)), dur: t1.Sub(t0)}
+				if err == nil {
+					var code int32
+					code, err = statusCode(resp.b)
+					if err == nil {
+						s.bad = (code == 0) != w.allow
+					}
+				}
+				if err != nil {
+					s.err, s.bad = true, true
+					errOnce.Do(func() { firstErr = err })
+				}
+				if s.end >= ws {
+					local = append(local, s)
+				}
+			}
+			samples[i] = local
+		}(i)
+	}
+	if cl.atWindow != nil {
+		select {
+		case <-time.After(time.Until(windowStart)):
+		case <-ctx.Done():
+		}
+		cl.atWindow()
+	}
+	wg.Wait()
+	end := int64(cl.warmup + cl.window)
+	if x := exhausted.Load(); x > 0 && x < end {
+		end = x
+	}
+	var r result
+	var durs []time.Duration
+	for _, local := range samples {
+		for _, s := range local {
+			if s.end > end {
+				continue
+			}
+			switch {
+			case s.err:
+				r.rpcErrors++
+			case s.bad:
+				r.unexpected++
+				r.decisions++
+			default:
+				r.decisions++
+			}
+			if !s.err {
+				durs = append(durs, s.dur)
+			}
+		}
+	}
+	r.window = time.Duration(end - ws)
+	if r.window < 0 {
+		r.window = 0
+	}
+	slices.Sort(durs)
+	r.p50, r.p99 = percentile(durs, 50), percentile(durs, 99)
+	r.firstErr = firstErr
+	if ctx.Err() != nil && r.firstErr == nil {
+		r.firstErr = ctx.Err()
+	}
+	return r
+}
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	return sorted[min(max(i-1, 0), len(sorted)-1)]
+}
+
+// runLoad drives one server with one scenario's requests and prints the
+// result: for ad-hoc runs and for profiling a running floodgate.
+func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	target := fs.String("target", "", "ext_authz server HOST:PORT (loopback)")
+	scen := fs.String("scenario", "b", "which requests to send: b (distinct keys under /b/), c (hot key), d (over-limit flood), f (two policies); see floodbench run")
+	keys := fs.Int("keys", 100_000, "distinct callers for scenarios b and f")
+	conc := fs.Int("conc", 64, "requests in flight")
+	conns := fs.Int("conns", 1, "gRPC connections")
+	dur := fs.Duration("duration", 10*time.Second, "how long to send (at most 10m)")
+	maxCount := fs.Int64("max", 50_000_000, "send at most this many requests")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *target == "" || *dur <= 0 || *dur > 10*time.Minute || *conc < 1 || *maxCount < 1 {
+		fmt.Fprintln(stderr, "floodbench load: need --target, 0 < --duration <= 10m, --conc >= 1, --max >= 1")
+		return 2
+	}
+	sc, ok := scenarioByID(*scen)
+	if !ok || sc.work == nil {
+		fmt.Fprintf(stderr, "floodbench load: unknown scenario %q\n", *scen)
+		return 2
+	}
+	c, err := dial(*target, *conns)
+	if err != nil {
+		fmt.Fprintln(stderr, "floodbench load:", err)
+		return 1
+	}
+	defer c.close()
+	r := c.drive(ctx, sc.work(*keys), cell{conc: *conc, window: *dur, maxCount: *maxCount, rpcTimeout: 5 * time.Second})
+	fmt.Fprintf(stdout, "%s at concurrency %d: %.0f decisions/s, p50 %s, p99 %s, %d unexpected, %d RPC errors\n",
+		sc.label, *conc, r.rate(), fmtDur(r.p50), fmtDur(r.p99), r.unexpected, r.rpcErrors)
+	if r.firstErr != nil && !errors.Is(r.firstErr, context.Canceled) {
+		fmt.Fprintln(stdout, "first error:", r.firstErr)
+	}
+	return 0
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// serverOptions are the gRPC server settings floodgate serve uses with its
+// default configuration (cmd/floodgate/serve.go, listen.* defaults): the
+// no-op server must differ from Floodgate only in what Check does.
+func serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(1 << 20),
+		grpc.MaxConcurrentStreams(1024),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+}
+
+// noopServer allows every request and looks at nothing: the cost of the gRPC
+// layer alone, the ceiling any ext_authz server in Go reaches on this machine.
+type noopServer struct {
+	authv3.UnimplementedAuthorizationServer
+}
+
+func (noopServer) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	return &authv3.CheckResponse{Status: &rpcstatus.Status{}}, nil
+}
+
+// runNoop serves the no-op server until ctx ends. Like floodgate serve it
+// logs one JSON line {"msg":"serving","grpc":ADDR} naming the bound address.
+func runNoop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("noop", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:0", "gRPC listen address (loopback)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintln(stderr, "floodbench noop:", err)
+		return 1
+	}
+	gs := grpc.NewServer(serverOptions()...)
+	authv3.RegisterAuthorizationServer(gs, noopServer{})
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	line, _ := json.Marshal(map[string]string{"msg": "serving", "grpc": lis.Addr().String()})
+	fmt.Fprintf(stdout, "%s\n", line)
+	select {
+	case err := <-errc:
+		fmt.Fprintln(stderr, "floodbench noop:", err)
+		return 1
+	case <-ctx.Done():
+	}
+	gs.Stop()
+	return 0
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// proc is a child process the orchestrator started and will stop.
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	addr  string // the gRPC (or Redis) address it serves on
+	pprof string // floodgate --pprof: the profiler's address
+	done  chan struct{}
+
+	mu   sync.Mutex
+	tail []string // its last output lines, for error messages
+}
+
+func (p *proc) keep(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.tail) == 20 {
+		p.tail = p.tail[1:]
+	}
+	p.tail = append(p.tail, line)
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.tail, "\n")
+}
+
+// stop asks the process to end (SIGTERM), then kills it after 5s.
+func (p *proc) stop() {
+	if p == nil || p.cmd.Process == nil {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// startServing runs a command that logs a JSON line {"msg":"serving","grpc":ADDR}
+// (floodgate serve and floodbench noop both do) and returns once it has.
+func startServing(ctx context.Context, name, bin string, args ...string) (*proc, error) {
+	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	p.cmd.Stderr = p.cmd.Stdout
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	serving := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			p.keep(line)
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "pprof" {
+				p.mu.Lock()
+				p.pprof, _ = m["addr"].(string)
+				p.mu.Unlock()
+			}
+			if m["msg"] == "serving" {
+				if a, ok := m["grpc"].(string); ok {
+					select {
+					case serving <- a:
+					default:
+					}
+				}
+			}
+		}
+		io.Copy(io.Discard, out)
+		p.cmd.Wait()
+		close(p.done)
+	}()
+	select {
+	case p.addr = <-serving:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited before serving:\n%s", name, p.output())
+	case <-time.After(20 * time.Second):
+		p.stop()
+		return nil, fmt.Errorf("%s did not report serving within 20s:\n%s", name, p.output())
+	case <-ctx.Done():
+		p.stop()
+		return nil, ctx.Err()
+	}
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startRedis runs redis-server on a free loopback port, persistence off,
+// and waits until it answers PING.
+func startRedis(ctx context.Context, bin, dir string) (*proc, *redis.Client, error) {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		p := &proc{name: "redis-server", done: make(chan struct{}), addr: addr}
+		p.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+		logf, err := os.Create(filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log"))
+		if err != nil {
+			return nil, nil, err
+		}
+		p.cmd.Stdout, p.cmd.Stderr = logf, logf
+		if err := p.cmd.Start(); err != nil {
+			logf.Close()
+			return nil, nil, fmt.Errorf("redis-server: %w", err)
+		}
+		go func() { p.cmd.Wait(); logf.Close(); close(p.done) }()
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			lastErr = c.Ping(pctx).Err()
+			cancel()
+			if lastErr == nil {
+				return p, c, nil
+			}
+			if p.exited() || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		c.Close()
+		p.stop()
+		if log, _ := os.ReadFile(logf.Name()); len(log) > 0 {
+			lastErr = fmt.Errorf("%v; log: %s", lastErr, strings.TrimSpace(string(log)))
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+	}
+	return nil, nil, fmt.Errorf("redis-server would not start: %v", lastErr)
+}
+
+// redisStats are the counters the table reads from INFO before and after a
+// window: CPU seconds (user + sys) and script calls.
+type redisStats struct {
+	cpu     float64 // seconds
+	scripts int64   // EVALSHA + EVAL calls
+	calls   int64   // every command
+}
+
+func readRedisStats(ctx context.Context, c *redis.Client) (redisStats, error) {
+	info, err := c.Info(ctx, "cpu", "commandstats").Result()
+	if err != nil {
+		return redisStats{}, err
+	}
+	var s redisStats
+	for _, line := range strings.Split(info, "\n") {
+		name, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case name == "used_cpu_sys" || name == "used_cpu_user":
+			f, _ := strconv.ParseFloat(val, 64)
+			s.cpu += f
+		case strings.HasPrefix(name, "cmdstat_"):
+			for _, f := range strings.Split(val, ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, _ := strconv.ParseInt(v, 10, 64)
+					s.calls += n
+					if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+						s.scripts += n
+					}
+				}
+			}
+		}
+	}
+	return s, nil
+}
+
+func (s redisStats) minus(o redisStats) redisStats {
+	return redisStats{cpu: s.cpu - o.cpu, scripts: s.scripts - o.scripts, calls: s.calls - o.calls}
+}
+
+// machine describes where the run happened: CPUs, CPU model, Go, Redis.
+func machine(redisBin string) string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	rv := "unknown"
+	if out, err := exec.Command(redisBin, "--version").Output(); err == nil {
+		for _, f := range strings.Fields(string(out)) {
+			if v, ok := strings.CutPrefix(f, "v="); ok {
+				rv = v
+			}
+		}
+	}
+	return fmt.Sprintf("%d CPUs (nproc) · %s · %s · redis-server %s", nproc(), model, goVersion(), rv)
+}
