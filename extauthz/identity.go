@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"hash"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,7 +85,7 @@ func (e *Engine) identity(p *Policy, v *View) (string, bool) {
 			val = strings.TrimSpace(val)
 		case srcClientIP:
 			if ip := e.clientIP.Resolve(v); ip.IsValid() {
-				val = ip.String()
+				return e.hasher.idPrefix(k.tag, ip), true
 			}
 		case srcContext:
 			val, _ = v.Context(k.name)
@@ -138,6 +139,7 @@ type hmacState struct {
 	mac hash.Hash
 	sum [sha256.Size]byte
 	out [22]byte
+	in  []byte // tag, 0, value: one Write, no conversion allocating
 }
 
 func (h *hasher) id(tag, val string) string {
@@ -145,10 +147,21 @@ func (h *hasher) id(tag, val string) string {
 		val = val[:MaxIdentityBytes]
 	}
 	st := h.pool.Get().(*hmacState)
+	st.in = append(append(append(st.in[:0], tag...), 0), val...)
+	return h.sum(st)
+}
+
+// idPrefix is id(tag, p.String()) without rendering the string first.
+func (h *hasher) idPrefix(tag string, p netip.Prefix) string {
+	st := h.pool.Get().(*hmacState)
+	st.in = p.AppendTo(append(append(st.in[:0], tag...), 0))
+	return h.sum(st)
+}
+
+// sum hashes st.in and returns st to the pool.
+func (h *hasher) sum(st *hmacState) string {
 	st.mac.Reset()
-	st.mac.Write([]byte(tag))
-	st.mac.Write([]byte{0})
-	st.mac.Write([]byte(val))
+	st.mac.Write(st.in)
 	sum := st.mac.Sum(st.sum[:0])
 	base64.RawURLEncoding.Encode(st.out[:], sum[:16])
 	s := string(st.out[:])

@@ -25,9 +25,11 @@ type Policy struct {
 	maxCost    int64
 	printHdrs  []string // fingerprint headers
 
-	// Rendered once: the structured RateLimit-Policy member and the window.
+	// Rendered once: the structured RateLimit-Policy member, the window and
+	// the capacity as RateLimit-Limit carries it.
 	policyMember string
 	window       int64
+	capacity     string
 }
 
 // Options are the settings shared by every policy.
@@ -226,7 +228,8 @@ func compilePolicy(s *PolicySpec, at string, el *errorList) *Policy {
 	}
 	num, den := p.Limit.Rate.Fraction()
 	p.window = ceilDiv(p.Limit.Capacity*den, num)
-	p.policyMember = `"` + p.Name + `";q=` + strconv.FormatInt(p.Limit.Capacity, 10) + ";w=" + strconv.FormatInt(p.window, 10)
+	p.capacity = strconv.FormatInt(p.Limit.Capacity, 10)
+	p.policyMember = `"` + p.Name + `";q=` + p.capacity + ";w=" + strconv.FormatInt(p.window, 10)
 	return p
 }
 

@@ -2,7 +2,7 @@ package extauthz
 
 import (
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -26,16 +26,6 @@ const (
 	HeaderDegraded   = "x-ratelimit-degraded"
 )
 
-// header returns an option that overwrites any value already present: a
-// client cannot smuggle its own RateLimit headers past us, whatever Envoy
-// version applies it (ENVOY_CONTRACT §2.3).
-func header(key, value string) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{
-		Header:       &corev3.HeaderValue{Key: key, Value: value},
-		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-	}
-}
-
 // seconds rounds a wait up to whole seconds, as headers carry it.
 func seconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
@@ -50,12 +40,100 @@ type outcome struct {
 	degraded bool // the store failed; the failure mode decided
 }
 
+// Rendering. A response is built in two steps so that it costs few
+// allocations whatever its headers: first every header is listed, its value
+// either a string that already exists (a policy's rendered RateLimit-Policy
+// member, "true") or bytes appended to one buffer (the numbers); then the
+// buffer becomes one string, sliced into the values, and every object of the
+// response is taken from two allocations: one for the CheckResponse, its
+// status and its list of headers, one for the headers themselves (sized to
+// their number). Nothing is shared between responses.
+
+// maxRendered is how many headers a response has at most: a deny with both
+// header families, Retry-After, the degraded mark and Content-Type.
+const maxRendered = 8
+
+// headerPair is one response header: the option and the value it points to.
+type headerPair struct {
+	opt corev3.HeaderValueOption
+	val corev3.HeaderValue
+}
+
+// renderer collects a response's headers and the bytes of their values.
+// Renderers are pooled: the buffers keep their capacity.
+type renderer struct {
+	buf  []byte
+	hdrs []renderedHeader
+}
+
+// renderedHeader is a header's key and its value: fixed, or buf[start:end].
+type renderedHeader struct {
+	key        string
+	fixed      string
+	start, end int
+	inBuf      bool
+}
+
+var rendererPool = sync.Pool{New: func() any {
+	return &renderer{buf: make([]byte, 0, 256), hdrs: make([]renderedHeader, 0, maxRendered)}
+}}
+
+func getRenderer() *renderer { return rendererPool.Get().(*renderer) }
+
+func (r *renderer) release() {
+	if cap(r.buf) > 64<<10 {
+		return // an outsized one is left to the collector
+	}
+	r.buf = r.buf[:0]
+	clear(r.hdrs)
+	r.hdrs = r.hdrs[:0]
+	rendererPool.Put(r)
+}
+
+// fixed adds a header whose value is an existing string.
+func (r *renderer) fixed(key, value string) {
+	r.hdrs = append(r.hdrs, renderedHeader{key: key, fixed: value})
+}
+
+// mark starts a value rendered into the buffer; done adds the header.
+func (r *renderer) mark() int { return len(r.buf) }
+func (r *renderer) done(key string, start int) {
+	r.hdrs = append(r.hdrs, renderedHeader{key: key, start: start, end: len(r.buf), inBuf: true})
+}
+
+func (r *renderer) int(key string, n int64) {
+	start := r.mark()
+	r.buf = strconv.AppendInt(r.buf, n, 10)
+	r.done(key, start)
+}
+
+// options returns the headers as Envoy's options, each overwriting any value
+// already present: a client cannot smuggle its own RateLimit headers past
+// us, whatever Envoy version applies it (ENVOY_CONTRACT §2.3). text is the
+// buffer as a string; the options are appended to opts.
+func (r *renderer) options(text string, opts []*corev3.HeaderValueOption) []*corev3.HeaderValueOption {
+	pairs := make([]headerPair, len(r.hdrs))
+	for i := range r.hdrs {
+		h, p := &r.hdrs[i], &pairs[i]
+		p.val.Key = h.key
+		if h.inBuf {
+			p.val.Value = text[h.start:h.end]
+		} else {
+			p.val.Value = h.fixed
+		}
+		p.opt.Header = &p.val
+		p.opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		opts = append(opts, &p.opt)
+	}
+	return opts
+}
+
 // rateLimitHeaders renders the configured header families for o. legacy
 // reports one policy: the denying one on a deny, else the one with the
 // fewest tokens left.
-func (e *Engine) rateLimitHeaders(o *outcome, deny int, hs []*corev3.HeaderValueOption) []*corev3.HeaderValueOption {
+func (e *Engine) rateLimitHeaders(o *outcome, deny int, r *renderer) {
 	if len(o.policies) == 0 {
-		return hs
+		return
 	}
 	if e.legacy {
 		i := deny
@@ -68,46 +146,69 @@ func (e *Engine) rateLimitHeaders(o *outcome, deny int, hs []*corev3.HeaderValue
 				}
 			}
 		}
-		r := &o.results[i]
-		hs = append(hs,
-			header(HeaderLimit, strconv.FormatInt(r.Limit, 10)),
-			header(HeaderRemaining, strconv.FormatInt(r.Remaining, 10)),
-			header(HeaderReset, strconv.FormatInt(seconds(r.ResetAfter), 10)))
+		res := &o.results[i]
+		if p := o.policies[i]; res.Limit == p.Limit.Capacity {
+			r.fixed(HeaderLimit, p.capacity)
+		} else {
+			r.int(HeaderLimit, res.Limit) // a degraded decision's scaled limit
+		}
+		r.int(HeaderRemaining, res.Remaining)
+		r.int(HeaderReset, seconds(res.ResetAfter))
 	}
 	if e.structured {
-		var pol, rl strings.Builder
+		if len(o.policies) == 1 {
+			r.fixed(HeaderPolicy, o.policies[0].policyMember)
+		} else {
+			start := r.mark()
+			for j, p := range o.policies {
+				if j > 0 {
+					r.buf = append(r.buf, ", "...)
+				}
+				r.buf = append(r.buf, p.policyMember...)
+			}
+			r.done(HeaderPolicy, start)
+		}
+		start := r.mark()
 		for j, p := range o.policies {
 			if j > 0 {
-				pol.WriteString(", ")
-				rl.WriteString(", ")
+				r.buf = append(r.buf, ", "...)
 			}
-			pol.WriteString(p.policyMember)
-			r := &o.results[j]
-			rl.WriteString(`"`)
-			rl.WriteString(p.Name)
-			rl.WriteString(`";r=`)
-			rl.WriteString(strconv.FormatInt(r.Remaining, 10))
-			rl.WriteString(";t=")
-			rl.WriteString(strconv.FormatInt(seconds(r.ResetAfter), 10))
+			res := &o.results[j]
+			r.buf = append(r.buf, '"')
+			r.buf = append(r.buf, p.Name...)
+			r.buf = append(r.buf, `";r=`...)
+			r.buf = strconv.AppendInt(r.buf, res.Remaining, 10)
+			r.buf = append(r.buf, ";t="...)
+			r.buf = strconv.AppendInt(r.buf, seconds(res.ResetAfter), 10)
 		}
-		hs = append(hs, header(HeaderPolicy, pol.String()), header(HeaderRateLimit, rl.String()))
+		r.done(HeaderRateLimit, start)
 	}
-	return hs
+}
+
+// okBlock is every object of an allow response, allocated together.
+type okBlock struct {
+	resp   authv3.CheckResponse
+	status rpcstatus.Status
+	http   authv3.CheckResponse_OkResponse
+	ok     authv3.OkHttpResponse
+	opts   [maxRendered]*corev3.HeaderValueOption
 }
 
 // okResponse lets the request through. Headers go to the client
 // (response_headers_to_add), not upstream (headers).
 func (e *Engine) okResponse(o *outcome) *authv3.CheckResponse {
-	hs := e.rateLimitHeaders(o, -1, make([]*corev3.HeaderValueOption, 0, 6))
+	r := getRenderer()
+	defer r.release()
+	e.rateLimitHeaders(o, -1, r)
 	if o.degraded {
-		hs = append(hs, header(HeaderDegraded, "true"))
+		r.fixed(HeaderDegraded, "true")
 	}
-	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(codes.OK)},
-		HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-			ResponseHeadersToAdd: hs,
-		}},
-	}
+	b := &okBlock{}
+	b.ok.ResponseHeadersToAdd = r.options(string(r.buf), b.opts[:0])
+	b.status.Code = int32(codes.OK)
+	b.http.OkResponse = &b.ok
+	b.resp.Status, b.resp.HttpResponse = &b.status, &b.http
+	return &b.resp
 }
 
 // denying returns the index of the policy a deny names: one whose cost can
@@ -126,50 +227,82 @@ func denying(o *outcome) int {
 	return d
 }
 
+// denyBlock is every object of a deny response, allocated together.
+type denyBlock struct {
+	resp   authv3.CheckResponse
+	status rpcstatus.Status
+	http   authv3.CheckResponse_DeniedResponse
+	denied authv3.DeniedHttpResponse
+	httpSt typev3.HttpStatus
+	opts   [maxRendered]*corev3.HeaderValueOption
+}
+
 // denyResponse answers 429 with RateLimit headers, Retry-After and a JSON
 // body. The gRPC status is non-OK, which is what makes Envoy deny; the HTTP
 // status comes only from denied_response.
 func (e *Engine) denyResponse(o *outcome, retryAfter time.Duration) *authv3.CheckResponse {
 	d := denying(o)
-	hs := e.rateLimitHeaders(o, d, make([]*corev3.HeaderValueOption, 0, 8))
-	var body strings.Builder
-	body.WriteString(`{"error":"rate_limited"`)
-	if d >= 0 {
-		body.WriteString(`,"policy":"`)
-		body.WriteString(o.policies[d].Name) // names are [A-Za-z0-9_.-]: no escaping needed
-		body.WriteString(`"`)
-	}
-	if d >= 0 && o.results[d].ExceedsCapacity {
-		body.WriteString(`,"reason":"the request costs more tokens than the policy's capacity: it can never pass"`)
-	} else {
-		n := max(1, seconds(retryAfter))
-		hs = append(hs, header(HeaderRetryAfter, strconv.FormatInt(n, 10)))
-		body.WriteString(`,"retry_after":`)
-		body.WriteString(strconv.FormatInt(n, 10))
+	r := getRenderer()
+	defer r.release()
+	e.rateLimitHeaders(o, d, r)
+	exceeds := d >= 0 && o.results[d].ExceedsCapacity
+	n := max(1, seconds(retryAfter))
+	if !exceeds {
+		r.int(HeaderRetryAfter, n)
 	}
 	if o.degraded {
-		body.WriteString(`,"degraded":true`)
-		hs = append(hs, header(HeaderDegraded, "true"))
+		r.fixed(HeaderDegraded, "true")
 	}
-	body.WriteString("}")
-	hs = append(hs, header("content-type", "application/json"))
-	return &authv3.CheckResponse{
-		Status: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
-		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
-			Headers: hs,
-			Body:    body.String(),
-		}},
+	r.fixed("content-type", "application/json")
+	// The body goes last in the buffer.
+	bodyStart := r.mark()
+	r.buf = append(r.buf, `{"error":"rate_limited"`...)
+	if d >= 0 {
+		r.buf = append(r.buf, `,"policy":"`...)
+		r.buf = append(r.buf, o.policies[d].Name...) // names are [A-Za-z0-9_.-]: no escaping needed
+		r.buf = append(r.buf, '"')
 	}
+	if exceeds {
+		r.buf = append(r.buf, `,"reason":"the request costs more tokens than the policy's capacity: it can never pass"`...)
+	} else {
+		r.buf = append(r.buf, `,"retry_after":`...)
+		r.buf = strconv.AppendInt(r.buf, n, 10)
+	}
+	if o.degraded {
+		r.buf = append(r.buf, `,"degraded":true`...)
+	}
+	r.buf = append(r.buf, '}')
+	text := string(r.buf)
+
+	b := &denyBlock{}
+	b.denied.Headers = r.options(text, b.opts[:0])
+	b.denied.Body = text[bodyStart:]
+	b.httpSt.Code = typev3.StatusCode_TooManyRequests
+	b.denied.Status = &b.httpSt
+	b.status.Code, b.status.Message = int32(codes.ResourceExhausted), "rate limited"
+	b.http.DeniedResponse = &b.denied
+	b.resp.Status, b.resp.HttpResponse = &b.status, &b.http
+	return &b.resp
+}
+
+// statusBlock is a response that is a status alone.
+type statusBlock struct {
+	resp   authv3.CheckResponse
+	status rpcstatus.Status
 }
 
 // tcpDeny refuses a connection checked by Envoy's network filter, which
 // reads nothing but the status.
 func tcpDeny() *authv3.CheckResponse {
-	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"}}
+	b := &statusBlock{}
+	b.status.Code, b.status.Message = int32(codes.ResourceExhausted), "rate limited"
+	b.resp.Status = &b.status
+	return &b.resp
 }
 
 // plainOK allows a request no policy matched, leaving it untouched.
 func plainOK() *authv3.CheckResponse {
-	return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: int32(codes.OK)}}
+	b := &statusBlock{}
+	b.resp.Status = &b.status
+	return &b.resp
 }

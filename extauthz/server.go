@@ -94,7 +94,35 @@ type planned struct {
 	req    limiter.Request
 }
 
-var viewPool = sync.Pool{New: func() any { return new(View) }}
+// scratch is one Check's working memory, pooled so that a decision over up
+// to maxInline policies allocates none of it: the request view, the planned
+// policies and the store's requests and results. Nothing in it outlives the
+// Check: stores copy what they keep (strings are shared, never the slices)
+// and the response is rendered from copies.
+type scratch struct {
+	view     View
+	plan     [maxInline]planned
+	shadow   [maxInline]planned
+	policies [maxInline]*Policy
+	reqs     [maxInline]limiter.Request
+	results  [maxInline]limiter.Result
+}
+
+// maxInline is how many matching policies a Check handles in pooled memory.
+const maxInline = 8
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// reset drops every reference the scratch holds, so a pooled one keeps no
+// request alive.
+func (sc *scratch) reset(n int) {
+	sc.view = View{}
+	clear(sc.plan[:])
+	clear(sc.shadow[:])
+	clear(sc.policies[:n])
+	clear(sc.reqs[:n])
+	clear(sc.results[:n])
+}
 
 // Check decides one request. See the package comment for the contract.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *authv3.CheckResponse, _ error) {
@@ -109,12 +137,13 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		s.metrics.Latency.Observe(time.Since(start).Seconds())
 	}()
 
-	v := viewPool.Get().(*View)
+	sc := scratchPool.Get().(*scratch)
+	used := 0
+	defer func() { sc.reset(used); scratchPool.Put(sc) }()
+	v := &sc.view
 	v.Reset(req)
-	defer func() { *v = View{}; viewPool.Put(v) }()
 
-	var planBuf [8]planned
-	plan := st.engine.plan(v, planBuf[:0])
+	plan := st.engine.plan(v, sc.plan[:0])
 	if len(plan) == 0 {
 		s.metrics.Checks.WithLabelValues(outcomeUnmatched).Inc()
 		return plainOK(), nil
@@ -122,13 +151,18 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 
 	// Enforced policies decide together; shadow policies decide on their own
 	// and never deny.
-	var enfBuf, shBuf [8]planned
-	enforced, shadow := enfBuf[:0], shBuf[:0]
+	enforced, shadow := plan, sc.shadow[:0]
 	for _, p := range plan {
 		if p.policy.Shadow {
 			shadow = append(shadow, p)
-		} else {
-			enforced = append(enforced, p)
+		}
+	}
+	if len(shadow) > 0 {
+		enforced = plan[:0] // filtered in place: the shadow ones are copied out
+		for _, p := range plan {
+			if !p.policy.Shadow {
+				enforced = append(enforced, p)
+			}
 		}
 	}
 	if len(shadow) > 0 {
@@ -139,8 +173,14 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		return plainOK(), nil
 	}
 
-	o := outcome{policies: make([]*Policy, len(enforced)), results: make([]limiter.Result, len(enforced))}
-	reqs := make([]limiter.Request, len(enforced))
+	o := outcome{policies: sc.policies[:0], results: sc.results[:0]}
+	reqs := sc.reqs[:0]
+	if n := len(enforced); n <= maxInline {
+		used = n
+		o.policies, o.results, reqs = o.policies[:n], o.results[:n], reqs[:n]
+	} else {
+		o.policies, o.results, reqs = make([]*Policy, n), make([]limiter.Result, n), make([]limiter.Request, n)
+	}
 	for i, p := range enforced {
 		o.policies[i], reqs[i] = p.policy, p.req
 	}
