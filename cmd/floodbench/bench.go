@@ -26,6 +26,7 @@ type benchOptions struct {
 	scenarios              []string
 	conc                   []int
 	cell, warmup           time.Duration
+	rounds                 int
 	maxCount               int64
 	keys, conns            int
 	profileDir             string
@@ -38,6 +39,9 @@ type row struct {
 	res   result
 	redis redisStats
 	rerr  error // reading Redis' counters failed
+	// CPU seconds over the windows: the serving process (floodgate or the
+	// no-op server) and the load generator.
+	serverCPU, clientCPU float64
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -48,8 +52,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
 	scen := fs.String("scenarios", "a,b,c,d,e,f", "scenarios to run, from a b b0 c d e f (b0: (b) with store.redis.pipeline: false)")
 	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
-	fs.DurationVar(&o.cell, "cell", 2*time.Second, "measured window of each cell")
-	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "warm-up before each window")
+	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
+	fs.DurationVar(&o.warmup, "warmup", 200*time.Millisecond, "warm-up before each round's window")
 	fs.Int64Var(&o.maxCount, "max", 2_000_000, "at most this many requests per cell")
 	fs.IntVar(&o.keys, "keys", 100_000, "distinct callers in (a), (b), (e) and (f)")
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections from the load generator to each server")
@@ -66,8 +71,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		o.conc = append(o.conc, n)
 	}
-	if o.cell <= 0 || o.cell > time.Minute || o.warmup < 0 || o.warmup > time.Minute || o.maxCount < 1 || o.keys < 1 || o.keys > 1<<20 {
-		fmt.Fprintln(stderr, "floodbench run: need 0 < --cell <= 1m, 0 <= --warmup <= 1m, --max >= 1, 1 <= --keys <= 1048576")
+	if o.rounds < 1 || o.rounds > 100 || o.cell <= 0 || o.cell > time.Minute || o.warmup < 0 || o.warmup > time.Minute || o.maxCount < 1 || o.keys < 1 || o.keys > 1<<20 {
+		fmt.Fprintln(stderr, "floodbench run: need 1 <= --rounds <= 100, 0 < --cell <= 1m, 0 <= --warmup <= 1m, --max >= 1, 1 <= --keys <= 1048576")
 		return 2
 	}
 	if err := bench(ctx, o, stdout, stderr); err != nil {
@@ -81,7 +86,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // prints the table.
 func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error {
 	var scs []scenario
-	servers := map[string]bool{"noop": true} // (a) is the baseline of every ratio: always measured
+	wanted := map[string]bool{"noop": true} // (a) is the baseline of every ratio: always measured
 	if o.scenarios[0] != "a" {
 		o.scenarios = append([]string{"a"}, o.scenarios...)
 	}
@@ -96,7 +101,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 		seen[sc.id] = true
 		scs = append(scs, sc)
-		servers[sc.server] = true
+		wanted[sc.server] = true
 	}
 	self := o.self
 	if self == "" {
@@ -138,9 +143,9 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			c.close()
 		}
 	}()
-	fgProcs := map[string]*proc{}
+	servers := map[string]*proc{}
 	for _, name := range []string{"noop", "redis", "redis-nopipe", "memory"} {
-		if !servers[name] {
+		if !wanted[name] {
 			continue
 		}
 		var p *proc
@@ -160,12 +165,12 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 				args = append(args, "--pprof", "127.0.0.1:0")
 			}
 			p, err = startServing(ctx, "floodgate ("+name+")", o.floodgate, args...)
-			fgProcs[name] = p
 		}
 		if err != nil {
 			return err
 		}
 		procs = append(procs, p)
+		servers[name] = p
 		if clients[name], err = dial(p.addr, o.conns); err != nil {
 			return err
 		}
@@ -178,41 +183,64 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}
 
-	// Cells run concurrency-major, (a) first at each concurrency, so each
-	// ratio compares cells measured close together in time.
+	// Cells run concurrency-major, (a) first at each concurrency, and each
+	// cell's window is split into rounds that take turns with the other
+	// scenarios', so a change in the machine's background load during the
+	// run falls on every scenario alike rather than on one.
 	var rows []row
-	cells := len(scs) * len(o.conc)
-	fmt.Fprintf(stderr, "floodbench: %d cells of %v (+%v warm-up) each\n", cells, o.cell, o.warmup)
+	fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
+	round := o.cell / time.Duration(o.rounds)
 	for _, conc := range o.conc {
-		for _, sc := range scs {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			r := row{sc: sc, conc: conc}
-			var before redisStats
-			cl := cell{conc: conc, warmup: o.warmup, window: o.cell, maxCount: o.maxCount, rpcTimeout: 5 * time.Second,
-				atWindow: func() { before, r.rerr = readRedisStats(ctx, rc) }}
-			var stopProfile func() error
-			if o.profileDir != "" && conc == o.conc[len(o.conc)-1] && (sc.id == "b" || sc.id == "e") {
-				cl.atWindow = func() {
-					before, r.rerr = readRedisStats(ctx, rc)
-					stopProfile = startProfile(ctx, fgProcs[sc.server], o.profileDir, "floodgate-"+sc.id, o.cell)
-				}
-			}
-			r.res = clients[sc.server].drive(ctx, work[sc.cache(o.keys)], cl)
-			if r.rerr == nil {
-				var after redisStats
-				after, r.rerr = readRedisStats(ctx, rc)
-				r.redis = after.minus(before)
-			}
-			if stopProfile != nil {
-				if err := stopProfile(); err != nil {
-					fmt.Fprintln(stderr, "floodbench: profile:", err)
-				}
-			}
-			fmt.Fprintf(stderr, "  %-34s conc %-3d %9.0f/s\n", sc.label, conc, r.res.rate())
-			rows = append(rows, r)
+		cells := make([]row, len(scs))
+		for i, sc := range scs {
+			cells[i] = row{sc: sc, conc: conc}
 		}
+		for rd := 0; rd < o.rounds; rd++ {
+			for i, sc := range scs {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				r := &cells[i]
+				server := servers[sc.server]
+				var before redisStats
+				var serverBefore, clientBefore float64
+				var rerr error
+				atWindow := func() {
+					before, rerr = readRedisStats(ctx, rc)
+					serverBefore, clientBefore = procCPU(server), selfCPU()
+				}
+				cl := cell{conc: conc, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
+				var stopProfile func() error
+				if o.profileDir != "" && rd == o.rounds-1 && conc == o.conc[len(o.conc)-1] && (sc.id == "b" || sc.id == "e") {
+					cl.atWindow = func() {
+						atWindow()
+						stopProfile = startProfile(ctx, server, o.profileDir, "floodgate-"+sc.id, round)
+					}
+				}
+				res := clients[sc.server].drive(ctx, work[sc.cache(o.keys)], cl)
+				serverCPU, clientCPU := procCPU(server)-serverBefore, selfCPU()-clientBefore
+				if rerr == nil {
+					var after redisStats
+					after, rerr = readRedisStats(ctx, rc)
+					r.redis = r.redis.plus(after.minus(before))
+				}
+				if rerr != nil && r.rerr == nil {
+					r.rerr = rerr
+				}
+				r.serverCPU += serverCPU
+				r.clientCPU += clientCPU
+				r.res.merge(res)
+				if stopProfile != nil {
+					if err := stopProfile(); err != nil {
+						fmt.Fprintln(stderr, "floodbench: profile:", err)
+					}
+				}
+			}
+		}
+		for _, r := range cells {
+			fmt.Fprintf(stderr, "  %-34s conc %-3d %9.0f/s\n", r.sc.label, conc, r.res.rate())
+		}
+		rows = append(rows, cells...)
 	}
 	for _, p := range procs {
 		if p.exited() {
@@ -233,11 +261,13 @@ func printTable(w io.Writer, o benchOptions, mach string, rows []row) {
 		}
 	}
 	fmt.Fprintf(w, "machine: %s\n", mach)
-	fmt.Fprintf(w, "run: %s; each cell %v after a %v warm-up (at most %d requests); load generator: %d gRPC connection(s), pre-encoded Envoy-shaped CheckRequests, %d distinct callers; everything on 127.0.0.1\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), o.cell, o.warmup, o.maxCount, o.conns, o.keys)
-	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run; Redis µs/decision: used_cpu_user+used_cpu_sys over the window / decisions")
+	fmt.Fprintf(w, "run: %s; each cell %v in %d rounds taking turns with the other scenarios, each after a %v warm-up (at most %d requests a round); load generator: %d gRPC connection(s), pre-encoded Envoy-shaped CheckRequests, %d distinct callers; everything on 127.0.0.1\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), o.cell, o.rounds, o.warmup, o.maxCount, o.conns, o.keys)
+	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run. CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
+	fmt.Fprintln(w, "the serving process (floodgate, or the no-op server for (a); /proc/PID/stat) and the load generator; scripts/dec: EVALSHA+EVAL calls per decision;")
+	fmt.Fprintln(w, "scripts/read: script calls per read event in Redis (INFO total_reads_processed), i.e. the pipelines' depth")
 	fmt.Fprintln(w)
-	cells := [][]string{{"scenario", "conc", "decisions/s", "p50", "p99", "rate ×(a)", "p99 ×(a)", "Redis µs/decision", "scripts/decision", "errors"}}
+	cells := [][]string{{"scenario", "conc", "decisions/s", "p50", "p99", "rate ×(a)", "p99 ×(a)", "Redis µs/dec", "scripts/dec", "scripts/read", "server µs/dec", "client µs/dec", "errors"}}
 	for _, id := range []string{"a", "b", "b0", "c", "d", "e", "f"} {
 		for _, r := range rows {
 			if r.sc.id != id {
@@ -254,10 +284,17 @@ func printTable(w io.Writer, o benchOptions, mach string, rows []row) {
 					p99 = fmt.Sprintf("%.2f", float64(r.res.p99)/float64(b.p99))
 				}
 			}
-			cpu, scripts := "?", "?"
-			if r.rerr == nil && r.res.decisions > 0 {
-				cpu = fmt.Sprintf("%.1f", math.Max(0, r.redis.cpu)*1e6/float64(r.res.decisions))
-				scripts = fmt.Sprintf("%.2f", float64(r.redis.scripts)/float64(r.res.decisions))
+			cpu, scripts, perRead, server, client := "?", "?", "-", "?", "?"
+			if n := float64(r.res.decisions); n > 0 {
+				if r.rerr == nil {
+					cpu = fmt.Sprintf("%.1f", math.Max(0, r.redis.cpu)*1e6/n)
+					scripts = fmt.Sprintf("%.2f", float64(r.redis.scripts)/n)
+					if r.redis.scripts > 0 && r.redis.reads > 0 {
+						perRead = fmt.Sprintf("%.1f", float64(r.redis.scripts)/float64(r.redis.reads))
+					}
+				}
+				server = fmt.Sprintf("%.0f", r.serverCPU*1e6/n)
+				client = fmt.Sprintf("%.0f", r.clientCPU*1e6/n)
 			}
 			errs := "0"
 			if n := r.res.unexpected + r.res.rpcErrors; n > 0 {
@@ -267,7 +304,7 @@ func printTable(w io.Writer, o benchOptions, mach string, rows []row) {
 				}
 			}
 			cells = append(cells, []string{r.sc.label, strconv.Itoa(r.conc), fmt.Sprintf("%.0f", r.res.rate()),
-				fmtDur(r.res.p50), fmtDur(r.res.p99), rate, p99, cpu, scripts, errs})
+				fmtDur(r.res.p50), fmtDur(r.res.p99), rate, p99, cpu, scripts, perRead, server, client, errs})
 		}
 	}
 	writeMarkdown(w, cells)

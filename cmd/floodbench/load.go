@@ -150,7 +150,22 @@ type result struct {
 	rpcErrors  int64 // failed calls (an ext_authz server should have none)
 	window     time.Duration
 	p50, p99   time.Duration
+	durs       []time.Duration // every answered call's latency, sorted
 	firstErr   error
+}
+
+// merge adds o's measurement to r's (the rounds of one cell).
+func (r *result) merge(o result) {
+	r.decisions += o.decisions
+	r.unexpected += o.unexpected
+	r.rpcErrors += o.rpcErrors
+	r.window += o.window
+	r.durs = append(r.durs, o.durs...)
+	slices.Sort(r.durs)
+	r.p50, r.p99 = percentile(r.durs, 50), percentile(r.durs, 99)
+	if r.firstErr == nil {
+		r.firstErr = o.firstErr
+	}
 }
 
 func (r result) rate() float64 {
@@ -260,6 +275,7 @@ func (c *client) drive(ctx context.Context, w workload, cl cell) result {
 		r.window = 0
 	}
 	slices.Sort(durs)
+	r.durs = durs
 	r.p50, r.p99 = percentile(durs, 50), percentile(durs, 99)
 	r.firstErr = firstErr
 	if ctx.Err() != nil && r.firstErr == nil {

@@ -186,10 +186,11 @@ type redisStats struct {
 	cpu     float64 // seconds
 	scripts int64   // EVALSHA + EVAL calls
 	calls   int64   // every command
+	reads   int64   // read events that brought commands (a pipeline is one, or a few)
 }
 
 func readRedisStats(ctx context.Context, c *redis.Client) (redisStats, error) {
-	info, err := c.Info(ctx, "cpu", "commandstats").Result()
+	info, err := c.Info(ctx, "cpu", "commandstats", "stats").Result()
 	if err != nil {
 		return redisStats{}, err
 	}
@@ -203,6 +204,8 @@ func readRedisStats(ctx context.Context, c *redis.Client) (redisStats, error) {
 		case name == "used_cpu_sys" || name == "used_cpu_user":
 			f, _ := strconv.ParseFloat(val, 64)
 			s.cpu += f
+		case name == "total_reads_processed":
+			s.reads, _ = strconv.ParseInt(val, 10, 64)
 		case strings.HasPrefix(name, "cmdstat_"):
 			for _, f := range strings.Split(val, ",") {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
@@ -218,8 +221,12 @@ func readRedisStats(ctx context.Context, c *redis.Client) (redisStats, error) {
 	return s, nil
 }
 
+func (s redisStats) plus(o redisStats) redisStats {
+	return redisStats{cpu: s.cpu + o.cpu, scripts: s.scripts + o.scripts, calls: s.calls + o.calls, reads: s.reads + o.reads}
+}
+
 func (s redisStats) minus(o redisStats) redisStats {
-	return redisStats{cpu: s.cpu - o.cpu, scripts: s.scripts - o.scripts, calls: s.calls - o.calls}
+	return redisStats{cpu: s.cpu - o.cpu, scripts: s.scripts - o.scripts, calls: s.calls - o.calls, reads: s.reads - o.reads}
 }
 
 // machine describes where the run happened: CPUs, CPU model, Go, Redis.
@@ -242,4 +249,39 @@ func machine(redisBin string) string {
 		}
 	}
 	return fmt.Sprintf("%d CPUs (nproc) · %s · %s · redis-server %s", nproc(), model, goVersion(), rv)
+}
+
+// procCPU is the CPU time (user + system, seconds) a child process has used,
+// from /proc/PID/stat; 0 when it cannot be read.
+func procCPU(p *proc) float64 {
+	if p == nil || p.cmd.Process == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is parenthesised and may hold spaces: count
+	// fields after its closing parenthesis. utime and stime are fields 14
+	// and 15, in clock ticks (USER_HZ, 100 on Linux).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+// selfCPU is the load generator's own CPU time in seconds.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
