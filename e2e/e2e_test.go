@@ -517,7 +517,11 @@ func TestRedisFailureModes(t *testing.T) {
 func TestSIGTERMDrains(t *testing.T) {
 	rs := redistest.Start(t)
 	const capacity, inFlight = 3, 6
-	r := startReplica(t, "draining", configYAML(rs.Addr, "allow", "5s", capacity, "1/3600", 0), secretEnv)
+	// One Redis connection per decision (pipeline: false), so that CLIENT LIST below sees every
+	// Check blocked in Redis; pipelined (the default), they share connections and wait behind them.
+	cfg := strings.Replace(configYAML(rs.Addr, "allow", "5s", capacity, "1/3600", 0),
+		"    prefix: \"e2e:\"\n", "    prefix: \"e2e:\"\n    pipeline: false\n", 1)
+	r := startReplica(t, "draining", cfg, secretEnv)
 	rc := rs.Client()
 	ctx := context.Background()
 

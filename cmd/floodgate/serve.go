@@ -319,7 +319,14 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	if m := cfg.Store.OverLimitCache.MaxEntries; m != nil {
 		opts.OverLimitEntries = *m
 	}
-	closers := []func(){func() { client.Close() }}
+	// The pipelined store stops before the client closes (closers run in order).
+	var rstore *redisstore.Store
+	if *cfg.Store.Redis.Pipeline {
+		rstore = redisstore.NewPipelined(client, ro.Prefix, redisstore.PipelineOptions{MaxBatch: cfg.Store.Redis.PipelineMaxBatch})
+	} else {
+		rstore = redisstore.New(client, ro.Prefix)
+	}
+	closers := []func(){rstore.Close, func() { client.Close() }}
 	if cfg.Store.OnFailure == "local" {
 		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
 		closers = append(closers, reclaimEvery(m, 10*time.Second))
@@ -328,8 +335,9 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 			opts.FallbackShare = *cfg.Store.LocalShare
 		}
 	}
-	rs, err := resilient.New(redisstore.New(client, ro.Prefix), opts)
+	rs, err := resilient.New(rstore, opts)
 	if err != nil {
+		rstore.Close()
 		client.Close()
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -52,21 +53,62 @@ func BenchmarkRawEvalSha(b *testing.B) {
 	})
 }
 
+// The Take benchmarks run each decision shape three ways: one round trip per
+// decision (New), through the store's coalescer (NewPipelined, what
+// floodgate runs by default), and, for comparison, one round trip per
+// decision through go-redis' blocking AutoPipeline. redis-µs/op is Redis'
+// own CPU time (INFO cpu, user + sys) per decision.
 func BenchmarkTakeDistinctKeys(b *testing.B) {
-	benchTake(b, 100_000, 1)
+	benchModes(b, 100_000, 1)
 }
 
 func BenchmarkTakeHotKey(b *testing.B) {
-	benchTake(b, 1, 1)
+	benchModes(b, 1, 1)
 }
 
 func BenchmarkTakeTwoBuckets(b *testing.B) {
-	benchTake(b, 100_000, 2)
+	benchModes(b, 100_000, 2)
 }
 
-func benchTake(b *testing.B, keys, buckets int) {
-	c := benchClient(b)
-	s := redisstore.New(c, "")
+func benchModes(b *testing.B, keys, buckets int) {
+	b.Run("roundtrip", func(b *testing.B) {
+		c := benchClient(b)
+		benchTake(b, c, redisstore.New(c, ""), keys, buckets)
+	})
+	b.Run("pipelined", func(b *testing.B) {
+		c := benchClient(b)
+		s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{})
+		defer s.Close()
+		benchTake(b, c, s, keys, buckets)
+	})
+	b.Run("goredis-autopipeline", func(b *testing.B) {
+		c := benchClient(b)
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ap.Close()
+		benchTake(b, c, redisstore.New(ap, ""), keys, buckets)
+	})
+}
+
+// redisCPU reads Redis' CPU time in seconds (user + sys).
+func redisCPU(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return sum
+}
+
+func benchTake(b *testing.B, c *redis.Client, s limiter.Store, keys, buckets int) {
 	ctx := context.Background()
 	l := limiter.MustLimit(1_000_000_000, "1000000")
 	ids := make([]string, keys)
@@ -76,6 +118,7 @@ func benchTake(b *testing.B, keys, buckets int) {
 	var worker atomic.Int64
 	setParallelism(b)
 	b.ReportAllocs()
+	cpu := redisCPU(b, c)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(worker.Add(1)) * 7919
@@ -95,4 +138,6 @@ func benchTake(b *testing.B, keys, buckets int) {
 			}
 		}
 	})
+	b.StopTimer()
+	b.ReportMetric((redisCPU(b, c)-cpu)*1e6/float64(b.N), "redis-µs/op")
 }

@@ -77,6 +77,12 @@ func Dial(o Options) (redis.UniversalClient, error) {
 		ContextTimeoutEnabled: true,
 		PoolSize:              o.PoolSize,
 		MinIdleConns:          o.MinIdleConns,
+		// Pipelines (NewPipelined's batches, cross-slot decisions) share
+		// the pool of single commands rather than a pool of their own, so
+		// the first decisions after start ride the connection CheckServer
+		// opened instead of paying a dial (a TLS handshake, AUTH) within
+		// their deadline; pool_size bounds every connection.
+		PipelinePoolSize: -1,
 	}
 	switch {
 	case o.SentinelMaster != "":

@@ -68,6 +68,7 @@ type Store struct {
 	prefix  string
 	script  *redis.Script
 	refund  *redis.Script
+	pipe    *coalescer // NewPipelined: decisions share round trips (pipeline.go)
 }
 
 // New returns a store that runs its script on client (a *redis.Client,
@@ -115,7 +116,7 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		return s.takeAcrossSlots(ctx, reqs, res, keys, args, extra)
 	}
 	args = append(args, extra...)
-	reply, err := s.script.Run(ctx, s.client, keys, args...).Int64Slice()
+	reply, err := s.run(ctx, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("redis: token-bucket script: %w", explain(err))
 	}

@@ -127,6 +127,13 @@ type Redis struct {
 	PoolSize     int      `yaml:"pool_size"`      // per node (default 10 × CPUs)
 	MinIdleConns int      `yaml:"min_idle_conns"` // kept warm (default 0)
 	DialTimeout  Duration `yaml:"dial_timeout"`   // default 250ms
+
+	// Pipeline sends decisions that are in flight at the same time to Redis
+	// together, as one pipeline per round trip: still one script call per
+	// decision, far fewer system calls on both sides (default true).
+	// PipelineMaxBatch bounds the decisions in one pipeline (default 128).
+	Pipeline         *bool `yaml:"pipeline"`
+	PipelineMaxBatch int   `yaml:"pipeline_max_batch"`
 }
 
 // RedisTLS enables TLS to Redis.
@@ -436,6 +443,15 @@ func (v *validator) checkRedis(r *Redis, used bool) {
 	if r.SentinelMaster != "" && len(r.Addresses) == 0 {
 		v.at("store.redis.sentinel_master", "needs the Sentinels' host:port in store.redis.addresses")
 	}
+	if r.Pipeline == nil {
+		on := true
+		r.Pipeline = &on
+	}
+	if n := r.PipelineMaxBatch; n < 0 || n > MaxPipelineBatch {
+		v.at("store.redis.pipeline_max_batch", "must be between 1 and %d (got %d)", MaxPipelineBatch, n)
+	} else if n > 0 && !*r.Pipeline {
+		v.at("store.redis.pipeline_max_batch", "only applies with pipeline: true")
+	}
 	if !used {
 		return
 	}
@@ -459,6 +475,10 @@ func (v *validator) checkRedis(r *Redis, used bool) {
 		}
 	}
 }
+
+// MaxPipelineBatch bounds store.redis.pipeline_max_batch: a batch of this
+// many script calls is tens of milliseconds of Redis' time.
+const MaxPipelineBatch = 4096
 
 // RedisOptions returns the connection settings for redisstore.Dial, reading
 // the secrets now (a rotated password file takes effect on restart).

@@ -1,0 +1,315 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Pipelining. Without it every decision is one round trip on a connection of
+// its own: Redis pays a read and a write system call per script call, the
+// client as much again, and at a few hundred microseconds per round trip the
+// pool needs as many connections as decisions in flight. With it, decisions
+// that arrive while others are on the wire leave together as one pipeline:
+// still one EVALSHA per decision, each atomic on its own, but one write and
+// one read for the whole batch on each side.
+//
+// The coalescer is small on purpose. Flushers (PipelineOptions.Flushers, one
+// connection each at a time) take the first waiting decision, add every
+// other one already waiting up to MaxBatch, and send them at once: a batch
+// leaves as soon as it is full or nothing else is waiting, so a lone
+// decision is sent at once (no timer, no added delay at low load) and
+// batches grow only when decisions queue up behind a batch on the wire.
+//
+// go-redis' own AutoPipeline (v9.23) was considered and not used: it does
+// not honour a command's context once the command is queued (its blocking
+// face waits for the batch whatever the context says, and on its deferred
+// face Script.Run reads the EVALSHA result without a context), while the
+// resilience layer relies on Take returning by its deadline. Here a caller
+// whose context ends stops waiting at once, and a decision whose context has
+// ended before its batch leaves is dropped, not sent: it can no longer
+// charge a bucket for a request already answered by the failure mode.
+
+// DefaultMaxBatch bounds the decisions in one pipeline when
+// PipelineOptions.MaxBatch is 0. At about 7 µs of Redis time per script call
+// a full batch is about a millisecond of Redis' time.
+const DefaultMaxBatch = 128
+
+// DefaultFlushers is the number of batches that may be on the wire at once
+// when PipelineOptions.Flushers is 0: while one waits for its replies the
+// next one fills, so Redis is never idle waiting for the client.
+const DefaultFlushers = 2
+
+// PipelineOptions tune the coalescer of NewPipelined.
+type PipelineOptions struct {
+	// MaxBatch bounds the decisions sent in one pipeline (default DefaultMaxBatch).
+	MaxBatch int
+	// Flushers is how many batches may be in flight at once, each on one
+	// connection (default DefaultFlushers).
+	Flushers int
+}
+
+// PipelineClient is what pipelining needs of a client: scripts and
+// pipelines. *redis.Client (standalone or Sentinel) and *redis.ClusterClient
+// (which splits a pipeline by node) both are.
+type PipelineClient interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
+// ErrClosed is returned by Take on a pipelined store after Close.
+var ErrClosed = errors.New("redis: store closed")
+
+// NewPipelined is New with pipelining: concurrent decisions share round
+// trips (see the comment at the top of pipeline.go). Close stops it.
+func NewPipelined(client PipelineClient, prefix string, o PipelineOptions) *Store {
+	s := New(client, prefix)
+	s.pipe = newCoalescer(client, o)
+	return s
+}
+
+// Close stops a pipelined store's flushers; decisions waiting for a batch
+// fail with ErrClosed. It does not close the client. It is a no-op on a
+// store made by New.
+func (s *Store) Close() {
+	if s.pipe != nil {
+		s.pipe.close()
+	}
+}
+
+// run runs script once for one decision: in a shared pipeline when the
+// store pipelines, else on its own round trip.
+func (s *Store) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	if s.pipe == nil {
+		return s.script.Run(ctx, s.client, keys, args...).Int64Slice()
+	}
+	return s.pipe.run(ctx, s.script, keys, args)
+}
+
+// call is one decision waiting for, or riding, a batch. Calls are pooled:
+// a caller that got its reply returns its call; one that stopped waiting
+// (its context ended) leaves it to the collector, as the batch may still
+// hold it.
+type call struct {
+	ctx    context.Context
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.IntSliceCmd // EVALSHA
+	reply  []int64
+	err    error
+	done   chan struct{} // one send (buffered) once reply or err is final
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func (cl *call) finish() { cl.done <- struct{}{} }
+
+type coalescer struct {
+	client   PipelineClient
+	maxBatch int
+	calls    chan *call
+	quit     chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup
+}
+
+func newCoalescer(client PipelineClient, o PipelineOptions) *coalescer {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.Flushers <= 0 {
+		o.Flushers = DefaultFlushers
+	}
+	c := &coalescer{
+		client:   client,
+		maxBatch: o.MaxBatch,
+		// Room for every flusher's next full batch: beyond that, callers
+		// wait to enqueue (bounded by their own deadline).
+		calls: make(chan *call, o.MaxBatch*o.Flushers),
+		quit:  make(chan struct{}),
+	}
+	c.wg.Add(o.Flushers)
+	for i := 0; i < o.Flushers; i++ {
+		go c.flusher()
+	}
+	return c
+}
+
+func (c *coalescer) close() {
+	c.once.Do(func() { close(c.quit) })
+	c.wg.Wait()
+	// Fail whatever is still queued: no flusher will send it.
+	for {
+		select {
+		case cl := <-c.calls:
+			cl.err = ErrClosed
+			close(cl.done)
+		default:
+			return
+		}
+	}
+}
+
+// run queues one script call and waits for its reply or for ctx to end,
+// whichever comes first.
+func (c *coalescer) run(ctx context.Context, script *redis.Script, keys []string, args []any) ([]int64, error) {
+	select {
+	case <-c.quit:
+		return nil, ErrClosed
+	default:
+	}
+	cl := callPool.Get().(*call)
+	cl.ctx, cl.script, cl.keys, cl.args = ctx, script, keys, args
+	select {
+	case c.calls <- cl:
+	case <-ctx.Done():
+		cl.recycle()
+		return nil, ctx.Err()
+	case <-c.quit:
+		cl.recycle()
+		return nil, ErrClosed
+	}
+	select {
+	case <-cl.done:
+	case <-ctx.Done():
+		// The batch may still carry the call; its reply is dropped.
+		return nil, ctx.Err()
+	case <-c.quit:
+		// Closing: the flushers may be gone before they reach this call.
+		select {
+		case <-cl.done:
+		default:
+			return nil, ErrClosed
+		}
+	}
+	reply, err := cl.reply, cl.err
+	cl.recycle()
+	return reply, err
+}
+
+// recycle returns a call whose reply has been read (or that was never
+// queued) to the pool.
+func (cl *call) recycle() {
+	cl.ctx, cl.script, cl.keys, cl.args, cl.cmd, cl.reply, cl.err = nil, nil, nil, nil, nil, nil, nil
+	callPool.Put(cl)
+}
+
+// flusher sends batches until the coalescer closes: it waits for one call,
+// takes every other call already waiting (up to maxBatch), and sends them.
+func (c *coalescer) flusher() {
+	defer c.wg.Done()
+	batch := make([]*call, 0, c.maxBatch)
+	live := make([]*call, 0, c.maxBatch)
+	for {
+		select {
+		case cl := <-c.calls:
+			batch = append(batch, cl)
+		case <-c.quit:
+			return
+		}
+	fill:
+		for len(batch) < c.maxBatch {
+			select {
+			case cl := <-c.calls:
+				batch = append(batch, cl)
+			default:
+				break fill
+			}
+		}
+		c.flush(batch, live)
+		clear(batch)
+		clear(live[:cap(live)])
+		batch = batch[:0]
+	}
+}
+
+// flush sends one batch as a pipeline and completes every call in it.
+// Calls whose context already ended are completed with its error and not
+// sent. A call whose script is not in Redis' cache (NOSCRIPT: Redis
+// restarted, or SCRIPT FLUSH) is sent again with EVAL, which caches it, as
+// Script.Run does.
+//
+// Each EVALSHA is built here rather than by Script.EvalSha: an IntSliceCmd
+// reads the script's reply (an array of integers) straight into []int64
+// instead of a tree of interfaces converted afterwards.
+func (c *coalescer) flush(batch, live []*call) {
+	var deadline time.Time
+	bounded := true
+	for _, cl := range batch {
+		if err := cl.ctx.Err(); err != nil {
+			cl.err = err
+			cl.finish()
+			continue
+		}
+		live = append(live, cl)
+		if d, ok := cl.ctx.Deadline(); !ok {
+			bounded = false
+		} else if d.After(deadline) {
+			deadline = d
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The batch runs until the last of its callers stops waiting (the
+	// client's read and write timeouts bound it too); no single caller's
+	// cancellation cuts the batch short for the others.
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if bounded {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	defer cancel()
+
+	pipe := c.client.Pipeline()
+	var script *redis.Script
+	var sha any // script's hash, boxed once per batch
+	for _, cl := range live {
+		if cl.script != script {
+			script, sha = cl.script, cl.script.Hash()
+		}
+		cl.cmd = evalShaCmd(ctx, sha, cl.keys, cl.args)
+		_ = pipe.Process(ctx, cl.cmd)
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
+	var again []*call
+	for _, cl := range live {
+		cl.reply, cl.err = cl.cmd.Result()
+		if redis.HasErrorPrefix(cl.err, "NOSCRIPT") {
+			again = append(again, cl)
+		}
+	}
+	if len(again) > 0 {
+		evals := make([]*redis.Cmd, len(again))
+		pipe = c.client.Pipeline()
+		for i, cl := range again {
+			evals[i] = cl.script.Eval(ctx, pipe, cl.keys, cl.args...)
+		}
+		_, _ = pipe.Exec(ctx)
+		for i, cl := range again {
+			cl.reply, cl.err = evals[i].Int64Slice()
+		}
+	}
+	for _, cl := range live {
+		cl.finish()
+	}
+}
+
+// evalShaCmd is EVALSHA sha keys args, as go-redis' Script builds it, its
+// first key marked for Cluster routing.
+func evalShaCmd(ctx context.Context, sha any, keys []string, args []any) *redis.IntSliceCmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", sha, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := redis.NewIntSliceCmd(ctx, a...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
+}

@@ -1,0 +1,382 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/storetest"
+)
+
+// The pipelined store must be the store: the same conformance suite, the
+// same one script call per decision, the same recovery from a flushed script
+// cache or a restarted server, and Take must still return by the caller's
+// deadline. (The script itself is checked against the model, pipelined, in
+// model_internal_test.go.)
+
+func pipelined(t *testing.T, c redisstore.PipelineClient, prefix string) *redisstore.Store {
+	s := redisstore.NewPipelined(c, prefix, redisstore.PipelineOptions{})
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestPipelinedConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := pipelined(t, c, "")
+	storetest.Run(t, storetest.Harness{
+		Store:   s,
+		Advance: func(t *testing.T, d time.Duration) { advance(t, c, d) },
+		Exists: func(t *testing.T, name, id string) bool {
+			n, err := c.Exists(context.Background(), s.Key(name, id)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n == 1
+		},
+		Reclaim: func(*testing.T) {},
+		Slack:   50 * time.Millisecond,
+	})
+}
+
+func TestPipelinedDecisionIsOneScriptCall(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := pipelined(t, c, "")
+	l := limiter.MustLimit(5, "1")
+	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1})
+	before := commandCalls(t, c)
+	for i := 0; i < 10; i++ {
+		take(t, s,
+			limiter.Request{Name: "per-key", ID: "k1", Limit: l, Cost: 1},
+			limiter.Request{Name: "per-ip", ID: "k1", Limit: l, Cost: 1})
+	}
+	after := commandCalls(t, c)
+	if d := after["evalsha"] - before["evalsha"]; d != 10 {
+		t.Errorf("Redis counted %d EVALSHA calls for 10 decisions, want 10", d)
+	}
+	if d := after["eval"] - before["eval"]; d != 0 {
+		t.Errorf("Redis counted %d EVAL calls: the script was sent again", d)
+	}
+}
+
+// pipelineHook counts the pipelines of script calls a client sends and the
+// calls in them (a new connection's set-up pipeline is not counted).
+type pipelineHook struct{ pipelines, cmds, biggest atomic.Int64 }
+
+func (*pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var n int64
+		for _, c := range cmds {
+			if c.Name() == "evalsha" || c.Name() == "eval" {
+				n++
+			}
+		}
+		if n == 0 {
+			return next(ctx, cmds)
+		}
+		h.pipelines.Add(1)
+		h.cmds.Add(n)
+		for {
+			b := h.biggest.Load()
+			if n <= b || h.biggest.CompareAndSwap(b, n) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestPipelinedConcurrentDecisionsShareRoundTripsAndMintNothing hammers one
+// bucket from 64 goroutines: decisions must share pipelines (that is the
+// point), each must still be one script call, and the admitted count must be
+// the capacity plus what the rate refilled, within 2, as unpipelined.
+func TestPipelinedConcurrentDecisionsShareRoundTripsAndMintNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	defer c.Close()
+	h := &pipelineHook{}
+	c.AddHook(h)
+	s := pipelined(t, c, "")
+	const capacity, rate = 20, 50
+	l := limiter.MustLimit(capacity, strconv.Itoa(rate))
+	ctx := context.Background()
+	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1}) // the script cached: no EVAL below
+	h.pipelines.Store(0)
+	h.cmds.Store(0)
+	redisNow := func() time.Time { tm, _ := c.Time(ctx).Result(); return tm }
+	before := commandCalls(t, c)
+
+	var admitted, decisions atomic.Int64
+	var wg sync.WaitGroup
+	start := redisNow()
+	stop := time.Now().Add(time.Second)
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := make([]limiter.Result, 1)
+			req := []limiter.Request{{Name: "hammer", ID: "one", Limit: l, Cost: 1}}
+			for i := 0; i < 100_000 && time.Now().Before(stop); i++ {
+				ok, err := s.Take(ctx, req, res)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				decisions.Add(1)
+				if ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := redisNow().Sub(start)
+	after := commandCalls(t, c)
+	want := capacity + rate*elapsed.Seconds()
+	t.Logf("%d decisions in %d pipelines (largest %d), %d admitted in %v; capacity + rate·elapsed = %.1f",
+		decisions.Load(), h.pipelines.Load(), h.biggest.Load(), admitted.Load(), elapsed, want)
+	if got := float64(admitted.Load()); got < want-2 || got > want+2 {
+		t.Errorf("admitted %v, want %.1f ± 2", got, want)
+	}
+	if d := after["evalsha"] - before["evalsha"]; d != decisions.Load() {
+		t.Errorf("%d decisions ran %d EVALSHA, want one each", decisions.Load(), d)
+	}
+	if h.cmds.Load() != decisions.Load() {
+		t.Errorf("the pipelines carried %d commands for %d decisions", h.cmds.Load(), decisions.Load())
+	}
+	if h.biggest.Load() < 2 {
+		t.Errorf("64 concurrent callers never shared a pipeline (largest carried %d)", h.biggest.Load())
+	}
+	if h.biggest.Load() > redisstore.DefaultMaxBatch {
+		t.Errorf("a pipeline carried %d decisions, above the maximum batch %d", h.biggest.Load(), redisstore.DefaultMaxBatch)
+	}
+}
+
+func TestPipelinedScriptCacheFlushIsTransparent(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := pipelined(t, c, "")
+	r := limiter.Request{Name: "flush", ID: "a", Limit: limiter.MustLimit(3, "1/60"), Cost: 1}
+	take(t, s, r)
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, res := take(t, s, r); !ok || res[0].Remaining != 1 {
+		t.Fatalf("after SCRIPT FLUSH: allowed %v, remaining %d; want the bucket's state kept (1 left)", ok, res[0].Remaining)
+	}
+	// Several decisions meeting NOSCRIPT in one batch all recover.
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res := make([]limiter.Result, 1)
+			ok, err := s.Take(context.Background(), []limiter.Request{{Name: "flush", ID: "b" + strconv.Itoa(i), Limit: r.Limit, Cost: 1}}, res)
+			if err == nil && (!ok || res[0].Remaining != 2) {
+				err = errors.New("a fresh bucket did not pay 1 of 3")
+			}
+			errs <- err
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestPipelinedRestartedRedisMeansFullBuckets(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := pipelined(t, c, "")
+	r := limiter.Request{Name: "restart", ID: "a", Limit: limiter.MustLimit(2, "1/60"), Cost: 2}
+	if ok, _ := take(t, s, r); !ok {
+		t.Fatal("first take denied")
+	}
+	srv.Restart()
+	var ok bool
+	var err error
+	res := make([]limiter.Result, 1)
+	for i := 0; i < 5; i++ { // the pool's old connections fail once each
+		if ok, err = s.Take(context.Background(), []limiter.Request{r}, res); err == nil {
+			break
+		}
+	}
+	if err != nil || !ok || res[0].Remaining != 0 {
+		t.Fatalf("after restart: %v %v %+v; want a full bucket paying 2 of 2", ok, err, res[0])
+	}
+}
+
+// TestPipelinedTakeReturnsByTheDeadline: on a paused server, every caller,
+// the one whose batch is on the wire and those queued behind it, gets its
+// error by its own deadline, even with a client timeout far longer.
+func TestPipelinedTakeReturnsByTheDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := pipelined(t, c, "")
+	r := limiter.Request{Name: "stall", ID: "a", Limit: limiter.MustLimit(5, "1"), Cost: 1}
+	take(t, s, r)
+	srv.Pause()
+	defer srv.Resume()
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			d := time.Duration(50+10*i) * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			start := time.Now()
+			_, err := s.Take(ctx, []limiter.Request{r}, make([]limiter.Result, 1))
+			// The error is the deadline's, or the read timeout the batch
+			// got from it (the last caller's deadline is the batch's).
+			if took := time.Since(start); err == nil || took > d+500*time.Millisecond {
+				t.Errorf("caller %d (deadline %v): err %v after %v; want an error near the deadline", i, d, err, took)
+			}
+		}(i)
+	}
+	wg.Wait()
+}
+
+// TestPipelinedCallsWhoseCallerLeftAreNotSent: a decision whose context has
+// ended before its batch leaves charges nothing.
+func TestPipelinedCallsWhoseCallerLeftAreNotSent(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := pipelined(t, c, "")
+	r := limiter.Request{Name: "gone", ID: "a", Limit: limiter.MustLimit(5, "1/60"), Cost: 1}
+	take(t, s, r)
+	before := commandCalls(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 100; i++ {
+		if _, err := s.Take(ctx, []limiter.Request{r}, make([]limiter.Result, 1)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Take with a cancelled context: %v", err)
+		}
+	}
+	if ok, res := take(t, s, r); !ok || res[0].Remaining != 3 {
+		t.Errorf("after 100 cancelled decisions the bucket has %d left, want 3 (only two paid)", res[0].Remaining)
+	}
+	if d := commandCalls(t, c)["evalsha"] - before["evalsha"]; d != 1 {
+		t.Errorf("%d EVALSHA sent for 100 cancelled decisions and one live one, want 1", d)
+	}
+}
+
+func TestPipelinedClose(t *testing.T) {
+	srv := redistest.Start(t)
+	s := redisstore.NewPipelined(srv.Client(), "", redisstore.PipelineOptions{MaxBatch: 4, Flushers: 1})
+	r := limiter.Request{Name: "close", ID: "a", Limit: limiter.MustLimit(5, "1"), Cost: 1}
+	take(t, s, r)
+	s.Close()
+	s.Close() // twice is fine
+	if _, err := s.Take(context.Background(), []limiter.Request{r}, make([]limiter.Result, 1)); !errors.Is(err, redisstore.ErrClosed) {
+		t.Errorf("Take after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestPipelinedOnACluster: a cluster client splits each pipeline by node; a
+// decision over one identity's buckets is still one script call, and the
+// conformance suite passes.
+func TestPipelinedOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client()
+	ctx := context.Background()
+	t.Run("conformance", func(t *testing.T) {
+		const prefix = "pconf:"
+		s := pipelined(t, cc, prefix)
+		storetest.Run(t, storetest.Harness{
+			Store:   s,
+			Advance: func(t *testing.T, d time.Duration) { advanceCluster(t, cc, prefix, d) },
+			Exists: func(t *testing.T, name, id string) bool {
+				n, err := cc.Exists(ctx, s.Key(name, id)).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n == 1
+			},
+			Reclaim: func(*testing.T) {},
+			Slack:   50 * time.Millisecond,
+		})
+	})
+	t.Run("concurrent identities on every node", func(t *testing.T) {
+		s := pipelined(t, cc, "pconc:")
+		l := limiter.MustLimit(100, "1/3600")
+		for i := 0; i < 30; i++ { // the script loaded on every node
+			take(t, s, limiter.Request{Name: "api", ID: "warm-" + strconv.Itoa(i), Limit: l, Cost: 1})
+		}
+		sha0, eval0 := evalshaCalls(t, cl)
+		var wg sync.WaitGroup
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				res := make([]limiter.Result, 2)
+				reqs := []limiter.Request{
+					{Name: "per-key", ID: "user-" + strconv.Itoa(g), Limit: l, Cost: 1},
+					{Name: "per-route", ID: "user-" + strconv.Itoa(g), Limit: l, Cost: 1}}
+				for i := 0; i < 10; i++ {
+					ok, err := s.Take(ctx, reqs, res)
+					if err != nil || !ok || res[0].Remaining != int64(99-i) || res[1].Remaining != int64(99-i) {
+						t.Errorf("identity %d, decision %d: %v %v %+v", g, i, ok, err, res)
+						return
+					}
+				}
+			}(g)
+		}
+		wg.Wait()
+		sha1, eval1 := evalshaCalls(t, cl)
+		if sha1-sha0 != 320 || eval1 != eval0 {
+			t.Errorf("320 decisions ran %d EVALSHA and %d EVAL, want 320 and 0", sha1-sha0, eval1-eval0)
+		}
+	})
+}
+
+// TestPipelinesRideTheConnectionCheckServerOpened: a client from Dial keeps
+// one pool for single commands and pipelines, so the first pipelined
+// decisions after start do not pay a new connection (a TLS handshake, AUTH)
+// within their deadline.
+func TestPipelinesRideTheConnectionCheckServerOpened(t *testing.T) {
+	srv := redistest.Start(t)
+	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	if err := redisstore.CheckServer(context.Background(), uc); err != nil {
+		t.Fatal(err)
+	}
+	s := pipelined(t, uc, "")
+	for i := 0; i < 5; i++ {
+		take(t, s, limiter.Request{Name: "first", ID: strconv.Itoa(i), Limit: limiter.MustLimit(5, "1"), Cost: 1})
+	}
+	st := uc.(*redis.Client).PoolStats()
+	conns := st.TotalConns
+	if st.PipelineStats != nil {
+		conns += st.PipelineStats.TotalConns
+	}
+	if conns != 1 {
+		t.Errorf("after CheckServer and 5 sequential pipelined decisions the client holds %d connections, want 1", conns)
+	}
+}
