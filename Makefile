@@ -38,7 +38,7 @@ lint:
 ## bench: the end-to-end table. Builds floodgate and floodbench, starts its own redis-server, a no-op
 ## ext_authz server (the ceiling) and floodgate on 127.0.0.1, and prints decisions/s, p50, p99, the ratio
 ## to the no-op server and Redis CPU per decision for every scenario at concurrency 1, 16 and 64 (a few
-## minutes). BENCHFLAGS go to `floodbench run` (e.g. BENCHFLAGS='--cell 5s --scenarios a,b,b0').
+## minutes). BENCHFLAGS go to `floodbench run` (e.g. BENCHFLAGS="--cell 6s --conc 64").
 BENCHFLAGS ?=
 bench: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
@@ -53,7 +53,7 @@ bench-go: redis
 ## concurrency 64, written to bin/profiles (read them with go tool pprof).
 bench-profile: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
-	bin/floodbench run --floodgate $(BIN) --scenarios a,b,e --conc 64 --cell 5s --profile bin/profiles $(BENCHFLAGS)
+	bin/floodbench run --floodgate $(BIN) --scenarios a,b,e --conc 64 --cell 5s --rounds 1 --profile bin/profiles $(BENCHFLAGS)
 
 ## fuzz: each fuzz target for FUZZTIME (make test replays their committed corpora in testdata/fuzz).
 fuzz:
