@@ -134,6 +134,9 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		grpc.MaxRecvMsgSize(cfg.Listen.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(uint32(cfg.Listen.MaxConcurrentStreams)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.Listen.KeepaliveMinTime.Duration, PermitWithoutStream: true}),
+		// Protobuf, with CheckRequests decoded without protobuf-go's
+		// reflection over the headers map (extauthz/decode.go).
+		grpc.ForceServerCodecV2(extauthz.ServerCodec()),
 	}
 	if cfg.Listen.TLS != nil {
 		src, err := newTLSSource(*cfg.Listen.TLS, log)
