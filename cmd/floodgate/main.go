@@ -15,7 +15,7 @@ import (
 const usage = `floodgate — a distributed rate limiter for Envoy and Istio (ext_authz)
 
 Usage:
-  floodgate serve    [--config FILE] [--log-format json|console]
+  floodgate serve    [--config FILE] [--log-format json|console] [--pprof 127.0.0.1:PORT]
   floodgate validate --config FILE
   floodgate check    --addr HOST:PORT --path P [-H 'name: value']... [--count N]
   floodgate version

@@ -34,7 +34,9 @@ type reloader struct {
 	reloads  prometheus.Counter
 }
 
-func newReloader(path string, s *extauthz.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
+// newReloader starts from the configuration in use, cfg: a file changed
+// since it was read is reloaded at the first poll, however early.
+func newReloader(cfg *config.Config, path string, s *extauthz.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
 	r := &reloader{path: path, server: s, log: log,
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_config_info", Help: "The configuration in use: 1, labelled with the SHA-256 of its file (empty for the embedded default).",
@@ -47,8 +49,8 @@ func newReloader(path string, s *extauthz.Server, log *zap.Logger, reg prometheu
 		}),
 	}
 	reg.MustRegister(r.info, r.failures, r.reloads)
-	if data, err := r.read(); err == nil {
-		r.hash = digest(data)
+	if path != "" {
+		r.hash = cfg.Digest
 	}
 	r.info.WithLabelValues(r.hash).Set(1)
 	return r

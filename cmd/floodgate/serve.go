@@ -179,7 +179,7 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
 		zap.Int("policies", len(cfg.Policies)), zap.String("version", version))
 
-	rl := newReloader(path, authz, log, reg)
+	rl := newReloader(cfg, path, authz, log, reg)
 	if path != "" && *cfg.Reload.Watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()

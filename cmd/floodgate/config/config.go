@@ -4,7 +4,9 @@
 package config
 
 import (
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -37,6 +39,9 @@ type Config struct {
 	Engine *extauthz.Engine `yaml:"-"`
 	// Source names where the configuration came from (a path, or "embedded default").
 	Source string `yaml:"-"`
+	// Digest is the SHA-256 (hex) of the bytes it was parsed from: a reload
+	// compares it with the file's content now.
+	Digest string `yaml:"-"`
 }
 
 // Listen is where the servers listen, and the gRPC server's limits.
@@ -246,7 +251,8 @@ func Parse(file string, data []byte) (*Config, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, Problems{yamlProblem(file, err.Error())}
 	}
-	c := &Config{Source: file}
+	sum := sha256.Sum256(data)
+	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:])}
 	v := &validator{file: file, lines: map[string]int{}}
 	if len(doc.Content) == 0 {
 		v.problem(0, "is empty: a configuration needs at least policies")
