@@ -155,20 +155,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("conformance", func(t *testing.T) {
 		const prefix = "conf:"
-		s := redisstore.New(cc, prefix)
-		storetest.Run(t, storetest.Harness{
-			Store:   s,
-			Advance: func(t *testing.T, d time.Duration) { advanceCluster(t, cc, prefix, d) },
-			Exists: func(t *testing.T, name, id string) bool {
-				n, err := cc.Exists(ctx, s.Key(name, id)).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n == 1
-			},
-			Reclaim: func(*testing.T) {},
-			Slack:   50 * time.Millisecond,
-		})
+		storetest.Run(t, harness(redisstore.New(cc, prefix), cc, func(t *testing.T, d time.Duration) { advanceCluster(t, cc, prefix, d) }))
 	})
 
 	t.Run("one identity's buckets are one script call", func(t *testing.T) {

@@ -36,13 +36,13 @@ func advance(t *testing.T, c *redis.Client, d time.Duration) {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s := redisstore.New(c, "")
-	storetest.Run(t, storetest.Harness{
+// harness adapts a Redis-backed store to the conformance suite: time moves
+// by shifting expiries (move), a bucket exists when its key does, Redis
+// expires keys by itself, and Redis' clock runs on between calls.
+func harness(s *redisstore.Store, c redis.Cmdable, move func(t *testing.T, d time.Duration)) storetest.Harness {
+	return storetest.Harness{
 		Store:   s,
-		Advance: func(t *testing.T, d time.Duration) { advance(t, c, d) },
+		Advance: move,
 		Exists: func(t *testing.T, name, id string) bool {
 			n, err := c.Exists(context.Background(), s.Key(name, id)).Result()
 			if err != nil {
@@ -52,5 +52,11 @@ func TestConformance(t *testing.T) {
 		},
 		Reclaim: func(*testing.T) {},
 		Slack:   50 * time.Millisecond,
-	})
+	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	storetest.Run(t, harness(redisstore.New(c, ""), c, func(t *testing.T, d time.Duration) { advance(t, c, d) }))
 }
