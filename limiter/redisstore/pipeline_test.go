@@ -158,24 +158,7 @@ func TestPipelinedScriptCacheFlushIsTransparent(t *testing.T) {
 
 func TestPipelinedRestartedRedisMeansFullBuckets(t *testing.T) {
 	srv := redistest.Start(t)
-	c := srv.Client()
-	s := pipelined(t, c, "")
-	r := limiter.Request{Name: "restart", ID: "a", Limit: limiter.MustLimit(2, "1/60"), Cost: 2}
-	if ok, _ := take(t, s, r); !ok {
-		t.Fatal("first take denied")
-	}
-	srv.Restart()
-	var ok bool
-	var err error
-	res := make([]limiter.Result, 1)
-	for i := 0; i < 5; i++ { // the pool's old connections fail once each
-		if ok, err = s.Take(context.Background(), []limiter.Request{r}, res); err == nil {
-			break
-		}
-	}
-	if err != nil || !ok || res[0].Remaining != 0 {
-		t.Fatalf("after restart: %v %v %+v; want a full bucket paying 2 of 2", ok, err, res[0])
-	}
+	restartEmpty(t, srv, pipelined(t, srv.Client(), ""))
 }
 
 // TestPipelinedTakeReturnsByTheDeadline: on a paused server, every caller,
