@@ -296,6 +296,9 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Identity.HashSecretFile == "" && cfg.Identity.HashSecretEnv == "" {
+		log.Warn("identity.hash_secret_file/_env is not set: bucket keys in Redis are hashed without a secret, so guessable identities (IP addresses) could be confirmed from them; set the same secret on every replica")
+	}
 	redis.SetLogger(redisLog{log.Named("redis")})
 	client, err := redisstore.Dial(ro)
 	if err != nil {
