@@ -254,38 +254,44 @@ func hammer(t *testing.T, s limiter.Store, c *redis.Client, d time.Duration) int
 	ctx := context.Background()
 	redisNow := func() time.Time { tm, _ := c.Time(ctx).Result(); return tm }
 
-	var admitted, decisions atomic.Int64
-	var wg sync.WaitGroup
 	start := redisNow()
-	stop := time.Now().Add(d)
-	for g := 0; g < 64; g++ {
+	admitted, decisions := takeConcurrently(t, s, []limiter.Request{{Name: "hammer", ID: "one", Limit: l, Cost: 1}}, 64, 200_000, time.Now().Add(d))
+	elapsed := redisNow().Sub(start)
+	want := capacity + rate*elapsed.Seconds()
+	t.Logf("%d decisions, %d admitted in %v (Redis clock); capacity + rate·elapsed = %.1f", decisions, admitted, elapsed, want)
+	if got := float64(admitted); got < want-2 || got > want+2 {
+		t.Errorf("admitted %v, want %.1f ± 2", got, want)
+	}
+	if decisions < 10*admitted {
+		t.Errorf("only %d decisions for %d admitted: the bucket was not under pressure", decisions, admitted)
+	}
+	return decisions
+}
+
+// takeConcurrently runs the decision reqs from g goroutines, each at most
+// max times and not past stop, and counts the decisions and the admitted.
+func takeConcurrently(t *testing.T, s limiter.Store, reqs []limiter.Request, g, max int, stop time.Time) (admitted, decisions int64) {
+	t.Helper()
+	var a, d atomic.Int64
+	var wg sync.WaitGroup
+	for range g {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res := make([]limiter.Result, 1)
-			req := []limiter.Request{{Name: "hammer", ID: "one", Limit: l, Cost: 1}}
-			for i := 0; i < 200_000 && time.Now().Before(stop); i++ {
-				ok, err := s.Take(ctx, req, res)
+			res := make([]limiter.Result, len(reqs))
+			for i := 0; i < max && time.Now().Before(stop); i++ {
+				ok, err := s.Take(context.Background(), reqs, res)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				decisions.Add(1)
+				d.Add(1)
 				if ok {
-					admitted.Add(1)
+					a.Add(1)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	elapsed := redisNow().Sub(start)
-	want := capacity + rate*elapsed.Seconds()
-	t.Logf("%d decisions, %d admitted in %v (Redis clock); capacity + rate·elapsed = %.1f", decisions.Load(), admitted.Load(), elapsed, want)
-	if got := float64(admitted.Load()); got < want-2 || got > want+2 {
-		t.Errorf("admitted %v, want %.1f ± 2", got, want)
-	}
-	if decisions.Load() < 10*admitted.Load() {
-		t.Errorf("only %d decisions for %d admitted: the bucket was not under pressure", decisions.Load(), admitted.Load())
-	}
-	return decisions.Load()
+	return a.Load(), d.Load()
 }

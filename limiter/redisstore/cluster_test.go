@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,35 +292,15 @@ func TestCluster(t *testing.T) {
 			{Name: "c", ID: ids[1], Limit: tight, Cost: 1},
 			{Name: "c", ID: ids[2], Limit: wide, Cost: 1},
 		}
-		var admitted, decisions atomic.Int64
-		var wg sync.WaitGroup
-		for g := 0; g < 8; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res := make([]limiter.Result, len(reqs))
-				for i := 0; i < 60; i++ {
-					ok, err := s.Take(ctx, reqs, res)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					decisions.Add(1)
-					if ok {
-						admitted.Add(1)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if admitted.Load() != 20 {
-			t.Errorf("%d of %d decisions admitted, want exactly the tight bucket's 20", admitted.Load(), decisions.Load())
+		admitted, decisions := takeConcurrently(t, s, reqs, 8, 60, time.Now().Add(time.Minute))
+		if admitted != 20 {
+			t.Errorf("%d of %d decisions admitted, want exactly the tight bucket's 20", admitted, decisions)
 		}
 		for _, i := range []int{0, 2} {
 			probe := reqs[i]
 			probe.Cost = 1001
-			if _, r := take(t, s, probe); r[0].Remaining != 1000-admitted.Load() {
-				t.Errorf("wide bucket %d holds %d after %d admitted decisions, want %d: refunds lost or minted tokens", i, r[0].Remaining, admitted.Load(), 1000-admitted.Load())
+			if _, r := take(t, s, probe); r[0].Remaining != 1000-admitted {
+				t.Errorf("wide bucket %d holds %d after %d admitted decisions, want %d: refunds lost or minted tokens", i, r[0].Remaining, admitted, 1000-admitted)
 			}
 		}
 	})

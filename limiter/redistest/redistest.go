@@ -258,9 +258,6 @@ func (s *Server) Client() *redis.Client {
 	return c
 }
 
-// Dir is the server's working directory (its log is redis-PORT.log there).
-func (s *Server) Dir() string { return s.dir }
-
 // Log returns what the server has logged so far.
 func (s *Server) Log() string {
 	b, _ := os.ReadFile(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.Port)))
