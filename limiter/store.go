@@ -56,6 +56,17 @@ type Store interface {
 	Take(ctx context.Context, reqs []Request, res []Result) (allowed bool, err error)
 }
 
+// DeadlineStore is a Store that can also bound one decision by a deadline
+// of its own. TakeBy is Take ending at deadline (with an error wrapping
+// context.DeadlineExceeded) as well as with ctx; a zero deadline adds no
+// bound. It exists for callers on the hot path that bound every decision:
+// a context derived for the purpose costs a context, a timer and a
+// registration with its parent each time, where a store can reuse its own.
+type DeadlineStore interface {
+	Store
+	TakeBy(ctx context.Context, deadline time.Time, reqs []Request, res []Result) (allowed bool, err error)
+}
+
 // Check validates a decision's input the same way for every store.
 func Check(reqs []Request, res []Result) error {
 	if len(reqs) == 0 {

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -161,43 +162,53 @@ func TestPipelinedRestartedRedisMeansFullBuckets(t *testing.T) {
 	restartEmpty(t, srv, pipelined(t, srv.Client(), ""))
 }
 
-// TestPipelinedTakeReturnsByTheDeadline: on a paused server, every caller,
-// the one whose batch is on the wire and those queued behind it, gets its
-// error by its own deadline, even with a client timeout far longer.
-func TestPipelinedTakeReturnsByTheDeadline(t *testing.T) {
+// TestTakeReturnsByTheDeadline: on a paused server, every caller, the one
+// whose batch is on the wire and those queued behind it, gets its error by
+// its own deadline, even with a client timeout far longer: a deadline given
+// by the context (Take) or alongside it (TakeBy), pipelined or not.
+func TestTakeReturnsByTheDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	c, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 10 * time.Second})
+	c, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 10 * time.Second, PoolSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s := pipelined(t, c, "")
 	r := limiter.Request{Name: "stall", ID: "a", Limit: limiter.MustLimit(5, "1"), Cost: 1}
-	take(t, s, r)
+	stores := map[string]*redisstore.Store{"pipelined": pipelined(t, c, ""), "one round trip each": redisstore.New(c, "")}
+	for _, s := range stores {
+		take(t, s, r)
+	}
 	srv.Pause()
 	defer srv.Resume()
 	var wg sync.WaitGroup
-	for i := 0; i < 20; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			d := time.Duration(50+10*i) * time.Millisecond
-			ctx, cancel := context.WithTimeout(context.Background(), d)
-			defer cancel()
-			start := time.Now()
-			_, err := s.Take(ctx, []limiter.Request{r}, make([]limiter.Result, 1))
-			// The error is the deadline's, or the read timeout the batch
-			// got from it (the last caller's deadline is the batch's).
-			if took := time.Since(start); err == nil || took > d+500*time.Millisecond {
-				t.Errorf("caller %d (deadline %v): err %v after %v; want an error near the deadline", i, d, err, took)
-			}
-		}(i)
+	for name, s := range stores {
+		for i := 0; i < 20; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				d := time.Duration(50+10*i) * time.Millisecond
+				start := time.Now()
+				var err error
+				if i%2 == 0 {
+					ctx, cancel := context.WithTimeout(context.Background(), d)
+					defer cancel()
+					_, err = s.Take(ctx, []limiter.Request{r}, make([]limiter.Result, 1))
+				} else {
+					_, err = s.TakeBy(context.Background(), start.Add(d), []limiter.Request{r}, make([]limiter.Result, 1))
+				}
+				// The error is the deadline's, or the read timeout the batch
+				// got from it (the last caller's deadline is the batch's).
+				if took := time.Since(start); err == nil || took > d+500*time.Millisecond {
+					t.Errorf("%s, caller %d (deadline %v): err %v after %v; want an error near the deadline", name, i, d, err, took)
+				}
+			}(i)
+		}
 	}
 	wg.Wait()
 }
 
 // TestPipelinedCallsWhoseCallerLeftAreNotSent: a decision whose context has
-// ended before its batch leaves charges nothing.
+// ended, or whose deadline has passed, before its batch leaves charges nothing.
 func TestPipelinedCallsWhoseCallerLeftAreNotSent(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
@@ -212,11 +223,17 @@ func TestPipelinedCallsWhoseCallerLeftAreNotSent(t *testing.T) {
 			t.Fatalf("Take with a cancelled context: %v", err)
 		}
 	}
+	past := time.Now().Add(-time.Millisecond)
+	for i := 0; i < 100; i++ {
+		if _, err := s.TakeBy(context.Background(), past, []limiter.Request{r}, make([]limiter.Result, 1)); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("TakeBy with a deadline past: %v", err)
+		}
+	}
 	if ok, res := take(t, s, r); !ok || res[0].Remaining != 3 {
-		t.Errorf("after 100 cancelled decisions the bucket has %d left, want 3 (only two paid)", res[0].Remaining)
+		t.Errorf("after 200 decisions cancelled or past their deadline the bucket has %d left, want 3 (only two paid)", res[0].Remaining)
 	}
 	if d := commandCalls(t, c)["evalsha"] - before["evalsha"]; d != 1 {
-		t.Errorf("%d EVALSHA sent for 100 cancelled decisions and one live one, want 1", d)
+		t.Errorf("%d EVALSHA sent for 200 decisions cancelled or past their deadline and one live one, want 1", d)
 	}
 }
 
@@ -229,6 +246,51 @@ func TestPipelinedClose(t *testing.T) {
 	s.Close() // twice is fine
 	if _, err := s.Take(context.Background(), []limiter.Request{r}, make([]limiter.Result, 1)); !errors.Is(err, redisstore.ErrClosed) {
 		t.Errorf("Take after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestPipelinedCloseUnderLoad: callers without any deadline that race
+// Close all return, either with a decision or with ErrClosed; none is left
+// waiting in the queue.
+func TestPipelinedCloseUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	for round := 0; round < 20; round++ {
+		s := redisstore.NewPipelined(srv.Client(), "", redisstore.PipelineOptions{MaxBatch: 4})
+		r := limiter.Request{Name: "close-race", ID: "a", Limit: limiter.MustLimit(1000, "1000"), Cost: 1}
+		var wg sync.WaitGroup
+		var decided, closed atomic.Int64
+		for g := 0; g < 32; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 1000; i++ {
+					_, err := s.Take(context.Background(), []limiter.Request{r}, make([]limiter.Result, 1))
+					if errors.Is(err, redisstore.ErrClosed) {
+						closed.Add(1)
+						return
+					}
+					if err != nil {
+						t.Errorf("Take: %v", err)
+						return
+					}
+					decided.Add(1)
+				}
+			}()
+		}
+		for start := time.Now(); decided.Load() < 50 && time.Since(start) < 10*time.Second; {
+			runtime.Gosched()
+		}
+		s.Close()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: callers still waiting 10 s after Close", round)
+		}
+		if closed.Load() == 0 {
+			t.Errorf("round %d: no caller saw ErrClosed (%d decisions)", round, decided.Load())
+		}
 	}
 }
 

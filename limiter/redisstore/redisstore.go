@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -95,14 +96,31 @@ func (s *Store) Key(name, id string) string {
 // refund fails, Take returns false, the filled results and an error wrapping
 // ErrRefund.
 func (s *Store) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
-	return s.take(ctx, reqs, res)
+	return s.takeBy(ctx, time.Time{}, reqs, res)
+}
+
+// TakeBy implements limiter.DeadlineStore: Take, ending at deadline too. A
+// pipelined store waits for the deadline with a timer it reuses; otherwise
+// it derives a context for it.
+func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.Request, res []limiter.Result) (bool, error) {
+	return s.takeBy(ctx, deadline, reqs, res)
 }
 
 // take runs the script; extra arguments follow the buckets' (tests use them
 // to hand a clock to a script whose TIME call they replaced).
 func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.Result, extra ...any) (bool, error) {
+	return s.takeBy(ctx, time.Time{}, reqs, res, extra...)
+}
+
+func (s *Store) takeBy(ctx context.Context, deadline time.Time, reqs []limiter.Request, res []limiter.Result, extra ...any) (bool, error) {
 	if err := limiter.Check(reqs, res); err != nil {
 		return false, err
+	}
+	if !deadline.IsZero() && s.pipe == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+		deadline = time.Time{}
 	}
 	keys := make([]string, len(reqs))
 	args := make([]any, 0, 4*len(reqs)+len(extra))
@@ -113,10 +131,15 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		args = append(args, r.Limit.Capacity, k, g, r.Cost)
 	}
 	if s.cluster != nil && len(keys) > 1 && !sameSlot(keys) {
+		if !deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
 		return s.takeAcrossSlots(ctx, reqs, res, keys, args, extra)
 	}
 	args = append(args, extra...)
-	reply, err := s.run(ctx, keys, args)
+	reply, err := s.run(ctx, deadline, keys, args)
 	if err != nil {
 		return false, fmt.Errorf("redis: token-bucket script: %w", explain(err))
 	}

@@ -168,9 +168,7 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		s.failures.WithLabelValues("breaker_open").Inc()
 		return s.degrade(ctx, reqs, res, errBreakerOpen)
 	}
-	dctx, cancel := s.deadline(ctx)
-	allowed, err := s.primary.Take(dctx, reqs, res)
-	cancel()
+	allowed, err := s.takePrimary(ctx, reqs, res)
 	if err == nil {
 		s.breaker.Success()
 		if !allowed && useCache && s.cache != nil {
@@ -252,19 +250,31 @@ func (s *Store) scale(l limiter.Limit) limiter.Limit {
 	return out
 }
 
-// deadline bounds ctx by the store timeout, and by the caller's deadline
-// less a margin (a tenth of what is left, at least a millisecond) so the
+// takePrimary asks the primary store, bounded by deadline.
+func (s *Store) takePrimary(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
+	d := s.deadline(ctx)
+	if ds, ok := s.primary.(limiter.DeadlineStore); ok {
+		return ds.TakeBy(ctx, d, reqs, res)
+	}
+	dctx, cancel := context.WithDeadline(ctx, d)
+	defer cancel()
+	return s.primary.Take(dctx, reqs, res)
+}
+
+// deadline is when a decision must end: the store timeout from now, or the
+// caller's deadline less a margin (a tenth of what is left, at least a millisecond) so the
 // failure-mode answer still reaches the caller in time. It reads the real
 // clock: deadlines govern real I/O.
-func (s *Store) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	d := time.Now().Add(s.opts.Timeout)
+func (s *Store) deadline(ctx context.Context) time.Time {
+	now := time.Now()
+	d := now.Add(s.opts.Timeout)
 	if cd, ok := ctx.Deadline(); ok {
-		left := time.Until(cd)
+		left := cd.Sub(now)
 		if c := cd.Add(-max(left/10, time.Millisecond)); c.Before(d) {
 			d = c
 		}
 	}
-	return context.WithDeadline(ctx, d)
+	return d
 }
 
 func isTimeout(err error) bool {
