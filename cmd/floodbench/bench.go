@@ -50,7 +50,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var o benchOptions
 	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
-	scen := fs.String("scenarios", "a,b,b0,c,d,e,f", "scenarios to run, from a b b0 c d e f (b0: (b) with store.redis.pipeline: false)")
+	scen := fs.String("scenarios", "a,b,b0,c,d,e,f", "scenarios to run, from a b b0 b2 c d e f (b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2)")
 	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
 	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
@@ -144,7 +144,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}()
 	servers := map[string]*proc{}
-	for _, name := range []string{"noop", "redis", "redis-nopipe", "memory"} {
+	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "memory"} {
 		if !wanted[name] {
 			continue
 		}
@@ -268,7 +268,8 @@ func printTable(w io.Writer, o benchOptions, mach string, rows []row) {
 	fmt.Fprintln(w, "scripts/read: script calls per read event in Redis (INFO total_reads_processed), i.e. the pipelines' depth")
 	fmt.Fprintln(w)
 	cells := [][]string{{"scenario", "conc", "decisions/s", "p50", "p99", "rate ×(a)", "p99 ×(a)", "Redis µs/dec", "scripts/dec", "scripts/read", "server µs/dec", "client µs/dec", "errors"}}
-	for _, id := range []string{"a", "b", "b0", "c", "d", "e", "f"} {
+	for _, sc := range scenarios { // table order
+		id := sc.id
 		for _, r := range rows {
 			if r.sc.id != id {
 				continue

@@ -15,6 +15,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/config"
 )
 
 // bins are the floodgate and floodbench binaries, built once for the tests.
@@ -141,5 +143,37 @@ func TestOnlyLoopbackTargets(t *testing.T) {
 			c.close()
 			t.Errorf("dial(%s) accepted a non-loopback target", target)
 		}
+	}
+}
+
+// TestFloodgateConfigsParse: every floodgate instance the bench starts has
+// a configuration floodgate accepts, with the store settings its rows claim.
+func TestFloodgateConfigsParse(t *testing.T) {
+	for _, tc := range []struct {
+		server   string
+		backend  string
+		pipeline bool
+		flushers int
+	}{
+		{"redis", "redis", true, 0},
+		{"redis-nopipe", "redis", false, 0},
+		{"redis-2flushers", "redis", true, 2},
+		{"memory", "memory", true, 0},
+	} {
+		y, err := floodgateConfig(tc.server, "127.0.0.1:6379")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.server, err)
+		}
+		c, err := config.Parse(tc.server+".yaml", []byte(y))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.server, err, y)
+		}
+		r := c.Store.Redis
+		if c.Store.Backend != tc.backend || *r.Pipeline != tc.pipeline || r.PipelineFlushers != tc.flushers {
+			t.Errorf("%s: backend %s, pipeline %v, flushers %d; want %s, %v, %d", tc.server, c.Store.Backend, *r.Pipeline, r.PipelineFlushers, tc.backend, tc.pipeline, tc.flushers)
+		}
+	}
+	if _, err := floodgateConfig("nonsense", ""); err == nil {
+		t.Error("an unknown instance got a configuration")
 	}
 }

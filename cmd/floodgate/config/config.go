@@ -137,8 +137,12 @@ type Redis struct {
 	// together, as one pipeline per round trip: still one script call per
 	// decision, far fewer system calls on both sides (default true).
 	// PipelineMaxBatch bounds the decisions in one pipeline (default 128).
+	// PipelineFlushers is how many pipelines may be on the wire at once
+	// (default 1: the deepest batches, best when Redis shares cores with
+	// its clients; 2 or more for a Redis far away, with cores of its own).
 	Pipeline         *bool `yaml:"pipeline"`
 	PipelineMaxBatch int   `yaml:"pipeline_max_batch"`
+	PipelineFlushers int   `yaml:"pipeline_flushers"`
 }
 
 // RedisTLS enables TLS to Redis.
@@ -458,6 +462,11 @@ func (v *validator) checkRedis(r *Redis, used bool) {
 	} else if n > 0 && !*r.Pipeline {
 		v.at("store.redis.pipeline_max_batch", "only applies with pipeline: true")
 	}
+	if n := r.PipelineFlushers; n < 0 || n > MaxPipelineFlushers {
+		v.at("store.redis.pipeline_flushers", "must be between 1 and %d (got %d)", MaxPipelineFlushers, n)
+	} else if n > 0 && !*r.Pipeline {
+		v.at("store.redis.pipeline_flushers", "only applies with pipeline: true")
+	}
 	if !used {
 		return
 	}
@@ -485,6 +494,10 @@ func (v *validator) checkRedis(r *Redis, used bool) {
 // MaxPipelineBatch bounds store.redis.pipeline_max_batch: a batch of this
 // many script calls is tens of milliseconds of Redis' time.
 const MaxPipelineBatch = 4096
+
+// MaxPipelineFlushers bounds store.redis.pipeline_flushers: each flusher
+// holds a connection while its batch is on the wire.
+const MaxPipelineFlushers = 64
 
 // RedisOptions returns the connection settings for redisstore.Dial, reading
 // the secrets now (a rotated password file takes effect on restart).
