@@ -188,6 +188,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	// scenarios', so a change in the machine's background load during the
 	// run falls on every scenario alike rather than on one.
 	var rows []row
+	var steady steadiness
 	fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
 	round := o.cell / time.Duration(o.rounds)
 	for _, conc := range o.conc {
@@ -196,6 +197,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			cells[i] = row{sc: sc, conc: conc}
 		}
 		for rd := 0; rd < o.rounds; rd++ {
+			steady = append(steady, settleAndProbe(ctx))
 			for i, sc := range scs {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -247,13 +249,13 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			return fmt.Errorf("%s exited during the run:\n%s", p.name, p.output())
 		}
 	}
-	printTable(stdout, o, machine(redisBin), rows)
+	printTable(stdout, o, machine(redisBin), steady, rows)
 	return nil
 }
 
 // printTable prints the machine, the settings and one row per cell, grouped
 // by scenario, with ratios to (a) at the same concurrency.
-func printTable(w io.Writer, o benchOptions, mach string, rows []row) {
+func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, rows []row) {
 	base := map[int]result{}
 	for _, r := range rows {
 		if r.sc.id == "a" {
@@ -261,6 +263,7 @@ func printTable(w io.Writer, o benchOptions, mach string, rows []row) {
 		}
 	}
 	fmt.Fprintf(w, "machine: %s\n", mach)
+	fmt.Fprintf(w, "steadiness: %s\n", steady)
 	fmt.Fprintf(w, "run: %s; each cell %v in %d rounds taking turns with the other scenarios, each after a %v warm-up (at most %d requests a round); load generator: %d gRPC connection(s), pre-encoded Envoy-shaped CheckRequests, %d distinct callers; everything on 127.0.0.1\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), o.cell, o.rounds, o.warmup, o.maxCount, o.conns, o.keys)
 	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run. CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")

@@ -63,6 +63,9 @@ func TestSmoke(t *testing.T) {
 	if !strings.HasPrefix(out.String(), "machine: ") || !strings.Contains(out.String(), "CPUs (nproc)") {
 		t.Errorf("the table does not start with the machine:\n%s", out.String())
 	}
+	if !strings.Contains(out.String(), "\nsteadiness: a fixed CPU task (hashing 2 MiB) took ") || !strings.Contains(out.String(), "before each of the 2 rounds") {
+		t.Errorf("no steadiness line for the run's 2 rounds:\n%s", out.String())
+	}
 	rows := map[string]map[string]string{} // "(b)" → column → cell
 	var header []string
 	for _, line := range strings.Split(out.String(), "\n") {
@@ -175,5 +178,25 @@ func TestFloodgateConfigsParse(t *testing.T) {
 	}
 	if _, err := floodgateConfig("nonsense", ""); err == nil {
 		t.Error("an unknown instance got a configuration")
+	}
+}
+
+func TestSteadiness(t *testing.T) {
+	ms := time.Millisecond
+	if got := (steadiness{}).String(); got != "not measured" {
+		t.Errorf("no probes: %q", got)
+	}
+	if s := (steadiness{ms}); s.spread() != 0 {
+		t.Errorf("one probe: spread %v, want 0", s.spread())
+	}
+	s := steadiness{ms, 5 * ms / 4, ms}
+	if got := s.spread(); got < 0.2499 || got > 0.2501 {
+		t.Errorf("spread of 1, 1.25, 1 ms: %v, want 0.25", got)
+	}
+	if got := s.String(); !strings.Contains(got, "took 1ms–1.25ms before each of the 3 rounds, a spread of 25%") {
+		t.Errorf("String: %q", got)
+	}
+	if d := probe(); d <= 0 || d > 10*time.Second {
+		t.Errorf("probe took %v", d)
 	}
 }
