@@ -52,15 +52,21 @@ func settleAndProbe(ctx context.Context) time.Duration {
 // steadiness describes the probes of one run.
 type steadiness []time.Duration
 
+// bounds returns the fastest and the slowest probe.
+func (s steadiness) bounds() (lo, hi time.Duration) {
+	lo, hi = s[0], s[0]
+	for _, d := range s[1:] {
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	return lo, hi
+}
+
 // spread is (slowest − fastest) / fastest, 0 with fewer than two probes.
 func (s steadiness) spread() float64 {
 	if len(s) < 2 {
 		return 0
 	}
-	lo, hi := s[0], s[0]
-	for _, d := range s[1:] {
-		lo, hi = min(lo, d), max(hi, d)
-	}
+	lo, hi := s.bounds()
 	if lo <= 0 {
 		return 0
 	}
@@ -71,10 +77,7 @@ func (s steadiness) String() string {
 	if len(s) == 0 {
 		return "not measured"
 	}
-	lo, hi := s[0], s[0]
-	for _, d := range s[1:] {
-		lo, hi = min(lo, d), max(hi, d)
-	}
+	lo, hi := s.bounds()
 	return fmt.Sprintf("a fixed CPU task (hashing 2 MiB) took %v–%v before each of the %d rounds, a spread of %.0f%% (under 10%% on a steady machine; more means other load came and went, and the ratios carry some of it)",
 		lo.Round(time.Microsecond), hi.Round(time.Microsecond), len(s), 100*s.spread())
 }

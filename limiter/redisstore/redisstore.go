@@ -116,12 +116,6 @@ func (s *Store) takeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	if err := limiter.Check(reqs, res); err != nil {
 		return false, err
 	}
-	if !deadline.IsZero() && s.pipe == nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-		deadline = time.Time{}
-	}
 	keys := make([]string, len(reqs))
 	args := make([]any, 0, 4*len(reqs)+len(extra))
 	for i := range reqs {
@@ -130,12 +124,16 @@ func (s *Store) takeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 		k, g := r.Limit.Units()
 		args = append(args, r.Limit.Capacity, k, g, r.Cost)
 	}
-	if s.cluster != nil && len(keys) > 1 && !sameSlot(keys) {
-		if !deadline.IsZero() {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, deadline)
-			defer cancel()
-		}
+	acrossSlots := s.cluster != nil && len(keys) > 1 && !sameSlot(keys)
+	if !deadline.IsZero() && (s.pipe == nil || acrossSlots) {
+		// Only the pipeline waits for a deadline of its own: go-redis
+		// needs it in the context.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+		deadline = time.Time{}
+	}
+	if acrossSlots {
 		return s.takeAcrossSlots(ctx, reqs, res, keys, args, extra)
 	}
 	args = append(args, extra...)

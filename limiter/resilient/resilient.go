@@ -53,6 +53,7 @@ type Options struct {
 // Store is the resilient limiter.Store.
 type Store struct {
 	primary  limiter.Store
+	bounded  limiter.DeadlineStore // primary, when it takes a deadline of its own
 	fallback limiter.Store
 	opts     Options
 	clock    limiter.Clock
@@ -91,6 +92,7 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 		return nil, fmt.Errorf("resilient: fallback share: %w", err)
 	}
 	s := &Store{primary: primary, fallback: o.Fallback, opts: o, clock: o.Clock, log: o.Logger, share: share}
+	s.bounded, _ = primary.(limiter.DeadlineStore)
 	s.stateGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "floodgate_breaker_state", Help: "Circuit breaker on the store: 0 closed (exact), 1 half-open, 2 open (degraded).",
 	})
@@ -253,8 +255,8 @@ func (s *Store) scale(l limiter.Limit) limiter.Limit {
 // takePrimary asks the primary store, bounded by deadline.
 func (s *Store) takePrimary(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
 	d := s.deadline(ctx)
-	if ds, ok := s.primary.(limiter.DeadlineStore); ok {
-		return ds.TakeBy(ctx, d, reqs, res)
+	if s.bounded != nil {
+		return s.bounded.TakeBy(ctx, d, reqs, res)
 	}
 	dctx, cancel := context.WithDeadline(ctx, d)
 	defer cancel()
