@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./cmd/floodgate/config:FuzzParse
 
-.PHONY: all build run test e2e lint bench bench-go bench-profile fuzz redis clean
+.PHONY: all build run test e2e lint bench bench-ghz bench-go bench-profile fuzz redis clean
 
 all: lint test
 
@@ -43,6 +43,15 @@ BENCHFLAGS ?=
 bench: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench run --floodgate $(BIN) $(BENCHFLAGS)
+
+## bench-ghz: the table again with ghz, the load generator of issue 7's reference figures, instead of the
+## in-process client: (a), (b), (e) and (f) at concurrency 50. Installs ghz into bin/ with go install
+## (needs the Go module proxy) unless GHZ names one.
+GHZ ?= bin/ghz
+bench-ghz: build redis
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	@test -x $(GHZ) || { echo "installing ghz into bin/"; GOBIN=$(CURDIR)/bin $(GO) install github.com/bojand/ghz/cmd/ghz@v0.120.0; }
+	bin/floodbench run --floodgate $(BIN) --ghz $(GHZ) --scenarios a,b,e,f --conc 50 --cell 6s $(BENCHFLAGS)
 
 ## bench-go: Go benchmarks with allocs/op: the Check handler (in-process and over loopback gRPC) and
 ## the engine (in-memory and Redis stores, with the raw EVALSHA baseline).

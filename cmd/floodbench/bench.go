@@ -30,6 +30,7 @@ type benchOptions struct {
 	maxCount               int64
 	keys, conns            int
 	profileDir             string
+	ghz                    string // drive the cells with this ghz binary instead of the in-process client
 }
 
 // row is one measured cell.
@@ -58,6 +59,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Int64Var(&o.maxCount, "max", 2_000_000, "at most this many requests per cell")
 	fs.IntVar(&o.keys, "keys", 100_000, "distinct callers in (a), (b), (e) and (f)")
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections from the load generator to each server")
+	fs.StringVar(&o.ghz, "ghz", "", "drive every cell with this ghz binary (make bench-ghz) instead of the in-process client")
 	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b) and (e) at the highest concurrency to this directory")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -175,6 +177,12 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
+	var ghz *ghzDriver
+	if o.ghz != "" {
+		if ghz, err = newGhzDriver(o.ghz, dir); err != nil {
+			return err
+		}
+	}
 
 	work := map[string]workload{}
 	for _, sc := range scs {
@@ -219,8 +227,19 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 						stopProfile = startProfile(ctx, server, o.profileDir, "floodgate-"+sc.id, round)
 					}
 				}
-				res := clients[sc.server].drive(ctx, work[sc.cache(o.keys)], cl)
-				serverCPU, clientCPU := procCPU(server)-serverBefore, selfCPU()-clientBefore
+				var res result
+				var serverCPU, clientCPU float64
+				if ghz != nil {
+					var err error
+					res, clientCPU, err = ghz.drive(ctx, server.addr, sc.cache(o.keys), work[sc.cache(o.keys)], cl)
+					if err != nil {
+						return fmt.Errorf("%s, concurrency %d: %w", sc.label, conc, err)
+					}
+					serverCPU = procCPU(server) - serverBefore
+				} else {
+					res = clients[sc.server].drive(ctx, work[sc.cache(o.keys)], cl)
+					serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
+				}
 				if rerr == nil {
 					var after redisStats
 					after, rerr = readRedisStats(ctx, rc)
@@ -264,8 +283,14 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	}
 	fmt.Fprintf(w, "machine: %s\n", mach)
 	fmt.Fprintf(w, "steadiness: %s\n", steady)
-	fmt.Fprintf(w, "run: %s; each cell %v in %d rounds taking turns with the other scenarios, each after a %v warm-up (at most %d requests a round); load generator: %d gRPC connection(s), pre-encoded Envoy-shaped CheckRequests, %d distinct callers; everything on 127.0.0.1\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), o.cell, o.rounds, o.warmup, o.maxCount, o.conns, o.keys)
+	client := fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios, each after a %v warm-up (at most %d requests a round); load generator: %d gRPC connection(s), pre-encoded Envoy-shaped CheckRequests",
+		o.cell, o.rounds, o.warmup, o.maxCount, o.conns)
+	if o.ghz != "" {
+		client = fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios; load generator: ghz (%s), 1 gRPC connection, Envoy-shaped CheckRequests as binary messages, its start-up CPU taken off; gRPC status checked, not the answers",
+			o.cell, o.rounds, o.ghz)
+	}
+	fmt.Fprintf(w, "run: %s; %s, %d distinct callers; everything on 127.0.0.1\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), client, o.keys)
 	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run. CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
 	fmt.Fprintln(w, "the serving process (floodgate, or the no-op server for (a); /proc/PID/stat) and the load generator; scripts/dec: EVALSHA+EVAL calls per decision;")
 	fmt.Fprintln(w, "scripts/read: script calls per read event in Redis (INFO total_reads_processed), i.e. the pipelines' depth")

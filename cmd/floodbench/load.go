@@ -104,12 +104,8 @@ type client struct{ conns []*grpc.ClientConn }
 
 // dial opens n connections to target, which must be a loopback address.
 func dial(target string, n int) (*client, error) {
-	host, _, err := net.SplitHostPort(target)
-	if err != nil {
+	if err := checkLoopback(target); err != nil {
 		return nil, err
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return nil, fmt.Errorf("target %s is not a loopback address: floodbench only sends to 127.0.0.0/8 or ::1", target)
 	}
 	c := &client{}
 	for i := 0; i < max(n, 1); i++ {
@@ -122,6 +118,18 @@ func dial(target string, n int) (*client, error) {
 		c.conns = append(c.conns, conn)
 	}
 	return c, nil
+}
+
+// checkLoopback refuses a target that is not a loopback address.
+func checkLoopback(target string) error {
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("target %s is not a loopback address: floodbench only sends to 127.0.0.0/8 or ::1", target)
+	}
+	return nil
 }
 
 func (c *client) close() {
