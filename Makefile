@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./cmd/floodgate/config:FuzzParse
 
-.PHONY: all build run test e2e lint bench bench-ghz bench-go bench-profile fuzz redis clean
+.PHONY: all build run test e2e lint bench bench-ghz bench-tools bench-go bench-profile fuzz redis clean
 
 all: lint test
 
@@ -45,13 +45,22 @@ bench: build redis
 	bin/floodbench run --floodgate $(BIN) $(BENCHFLAGS)
 
 ## bench-ghz: the table again with ghz, the load generator of issue 7's reference figures, instead of the
-## in-process client: (a), (b), (e) and (f) at concurrency 50. Installs ghz into bin/ with go install
-## (needs the Go module proxy) unless GHZ names one.
-GHZ ?= bin/ghz
-bench-ghz: build redis
+## in-process client, at concurrency 50: (a), (b), (e), (f), and (r) envoyproxy/ratelimit on the same
+## redis-server with the same callers. Needs bench-tools.
+bench-ghz: build redis bench-tools
 	$(GO) build -o bin/floodbench ./cmd/floodbench
+	bin/floodbench run --floodgate $(BIN) --ghz $(GHZ) --ratelimit $(RATELIMIT) --scenarios a,b,e,f,r --conc 50 --cell 6s $(BENCHFLAGS)
+
+## bench-tools: ghz and envoyproxy/ratelimit (service_cmd) in bin/, each built with go install at a pinned
+## version (needs the Go module proxy) unless GHZ / RATELIMIT name binaries you have. With them, make bench
+## can add (r) too: make bench BENCHFLAGS="--ratelimit bin/ratelimit --scenarios a,b,r".
+GHZ       ?= bin/ghz
+RATELIMIT ?= bin/ratelimit
+bench-tools:
 	@test -x $(GHZ) || { echo "installing ghz into bin/"; GOBIN=$(CURDIR)/bin $(GO) install github.com/bojand/ghz/cmd/ghz@v0.120.0; }
-	bin/floodbench run --floodgate $(BIN) --ghz $(GHZ) --scenarios a,b,e,f --conc 50 --cell 6s $(BENCHFLAGS)
+	@test -x $(RATELIMIT) || { echo "installing envoyproxy/ratelimit into bin/"; \
+	  GOBIN=$(CURDIR)/bin $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36 && \
+	  mv bin/service_cmd $(RATELIMIT); }
 
 ## bench-go: Go benchmarks with allocs/op: the Check handler (in-process and over loopback gRPC) and
 ## the engine (in-memory and Redis stores, with the raw EVALSHA baseline).

@@ -31,6 +31,8 @@ type benchOptions struct {
 	keys, conns            int
 	profileDir             string
 	ghz                    string // drive the cells with this ghz binary instead of the in-process client
+	ghzVersion             string // what that binary says it is (set by bench)
+	ratelimit              string // envoyproxy/ratelimit's service_cmd, for scenario (r)
 }
 
 // row is one measured cell.
@@ -51,7 +53,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var o benchOptions
 	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
-	scen := fs.String("scenarios", "a,b,b0,c,d,e,f", "scenarios to run, from a b b0 b2 c d e f (b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2)")
+	scen := fs.String("scenarios", "a,b,b0,c,d,e,f", "scenarios to run, from a b b0 b2 c d e f a' r (b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; r: envoyproxy/ratelimit, needs --ratelimit, and brings its baseline a')")
 	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
 	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
@@ -60,6 +62,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.keys, "keys", 100_000, "distinct callers in (a), (b), (e) and (f)")
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections from the load generator to each server")
 	fs.StringVar(&o.ghz, "ghz", "", "drive every cell with this ghz binary (make bench-ghz) instead of the in-process client")
+	fs.StringVar(&o.ratelimit, "ratelimit", "", "envoyproxy/ratelimit's service_cmd binary, for scenario r (make bench-ghz installs it)")
 	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b) and (e) at the highest concurrency to this directory")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -102,6 +105,15 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			continue
 		}
 		seen[sc.id] = true
+		if sc.server == "ratelimit" && o.ratelimit == "" {
+			return fmt.Errorf("scenario %s needs --ratelimit, envoyproxy/ratelimit's service_cmd (make bench-tools installs it: go install github.com/envoyproxy/ratelimit/src/service_cmd@%s)", sc.id, ratelimitVersion)
+		}
+		if b := sc.baseID(); !seen[b] { // a row's baseline runs before it
+			bsc, _ := scenarioByID(b)
+			seen[b] = true
+			scs = append(scs, bsc)
+			wanted[bsc.server] = true
+		}
 		scs = append(scs, sc)
 		wanted[sc.server] = true
 	}
@@ -146,14 +158,17 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}()
 	servers := map[string]*proc{}
-	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "memory"} {
+	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "memory", "ratelimit"} {
 		if !wanted[name] {
 			continue
 		}
 		var p *proc
-		if name == "noop" {
+		switch name {
+		case "noop":
 			p, err = startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0")
-		} else {
+		case "ratelimit":
+			p, err = startRatelimit(ctx, o.ratelimit, dir, rp.addr)
+		default:
 			var cfg string
 			if cfg, err = floodgateConfig(name, rp.addr); err != nil {
 				return err
@@ -182,6 +197,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		if ghz, err = newGhzDriver(o.ghz, dir); err != nil {
 			return err
 		}
+		o.ghzVersion = ghz.version
 	}
 
 	work := map[string]workload{}
@@ -197,7 +213,11 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	// run falls on every scenario alike rather than on one.
 	var rows []row
 	var steady steadiness
-	fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
+	if ghz != nil {
+		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds, driven by %s\n", len(scs)*len(o.conc), o.cell, o.rounds, ghz.version)
+	} else {
+		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
+	}
 	round := o.cell / time.Duration(o.rounds)
 	for _, conc := range o.conc {
 		cells := make([]row, len(scs))
@@ -273,25 +293,29 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 }
 
 // printTable prints the machine, the settings and one row per cell, grouped
-// by scenario, with ratios to (a) at the same concurrency.
+// by scenario, with ratios to its baseline ((a), or (a') for (r)) at the same
+// concurrency.
 func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, rows []row) {
-	base := map[int]result{}
+	type cellID struct {
+		id   string
+		conc int
+	}
+	base := map[cellID]result{}
 	for _, r := range rows {
-		if r.sc.id == "a" {
-			base[r.conc] = r.res
-		}
+		base[cellID{r.sc.id, r.conc}] = r.res
 	}
 	fmt.Fprintf(w, "machine: %s\n", mach)
 	fmt.Fprintf(w, "steadiness: %s\n", steady)
 	client := fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios, each after a %v warm-up (at most %d requests a round); load generator: %d gRPC connection(s), pre-encoded Envoy-shaped CheckRequests",
 		o.cell, o.rounds, o.warmup, o.maxCount, o.conns)
 	if o.ghz != "" {
-		client = fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios; load generator: ghz (%s), 1 gRPC connection, Envoy-shaped CheckRequests as binary messages, its start-up CPU taken off; gRPC status checked, not the answers",
-			o.cell, o.rounds, o.ghz)
+		client = fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios; load generator: %s, 1 gRPC connection, Envoy-shaped CheckRequests as binary messages, its start-up CPU taken off; gRPC status checked, not the answers",
+			o.cell, o.rounds, o.ghzVersion)
 	}
 	fmt.Fprintf(w, "run: %s; %s, %d distinct callers; everything on 127.0.0.1\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), client, o.keys)
-	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run. CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
+	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run ((r)'s by (a')'s: the same no-op server answering the rate-limit API).")
+	fmt.Fprintln(w, "CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
 	fmt.Fprintln(w, "the serving process (floodgate, or the no-op server for (a); /proc/PID/stat) and the load generator; scripts/dec: EVALSHA+EVAL calls per decision;")
 	fmt.Fprintln(w, "scripts/read: script calls per read event in Redis (INFO total_reads_processed), i.e. the pipelines' depth")
 	fmt.Fprintln(w)
@@ -302,9 +326,9 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 			if r.sc.id != id {
 				continue
 			}
-			b := base[r.conc]
+			b := base[cellID{sc.baseID(), r.conc}]
 			rate, p99 := "1", "1"
-			if id != "a" {
+			if id != "a" && id != "a'" {
 				rate, p99 = "?", "?"
 				if b.rate() > 0 {
 					rate = fmt.Sprintf("%.2f", r.res.rate()/b.rate())

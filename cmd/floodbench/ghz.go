@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,9 +11,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -35,24 +38,38 @@ type ghzDriver struct {
 	protoset string
 	files    map[string]string  // workload cache key -> request file
 	startup  map[string]float64 // workload cache key -> ghz's CPU seconds to load it and make one call
+	version  string             // "ghz v0.120.0", from the binary's build information
 }
 
 func newGhzDriver(bin, dir string) (*ghzDriver, error) {
 	if _, err := exec.LookPath(bin); err != nil {
 		return nil, fmt.Errorf("ghz: %w (make bench-ghz installs ghz %s into bin/)", err, ghzVersion)
 	}
-	g := &ghzDriver{bin: bin, dir: dir, protoset: filepath.Join(dir, "ext_authz.protoset"), files: map[string]string{}, startup: map[string]float64{}}
-	set := protoset(authv3.File_envoy_service_auth_v3_external_auth_proto)
-	b, err := proto.Marshal(set)
+	// go install leaves ghz's own --version at "dev": its module version
+	// is in the binary's build information.
+	version := "ghz (version unknown)"
+	if path, err := exec.LookPath(bin); err == nil {
+		if bi, err := buildinfo.ReadFile(path); err == nil {
+			version = "ghz " + bi.Main.Version
+		}
+	}
+	g := &ghzDriver{version: version, bin: bin, dir: dir, protoset: filepath.Join(dir, "ext_authz.protoset"), files: map[string]string{}, startup: map[string]float64{}}
+	b, err := proto.Marshal(benchProtoset())
 	if err != nil {
 		return nil, err
 	}
 	return g, os.WriteFile(g.protoset, b, 0o600)
 }
 
-// protoset is fd and every file it imports, dependencies first: what ghz
-// needs to know the Check method's types without server reflection.
-func protoset(fd protoreflect.FileDescriptor) *descriptorpb.FileDescriptorSet {
+// benchProtoset describes every method floodbench calls: ext_authz Check
+// and, for (r), the rate-limit service's ShouldRateLimit.
+func benchProtoset() *descriptorpb.FileDescriptorSet {
+	return protoset(authv3.File_envoy_service_auth_v3_external_auth_proto, rlsv3.File_envoy_service_ratelimit_v3_rls_proto)
+}
+
+// protoset is fds and every file they import, dependencies first: what ghz
+// needs to know the methods' types without server reflection.
+func protoset(fds ...protoreflect.FileDescriptor) *descriptorpb.FileDescriptorSet {
 	set := &descriptorpb.FileDescriptorSet{}
 	seen := map[string]bool{}
 	var add func(protoreflect.FileDescriptor)
@@ -67,7 +84,9 @@ func protoset(fd protoreflect.FileDescriptor) *descriptorpb.FileDescriptorSet {
 		}
 		set.File = append(set.File, protodesc.ToFileDescriptorProto(f))
 	}
-	add(fd)
+	for _, fd := range fds {
+		add(fd)
+	}
 	return set
 }
 
@@ -93,7 +112,7 @@ func (g *ghzDriver) prepare(ctx context.Context, target, key string, w workload,
 	if err := os.WriteFile(p, delimited(w.reqs), 0o600); err != nil {
 		return "", err
 	}
-	r, cpu, err := g.run(ctx, target, p, time.Minute, "-n", "1", "-c", "1", "-t", timeout.String())
+	r, cpu, err := g.run(ctx, target, p, time.Minute, "--call", ghzCall(w), "-n", "1", "-c", "1", "-t", timeout.String())
 	if err != nil {
 		return "", err
 	}
@@ -111,7 +130,7 @@ func (g *ghzDriver) run(ctx context.Context, target, file string, limit time.Dur
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	args = append([]string{"--insecure", "--protoset", g.protoset, "--call", "envoy.service.auth.v3.Authorization.Check",
+	args = append([]string{"--insecure", "--protoset", g.protoset,
 		"--binary-file", file, "--connections", "1", "-O", "json"}, args...)
 	cmd := exec.CommandContext(ctx, g.bin, append(args, target)...)
 	var out, errOut bytes.Buffer
@@ -126,6 +145,11 @@ func (g *ghzDriver) run(ctx context.Context, target, file string, limit time.Dur
 	}
 	r, err := ghzResult(out.Bytes())
 	return r, cpu, err
+}
+
+// ghzCall is w's method as ghz names it: package.Service.Method.
+func ghzCall(w workload) string {
+	return strings.ReplaceAll(strings.TrimPrefix(w.rpc(), "/"), "/", ".")
 }
 
 // ghzReport is the part of ghz's JSON report (-O json) floodbench reads.
@@ -152,7 +176,7 @@ func (g *ghzDriver) drive(ctx context.Context, target, key string, w workload, c
 	if cl.atWindow != nil {
 		cl.atWindow()
 	}
-	r, cpu, err := g.run(ctx, target, file, cl.window+time.Minute, "-c", strconv.Itoa(cl.conc),
+	r, cpu, err := g.run(ctx, target, file, cl.window+time.Minute, "--call", ghzCall(w), "-c", strconv.Itoa(cl.conc),
 		"-z", cl.window.String(), "--duration-stop", "ignore", "-t", cl.rpcTimeout.String())
 	return r, max(cpu-g.startup[key], 0), err
 }

@@ -202,6 +202,7 @@ func (c *client) drive(ctx context.Context, w workload, cl cell) result {
 	var errOnce sync.Once
 	var firstErr error
 	samples := make([][]sample, cl.conc)
+	method := w.rpc()
 	var wg sync.WaitGroup
 	for i := 0; i < cl.conc; i++ {
 		wg.Add(1)
@@ -223,15 +224,14 @@ func (c *client) drive(ctx context.Context, w workload, cl cell) result {
 				req.b = w.reqs[next%len(w.reqs)]
 				next++
 				rctx, cancel := context.WithTimeout(ctx, cl.rpcTimeout)
-				err := conn.Invoke(rctx, checkMethod, req, resp)
+				err := conn.Invoke(rctx, method, req, resp)
 				cancel()
 				t1 := time.Now()
 				s := sample{end: int64(t1.Sub(start)), dur: t1.Sub(t0)}
 				if err == nil {
-					var code int32
-					code, err = statusCode(resp.b)
-					if err == nil {
-						s.bad = (code == 0) != w.allow
+					var ok bool
+					if ok, err = w.answer(resp.b); err == nil {
+						s.bad = ok != w.allow
 					}
 				}
 				if err != nil {

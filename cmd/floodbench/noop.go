@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -36,6 +37,16 @@ func (noopServer) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckRes
 	return &authv3.CheckResponse{Status: &rpcstatus.Status{}}, nil
 }
 
+// noopRateLimitServer answers OK to every rate-limit request: the ceiling
+// of (r), whose requests and answers differ from ext_authz's.
+type noopRateLimitServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+func (noopRateLimitServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+}
+
 // runNoop serves the no-op server until ctx ends. Like floodgate serve it
 // logs one JSON line {"msg":"serving","grpc":ADDR} naming the bound address.
 func runNoop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -52,6 +63,7 @@ func runNoop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	gs := grpc.NewServer(serverOptions()...)
 	authv3.RegisterAuthorizationServer(gs, noopServer{})
+	rlsv3.RegisterRateLimitServiceServer(gs, noopRateLimitServer{})
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(lis) }()
 	line, _ := json.Marshal(map[string]string{"msg": "serving", "grpc": lis.Addr().String()})

@@ -52,6 +52,28 @@ func socketAddress(ip string, port uint32) *corev3.Address {
 type workload struct {
 	reqs  [][]byte
 	allow bool // every request should be allowed (else: denied)
+	// method is the gRPC method the requests are for; "" is ext_authz
+	// Check. allowed reads an answer of that method; nil reads a
+	// CheckResponse's status.
+	method  string
+	allowed func(resp []byte) (bool, error)
+}
+
+// rpc is the full gRPC method name w's requests are sent to.
+func (w workload) rpc() string {
+	if w.method == "" {
+		return checkMethod
+	}
+	return w.method
+}
+
+// answer reports whether resp, an answer to one of w's requests, allows it.
+func (w workload) answer(resp []byte) (bool, error) {
+	if w.allowed != nil {
+		return w.allowed(resp)
+	}
+	code, err := statusCode(resp)
+	return code == 0, err
 }
 
 func encode(reqs []*authv3.CheckRequest) [][]byte {

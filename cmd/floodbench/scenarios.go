@@ -13,6 +13,7 @@ type scenario struct {
 	server string                  // "noop", or a floodgate instance (see floodgateConfig)
 	work   func(keys int) workload // the requests; keys is --keys
 	cache  func(keys int) string   // workloads with equal cache keys are built once
+	base   string                  // the row its ratios divide by: "" is (a)
 }
 
 func distinctCache(path string) func(int) string {
@@ -39,6 +40,20 @@ var scenarios = []scenario{
 		work: func(k int) workload { return distinct("/b/", k) }, cache: distinctCache("/b/")},
 	{id: "f", label: "(f) Redis, two policies", server: "redis",
 		work: func(k int) workload { return distinct("/f/", k) }, cache: distinctCache("/f/")},
+	{id: "a'", label: "(a') no-op rate-limit service", server: "noop",
+		work: distinctRLS, cache: rlsCache},
+	{id: "r", label: "(r) envoyproxy/ratelimit, Redis, distinct keys", server: "ratelimit",
+		work: distinctRLS, cache: rlsCache, base: "a'"},
+}
+
+func rlsCache(k int) string { return fmt.Sprintf("rls:%d", k) }
+
+// baseID is the scenario sc's ratios divide by.
+func (sc scenario) baseID() string {
+	if sc.base == "" {
+		return "a"
+	}
+	return sc.base
 }
 
 func scenarioByID(id string) (scenario, bool) {
