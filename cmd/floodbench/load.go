@@ -53,50 +53,48 @@ func statusCode(b []byte) (int32, error) {
 	if err != nil || st == nil {
 		return 0, err
 	}
-	for len(st) > 0 {
-		num, typ, n := protowire.ConsumeTag(st)
+	v, err := varintField(st, 1)
+	return int32(v), err
+}
+
+// walk calls fn with the number, type and encoded value of each field of
+// the message b, in order.
+func walk(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte)) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0, protowire.ParseError(n)
+			return protowire.ParseError(n)
 		}
-		st = st[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(st)
-			if n < 0 {
-				return 0, protowire.ParseError(n)
-			}
-			return int32(v), nil
+		b = b[n:]
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return protowire.ParseError(n)
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, st); n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		st = st[n:]
+		fn(num, typ, b[:n])
+		b = b[n:]
 	}
-	return 0, nil
+	return nil
 }
 
 // field returns the bytes of the last length-delimited field num in b.
 func field(b []byte, num protowire.Number) ([]byte, error) {
 	var out []byte
-	for len(b) > 0 {
-		n0, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
+	err := walk(b, func(n protowire.Number, typ protowire.Type, v []byte) {
+		if n == num && typ == protowire.BytesType {
+			out, _ = protowire.ConsumeBytes(v)
 		}
-		b = b[n:]
-		if n0 == num && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, protowire.ParseError(n)
-			}
-			out, b = v, b[n:]
-			continue
+	})
+	return out, err
+}
+
+// varintField returns the last varint field num in b; 0 when absent.
+func varintField(b []byte, num protowire.Number) (uint64, error) {
+	var out uint64
+	err := walk(b, func(n protowire.Number, typ protowire.Type, v []byte) {
+		if n == num && typ == protowire.VarintType {
+			out, _ = protowire.ConsumeVarint(v)
 		}
-		if n = protowire.ConsumeFieldValue(n0, typ, b); n < 0 {
-			return nil, protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // client is the load generator's connections to one server.

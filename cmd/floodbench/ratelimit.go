@@ -14,7 +14,6 @@ import (
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -70,25 +69,9 @@ func distinctRLS(n int) workload {
 // the wire form: OK (1) allows, OVER_LIMIT (2) denies, anything else is an
 // error (UNKNOWN, 0, is what ratelimit answers without a configuration).
 func rlsAllowed(b []byte) (bool, error) {
-	code := uint64(0)
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false, protowire.ParseError(n)
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false, protowire.ParseError(n)
-			}
-			code, b = v, b[n:]
-			continue
-		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return false, protowire.ParseError(n)
-		}
-		b = b[n:]
+	code, err := varintField(b, 1)
+	if err != nil {
+		return false, err
 	}
 	switch rlsv3.RateLimitResponse_Code(code) {
 	case rlsv3.RateLimitResponse_OK:
