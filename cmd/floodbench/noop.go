@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"runtime/debug"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -14,6 +16,8 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/config"
 )
 
 // serverOptions are the gRPC server settings floodgate serve uses with its
@@ -60,6 +64,11 @@ func runNoop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "floodbench noop:", err)
 		return 1
+	}
+	// Floodgate's collector setting too (runtime.gogc, unless GOGC is set):
+	// the ceiling runs with the same runtime as the server it is compared to.
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(config.DefaultGOGC)
 	}
 	gs := grpc.NewServer(serverOptions()...)
 	authv3.RegisterAuthorizationServer(gs, noopServer{})

@@ -33,6 +33,7 @@ type Config struct {
 	Identity Identity              `yaml:"identity"`
 	Log      Log                   `yaml:"log"`
 	Reload   Reload                `yaml:"reload"`
+	Runtime  Runtime               `yaml:"runtime"`
 	Policies []extauthz.PolicySpec `yaml:"policies"`
 
 	// Engine is the compiled policies, set by Load.
@@ -165,6 +166,28 @@ type Identity struct {
 	HashSecretFile string `yaml:"hash_secret_file"`
 	HashSecretEnv  string `yaml:"hash_secret_env"`
 }
+
+// Runtime tunes Go's garbage collector, at start (a reload does not change
+// it). Floodgate's live heap is small and every Check allocates afresh, so
+// collecting less often saves CPU on every decision for a few tens of MB.
+type Runtime struct {
+	// GOGC is the collector's target heap growth in percent (default
+	// DefaultGOGC). The GOGC environment variable, when set, wins.
+	GOGC *int `yaml:"gogc"`
+	// MemoryLimitRatio sets Go's soft memory limit to this fraction of the
+	// container's memory limit (its cgroup's), so the larger heap GOGC
+	// allows yields to the limit instead of meeting the OOM killer (default
+	// DefaultMemoryLimitRatio; 0 sets none). The GOMEMLIMIT environment
+	// variable, when set, wins; without a cgroup limit none is set.
+	MemoryLimitRatio *float64 `yaml:"memory_limit_ratio"`
+}
+
+// Runtime defaults: `make bench` measured about a fifth less CPU per decision
+// at GOGC 400 than at Go's 100, for peak RSS of about 42 MB instead of 31.
+const (
+	DefaultGOGC             = 400
+	DefaultMemoryLimitRatio = 0.9
+)
 
 // Log chooses the log output.
 type Log struct {
@@ -372,6 +395,18 @@ func (v *validator) check(c *Config) {
 	case "", "debug", "info", "warn", "error":
 	default:
 		v.at("log.level", "must be debug, info, warn or error (got %q)", c.Log.Level)
+	}
+	if g := c.Runtime.GOGC; g == nil {
+		d := DefaultGOGC
+		c.Runtime.GOGC = &d
+	} else if *g < 10 || *g > 10000 {
+		v.at("runtime.gogc", "must be between 10 and 10000 percent (got %d; set GOGC=off in the environment to turn the collector off)", *g)
+	}
+	if r := c.Runtime.MemoryLimitRatio; r == nil {
+		d := DefaultMemoryLimitRatio
+		c.Runtime.MemoryLimitRatio = &d
+	} else if !(*r >= 0 && *r <= 1) {
+		v.at("runtime.memory_limit_ratio", "must be a fraction in [0, 1], e.g. 0.9; 0 sets no limit (got %v)", *r)
 	}
 	secret, err := c.Identity.secret()
 	if err != nil {
