@@ -137,9 +137,11 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		grpc.MaxRecvMsgSize(cfg.Listen.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(uint32(cfg.Listen.MaxConcurrentStreams)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.Listen.KeepaliveMinTime.Duration, PermitWithoutStream: true}),
+	}
+	if cfg.Listen.Decoder == "fast" {
 		// Protobuf, with CheckRequests decoded without protobuf-go's
 		// reflection over the headers map (extauthz/decode.go).
-		grpc.ForceServerCodecV2(extauthz.ServerCodec()),
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(extauthz.ServerCodec()))
 	}
 	if cfg.Listen.TLS != nil {
 		src, err := newTLSSource(*cfg.Listen.TLS, log)
@@ -180,7 +182,7 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	log.Info("serving",
 		zap.String("grpc", grpcLis.Addr().String()), zap.String("admin", adminAddr),
 		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
-		zap.Int("policies", len(cfg.Policies)), zap.String("version", version))
+		zap.Int("policies", len(cfg.Policies)), zap.String("decoder", cfg.Listen.Decoder), zap.String("version", version))
 
 	rl := newReloader(cfg, path, authz, log, reg)
 	if path != "" && *cfg.Reload.Watch {

@@ -64,6 +64,10 @@ type Listen struct {
 	// before the listener closes (default 0: Kubernetes' preStop hook or
 	// endpoint removal usually does this job).
 	DrainDelay Duration `yaml:"drain_delay"`
+	// Decoder reads CheckRequests: fast (default; extauthz/decode.go, which
+	// hands anything unusual to protobuf-go) or protobuf (protobuf-go for
+	// every request: the way back should the fast one ever misread one).
+	Decoder string `yaml:"decoder"`
 }
 
 // ListenTLS is the gRPC listener's certificate and, for mTLS, the clients'
@@ -582,6 +586,13 @@ func (v *validator) checkListen(l *Listen) {
 		l.KeepaliveMinTime.Duration = DefaultKeepaliveMinTime
 	} else if l.KeepaliveMinTime.Duration < time.Second {
 		v.at("listen.keepalive_min_time", "must be at least 1s (got %v)", l.KeepaliveMinTime.Duration)
+	}
+	switch l.Decoder {
+	case "":
+		l.Decoder = "fast"
+	case "fast", "protobuf":
+	default:
+		v.at("listen.decoder", "must be fast or protobuf (got %q)", l.Decoder)
 	}
 	if d := l.DrainDelay.Duration; d < 0 || d > 5*time.Minute {
 		v.at("listen.drain_delay", "must be between 0s and 5m (got %v)", d)

@@ -32,3 +32,21 @@ func TestRuntimeDefaultsAndBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestListenDecoder(t *testing.T) {
+	c, err := Parse("min.yaml", []byte(goodPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen.Decoder != "fast" {
+		t.Errorf("default decoder %q, want fast", c.Listen.Decoder)
+	}
+	c, err = Parse("p.yaml", []byte("listen: {decoder: protobuf}\n"+goodPolicy))
+	if err != nil || c.Listen.Decoder != "protobuf" {
+		t.Fatalf("decoder %q, err %v", c.Listen.Decoder, err)
+	}
+	_, err = Parse("bad.yaml", []byte("listen:\n  decoder: slow\n"+goodPolicy))
+	if want := `bad.yaml:2: listen.decoder: must be fast or protobuf (got "slow")`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want %s", err, want)
+	}
+}
