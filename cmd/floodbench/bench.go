@@ -317,9 +317,9 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run ((r)'s by (a')'s: the same no-op server answering the rate-limit API).")
 	fmt.Fprintln(w, "CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
 	fmt.Fprintln(w, "the serving process (floodgate, or the no-op server for (a); /proc/PID/stat) and the load generator; scripts/dec: EVALSHA+EVAL calls per decision;")
-	fmt.Fprintln(w, "scripts/read: script calls per read event in Redis (INFO total_reads_processed), i.e. the pipelines' depth")
+	fmt.Fprintln(w, "dec/read: decisions per read event in Redis (INFO total_reads_processed), i.e. the pipelines' depth (a script call may carry several decisions)")
 	fmt.Fprintln(w)
-	cells := [][]string{{"scenario", "conc", "decisions/s", "p50", "p99", "rate ×(a)", "p99 ×(a)", "Redis µs/dec", "scripts/dec", "scripts/read", "server µs/dec", "client µs/dec", "errors"}}
+	cells := [][]string{{"scenario", "conc", "decisions/s", "p50", "p99", "rate ×(a)", "p99 ×(a)", "Redis µs/dec", "scripts/dec", "dec/read", "server µs/dec", "client µs/dec", "errors"}}
 	for _, sc := range scenarios { // table order
 		id := sc.id
 		for _, r := range rows {
@@ -343,7 +343,7 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 					cpu = fmt.Sprintf("%.1f", math.Max(0, r.redis.cpu)*1e6/n)
 					scripts = fmt.Sprintf("%.2f", float64(r.redis.scripts)/n)
 					if r.redis.scripts > 0 && r.redis.reads > 0 {
-						perRead = fmt.Sprintf("%.1f", float64(r.redis.scripts)/float64(r.redis.reads))
+						perRead = fmt.Sprintf("%.1f", n/float64(r.redis.reads))
 					}
 				}
 				server = fmt.Sprintf("%.0f", r.serverCPU*1e6/n)

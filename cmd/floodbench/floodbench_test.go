@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 // TestSmoke runs the whole orchestrator with tiny cells: real redis-server,
 // real floodgate and no-op server processes, real gRPC on loopback. It checks
 // the table's shape and what the rows must say whatever the machine: every
-// cell answered, (b) is one script call per decision, (d) none.
+// cell answered, (b) at most one script call per decision, (d) none.
 func TestSmoke(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatal("redis-server not found: the benchmark needs Redis >= 7.0 (apt-get install redis-server)")
@@ -109,9 +109,11 @@ func TestSmoke(t *testing.T) {
 	}
 	// The counters are read around the window, so a call in flight at either
 	// edge may be counted on one side only: allow a little slack.
+	// Concurrent decisions may share a script call, so (b) makes at most one
+	// per decision, and some.
 	if r := rows["(b)"]; r != nil {
-		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n < 0.9 || n > 1.1 {
-			t.Errorf("(b): %s script calls per decision, want 1", r["scripts/dec"])
+		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n <= 0 || n > 1.1 {
+			t.Errorf("(b): %s script calls per decision, want more than 0 and at most 1", r["scripts/dec"])
 		}
 	}
 	if r := rows["(d)"]; r != nil {

@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -23,4 +26,130 @@ func TestPipelinedScriptMatchesTheRationalModel(t *testing.T) {
 		now := base.Add(at)
 		return s.take(context.Background(), reqs, res, now.Unix(), now.Nanosecond()/1000)
 	})
+}
+
+// flushOne sends calls as one batch through c, as a flusher would, and
+// returns each call's reply and error.
+func flushOne(t *testing.T, c *coalescer, calls []*call) {
+	t.Helper()
+	c.flush(calls, make([]*call, 0, len(calls)))
+	for i, cl := range calls {
+		select {
+		case <-cl.done:
+		default:
+			t.Fatalf("call %d was not completed by its batch", i)
+		}
+	}
+}
+
+func newCall(keys []string, args ...any) *call {
+	return &call{ctx: context.Background(), script: Script, keys: keys, args: args, done: make(chan struct{}, 1)}
+}
+
+// TestOneScriptCallDecidesInTurn: decisions that share a script call are
+// decided one after the other at one instant: on a bucket of 3 (refilling
+// once an hour), five decisions of one token pass three times; a decision
+// over two buckets that one of them denies charges neither, and the next
+// decision sees both as they were.
+func TestOneScriptCallDecidesInTurn(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	if err := Script.Load(context.Background(), c).Err(); err != nil { // no NOSCRIPT retry to count
+		t.Fatal(err)
+	}
+	h := &scriptCounter{}
+	c.AddHook(h)
+	s := NewPipelined(c, "", PipelineOptions{})
+	defer s.Close()
+	l := limiter.MustLimit(3, "1/3600")
+	k, g := l.Units()
+	one := []any{l.Capacity, k, g, int64(1)}
+	hot, other := s.Key("hot", "a"), s.Key("other", "a")
+	var calls []*call
+	for i := 0; i < 5; i++ {
+		calls = append(calls, newCall([]string{hot}, one...))
+	}
+	both := append(append([]any{}, one...), one...)
+	calls = append(calls, newCall([]string{other, hot}, both...), newCall([]string{other}, one...))
+	flushOne(t, s.pipe, calls)
+	if h.scripts != 1 {
+		t.Errorf("7 decisions went out in %d script calls, want 1", h.scripts)
+	}
+	for i, want := range []int64{1, 1, 1, 0, 0, 0, 1} {
+		cl := calls[i]
+		if cl.err != nil || len(cl.reply) != 1+len(cl.keys) || cl.reply[0] != want {
+			t.Fatalf("decision %d: reply %v err %v, want allowed=%d", i, cl.reply, cl.err, want)
+		}
+	}
+	// Units missing after each: the hot bucket empties at the third; the
+	// denied two-bucket decision reports both as they were (other full, hot
+	// empty); the last takes one token from other.
+	if m := calls[2].reply[1]; m != 3*k {
+		t.Errorf("hot after three tokens misses %d units, want %d", m, 3*k)
+	}
+	if r := calls[5].reply; r[1] != 0 || r[2] != 3*k {
+		t.Errorf("the denied decision saw other %d, hot %d missing; want 0 and %d", r[1], r[2], 3*k)
+	}
+	if m := calls[6].reply[1]; m != k {
+		t.Errorf("other after one token misses %d units, want %d", m, k)
+	}
+}
+
+// TestAFailingDecisionDoesNotFailItsScriptCall: a key of another type under
+// the prefix makes its decision fail (WRONGTYPE); the decisions that shared
+// its script call are decided as usual, and the failing one gets Redis'
+// own error, having charged nothing.
+func TestAFailingDecisionDoesNotFailItsScriptCall(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := NewPipelined(c, "", PipelineOptions{})
+	defer s.Close()
+	ctx := context.Background()
+	l := limiter.MustLimit(3, "1/3600")
+	k, g := l.Units()
+	one := []any{l.Capacity, k, g, int64(1)}
+	bad := s.Key("api", "hash")
+	if err := c.HSet(ctx, bad, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PExpire(ctx, bad, time.Hour).Err(); err != nil { // so the script reads its value
+		t.Fatal(err)
+	}
+	good1, good2 := s.Key("api", "one"), s.Key("api", "two")
+	calls := []*call{
+		newCall([]string{good1}, one...),
+		newCall([]string{good2, bad}, append(append([]any{}, one...), one...)...),
+		newCall([]string{good2}, one...),
+	}
+	flushOne(t, s.pipe, calls)
+	for _, i := range []int{0, 2} {
+		if cl := calls[i]; cl.err != nil || cl.reply[0] != 1 || cl.reply[1] != k {
+			t.Errorf("decision %d beside the failing one: reply %v err %v, want allowed with one token taken", i, cl.reply, cl.err)
+		}
+	}
+	if err := calls[1].err; err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("the decision on a hash key: reply %v err %v, want Redis' WRONGTYPE error", calls[1].reply, err)
+	}
+	// It charged nothing: good2 lost exactly the one token of decision 2.
+	if v, err := c.Get(ctx, good2).Result(); err != nil {
+		t.Fatalf("good2: %v", err)
+	} else if calls[2].reply[1] != k {
+		t.Errorf("good2 misses %d units after its one decision (value %s), want %d", calls[2].reply[1], v, k)
+	}
+}
+
+// scriptCounter counts the script calls a client sends in pipelines.
+type scriptCounter struct{ scripts int }
+
+func (*scriptCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "evalsha" || c.Name() == "eval" {
+				h.scripts++
+			}
+		}
+		return next(ctx, cmds)
+	}
 }

@@ -220,7 +220,11 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		gargs[g] = append(gargs[g], extra...)
 	}
 
-	replies, errs := runPerSlot(ctx, s.cluster, s.script, gkeys, gargs)
+	takeArgs := make([][]any, len(groups))
+	for g, idx := range groups {
+		takeArgs[g] = append([]any{1, len(idx)}, gargs[g]...) // one decision of len(idx) buckets
+	}
+	replies, errs := runPerSlot(ctx, s.cluster, s.script, gkeys, takeArgs)
 	allowed := true
 	var failed error
 	for g, idx := range groups {
