@@ -97,9 +97,7 @@ func (s *Store) Close() {
 // context for the others).
 func (s *Store) run(ctx context.Context, deadline time.Time, keys []string, args []any) ([]int64, error) {
 	if s.pipe == nil {
-		one := make([]any, 0, 2+len(args)) // one decision of len(keys) buckets
-		one = append(one, 1, len(keys))
-		return s.script.Run(ctx, s.client, keys, append(one, args...)...).Int64Slice()
+		return s.script.Run(ctx, s.client, keys, oneDecision(len(keys), args)...).Int64Slice()
 	}
 	return s.pipe.run(ctx, deadline, s.script, keys, args)
 }
@@ -434,6 +432,13 @@ func (sc *scriptCall) keys() []string {
 	return keys
 }
 
+// oneDecision is the token-bucket script's ARGV for a single decision of n
+// buckets whose arguments are args.
+func oneDecision(n int, args []any) []any {
+	a := make([]any, 0, 2+len(args))
+	return append(append(a, 1, n), args...)
+}
+
 // args are the script call's ARGV: D, each decision's bucket count, then
 // every decision's bucket arguments in turn (see tokenbucket.lua).
 func (sc *scriptCall) args() []any {
@@ -457,27 +462,15 @@ func (sc *scriptCall) args() []any {
 // (an array of integers) straight into []int64 instead of a tree of
 // interfaces converted afterwards.
 func (sc *scriptCall) evalSha(ctx context.Context) *redis.IntSliceCmd {
-	nkeys, nargs := 0, 1+len(sc.calls)
-	for _, cl := range sc.calls {
-		nkeys += len(cl.keys)
-		nargs += len(cl.args)
+	keys, args := sc.keys(), sc.args()
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", sc.script.Hash(), len(keys))
+	for _, k := range keys {
+		a = append(a, k)
 	}
-	a := make([]any, 0, 3+nkeys+nargs)
-	a = append(a, "evalsha", sc.script.Hash(), nkeys)
-	for _, cl := range sc.calls {
-		for _, k := range cl.keys {
-			a = append(a, k)
-		}
-	}
-	a = append(a, len(sc.calls))
-	for _, cl := range sc.calls {
-		a = append(a, len(cl.keys))
-	}
-	for _, cl := range sc.calls {
-		a = append(a, cl.args...)
-	}
+	a = append(a, args...)
 	cmd := redis.NewIntSliceCmd(ctx, a...)
-	if nkeys > 0 {
+	if len(keys) > 0 {
 		cmd.SetFirstKeyPos(3)
 	}
 	return cmd

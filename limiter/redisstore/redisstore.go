@@ -222,7 +222,7 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 
 	takeArgs := make([][]any, len(groups))
 	for g, idx := range groups {
-		takeArgs[g] = append([]any{1, len(idx)}, gargs[g]...) // one decision of len(idx) buckets
+		takeArgs[g] = oneDecision(len(idx), gargs[g])
 	}
 	replies, errs := runPerSlot(ctx, s.cluster, s.script, gkeys, takeArgs)
 	allowed := true
