@@ -36,24 +36,29 @@ type ghzDriver struct {
 	bin      string
 	dir      string // where the protoset and the request files are written
 	protoset string
-	files    map[string]string  // workload cache key -> request file
-	startup  map[string]float64 // workload cache key -> ghz's CPU seconds to load it and make one call
-	version  string             // "ghz v0.120.0", from the binary's build information
+	files    map[string]requestFile // by workload cache key
+	version  string                 // "ghz v0.120.0", from the binary's build information
+}
+
+// requestFile is one workload's requests as ghz reads them, and the CPU
+// seconds ghz spends loading them (measured with one call).
+type requestFile struct {
+	path    string
+	startup float64
 }
 
 func newGhzDriver(bin, dir string) (*ghzDriver, error) {
-	if _, err := exec.LookPath(bin); err != nil {
-		return nil, fmt.Errorf("ghz: %w (make bench-ghz installs ghz %s into bin/)", err, ghzVersion)
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("ghz: %w (make bench-tools installs ghz %s into bin/)", err, ghzVersion)
 	}
 	// go install leaves ghz's own --version at "dev": its module version
 	// is in the binary's build information.
 	version := "ghz (version unknown)"
-	if path, err := exec.LookPath(bin); err == nil {
-		if bi, err := buildinfo.ReadFile(path); err == nil {
-			version = "ghz " + bi.Main.Version
-		}
+	if bi, err := buildinfo.ReadFile(path); err == nil {
+		version = "ghz " + bi.Main.Version
 	}
-	g := &ghzDriver{version: version, bin: bin, dir: dir, protoset: filepath.Join(dir, "ext_authz.protoset"), files: map[string]string{}, startup: map[string]float64{}}
+	g := &ghzDriver{version: version, bin: bin, dir: dir, protoset: filepath.Join(dir, "ext_authz.protoset"), files: map[string]requestFile{}}
 	b, err := proto.Marshal(benchProtoset())
 	if err != nil {
 		return nil, err
@@ -104,23 +109,24 @@ func delimited(reqs [][]byte) []byte {
 // prepare writes w's requests once per workload, and measures the CPU ghz
 // spends loading them by letting it make one call to target: drive subtracts
 // that start-up from ghz's CPU, so the client column is the cost of sending.
-func (g *ghzDriver) prepare(ctx context.Context, target, key string, w workload, timeout time.Duration) (string, error) {
-	if p, ok := g.files[key]; ok {
-		return p, nil
+func (g *ghzDriver) prepare(ctx context.Context, target, key string, w workload, timeout time.Duration) (requestFile, error) {
+	if f, ok := g.files[key]; ok {
+		return f, nil
 	}
 	p := filepath.Join(g.dir, "requests-"+strconv.Itoa(len(g.files))+".bin")
 	if err := os.WriteFile(p, delimited(w.reqs), 0o600); err != nil {
-		return "", err
+		return requestFile{}, err
 	}
 	r, cpu, err := g.run(ctx, target, p, time.Minute, "--call", ghzCall(w), "-n", "1", "-c", "1", "-t", timeout.String())
 	if err != nil {
-		return "", err
+		return requestFile{}, err
 	}
 	if r.decisions != 1 {
-		return "", fmt.Errorf("ghz: a single call to %s did not succeed: %v", target, r.firstErr)
+		return requestFile{}, fmt.Errorf("ghz: a single call to %s did not succeed: %v", target, r.firstErr)
 	}
-	g.files[key], g.startup[key] = p, cpu
-	return p, nil
+	f := requestFile{path: p, startup: cpu}
+	g.files[key] = f
+	return f, nil
 }
 
 // run runs ghz on one request file against target and parses its report.
@@ -176,9 +182,9 @@ func (g *ghzDriver) drive(ctx context.Context, target, key string, w workload, c
 	if cl.atWindow != nil {
 		cl.atWindow()
 	}
-	r, cpu, err := g.run(ctx, target, file, cl.window+time.Minute, "--call", ghzCall(w), "-c", strconv.Itoa(cl.conc),
+	r, cpu, err := g.run(ctx, target, file.path, cl.window+time.Minute, "--call", ghzCall(w), "-c", strconv.Itoa(cl.conc),
 		"-z", cl.window.String(), "--duration-stop", "ignore", "-t", cl.rpcTimeout.String())
-	return r, max(cpu-g.startup[key], 0), err
+	return r, max(cpu-file.startup, 0), err
 }
 
 // ghzResult turns ghz's JSON report into a result. ghz sees gRPC status

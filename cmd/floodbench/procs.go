@@ -69,6 +69,23 @@ func (p *proc) exited() bool {
 	}
 }
 
+// follow reads the process' output until it ends, keeping its last lines
+// and handing each to onLine (if not nil), then waits for the process and
+// closes done.
+func (p *proc) follow(out io.Reader, onLine func(string)) {
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		p.keep(sc.Text())
+		if onLine != nil {
+			onLine(sc.Text())
+		}
+	}
+	io.Copy(io.Discard, out)
+	p.cmd.Wait()
+	close(p.done)
+}
+
 // startServing runs a command that logs a JSON line {"msg":"serving","grpc":ADDR}
 // (floodgate serve and floodbench noop both do) and returns once it has.
 func startServing(ctx context.Context, name, bin string, args ...string) (*proc, error) {
@@ -82,31 +99,22 @@ func startServing(ctx context.Context, name, bin string, args ...string) (*proc,
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	serving := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.keep(line)
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "pprof" {
-				p.mu.Lock()
-				p.pprof, _ = m["addr"].(string)
-				p.mu.Unlock()
-			}
-			if m["msg"] == "serving" {
-				if a, ok := m["grpc"].(string); ok {
-					select {
-					case serving <- a:
-					default:
-					}
+	go p.follow(out, func(line string) {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "pprof" {
+			p.mu.Lock()
+			p.pprof, _ = m["addr"].(string)
+			p.mu.Unlock()
+		}
+		if m["msg"] == "serving" {
+			if a, ok := m["grpc"].(string); ok {
+				select {
+				case serving <- a:
+				default:
 				}
 			}
 		}
-		io.Copy(io.Discard, out)
-		p.cmd.Wait()
-		close(p.done)
-	}()
+	})
 	select {
 	case p.addr = <-serving:
 		return p, nil

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -119,16 +117,7 @@ func startRatelimit(ctx context.Context, bin, dir, redisAddr string) (*proc, err
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("envoyproxy/ratelimit: %w", err)
 	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.keep(sc.Text())
-		}
-		io.Copy(io.Discard, out)
-		p.cmd.Wait()
-		close(p.done)
-	}()
+	go p.follow(out, nil)
 	c, err := dial(p.addr, 1)
 	if err != nil {
 		p.stop()

@@ -19,53 +19,44 @@ import (
 // variables already say otherwise.
 type gcPlan struct {
 	gcPercent int    // -1: leave it (GOGC is set)
+	gogc      string // the GOGC in force, for the log
 	gcFrom    string // "runtime.gogc" or "GOGC"
 	memLimit  int64  // 0: leave it
+	limit     string // the memory limit in force, for the log
 	limitFrom string // what decided the memory limit, for the log
 }
 
 // planGC decides from the configuration, the environment (getenv) and the
 // container's memory limit (cgroupLimit, 0 when there is none).
 func planGC(rt config.Runtime, getenv func(string) (string, bool), cgroupLimit func() int64) gcPlan {
-	p := gcPlan{gcPercent: -1, gcFrom: "GOGC"}
-	if _, ok := getenv("GOGC"); !ok && rt.GOGC != nil {
-		p.gcPercent, p.gcFrom = *rt.GOGC, "runtime.gogc"
+	p := gcPlan{gcPercent: -1, gcFrom: "GOGC", limit: "unchanged"}
+	if v, ok := getenv("GOGC"); ok {
+		p.gogc = v
+	} else if rt.GOGC != nil {
+		p.gcPercent, p.gogc, p.gcFrom = *rt.GOGC, strconv.Itoa(*rt.GOGC), "runtime.gogc"
 	}
-	switch {
-	case envSet(getenv, "GOMEMLIMIT"):
-		p.limitFrom = "GOMEMLIMIT"
-	case rt.MemoryLimitRatio == nil || *rt.MemoryLimitRatio == 0:
+	if v, ok := getenv("GOMEMLIMIT"); ok {
+		p.limit, p.limitFrom = v, "GOMEMLIMIT"
+		return p
+	}
+	if rt.MemoryLimitRatio == nil || *rt.MemoryLimitRatio == 0 {
 		p.limitFrom = "none (runtime.memory_limit_ratio: 0)"
-	default:
-		if l := cgroupLimit(); l > 0 {
-			p.memLimit = int64(float64(l) * *rt.MemoryLimitRatio)
-			p.limitFrom = fmt.Sprintf("%.2f of the container's limit of %d bytes", *rt.MemoryLimitRatio, l)
-		} else {
-			p.limitFrom = "none (no container memory limit)"
-		}
+		return p
+	}
+	if l := cgroupLimit(); l > 0 {
+		p.memLimit = int64(float64(l) * *rt.MemoryLimitRatio)
+		p.limit = strconv.FormatInt(p.memLimit, 10)
+		p.limitFrom = fmt.Sprintf("%.2f of the container's limit of %d bytes", *rt.MemoryLimitRatio, l)
+	} else {
+		p.limitFrom = "none (no container memory limit)"
 	}
 	return p
 }
 
-func envSet(getenv func(string) (string, bool), name string) bool {
-	_, ok := getenv(name)
-	return ok
-}
-
 // fields describe p for the start-up log.
 func (p gcPlan) fields() []zap.Field {
-	gogc := os.Getenv("GOGC")
-	if p.gcPercent > 0 {
-		gogc = strconv.Itoa(p.gcPercent)
-	}
-	limit := "unchanged"
-	if p.memLimit > 0 {
-		limit = strconv.FormatInt(p.memLimit, 10)
-	} else if v, ok := os.LookupEnv("GOMEMLIMIT"); ok {
-		limit = v
-	}
-	return []zap.Field{zap.String("gogc", gogc), zap.String("gogc_from", p.gcFrom),
-		zap.String("memory_limit", limit), zap.String("memory_limit_from", p.limitFrom)}
+	return []zap.Field{zap.String("gogc", p.gogc), zap.String("gogc_from", p.gcFrom),
+		zap.String("memory_limit", p.limit), zap.String("memory_limit_from", p.limitFrom)}
 }
 
 // apply sets what p decided.

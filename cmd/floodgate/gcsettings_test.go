@@ -44,6 +44,19 @@ func TestPlanGC(t *testing.T) {
 			t.Errorf("%s: percent %d, limit %d (%s); want %d, %d (%s)", tc.name, p.gcPercent, p.memLimit, p.limitFrom, tc.percent, tc.memLimit, tc.limitFrom)
 		}
 	}
+	// What the start-up log says comes from the same reading of the environment.
+	for _, tc := range []struct {
+		getenv      func(string) (string, bool)
+		gogc, limit string
+	}{
+		{env(), "400", "966367641"},
+		{env("GOGC=150"), "150", "966367641"},
+		{env("GOMEMLIMIT=100MiB"), "400", "100MiB"},
+	} {
+		if p := planGC(rt, tc.getenv, limit(1<<30)); p.gogc != tc.gogc || p.limit != tc.limit {
+			t.Errorf("logged gogc %q, memory_limit %q; want %q, %q", p.gogc, p.limit, tc.gogc, tc.limit)
+		}
+	}
 }
 
 // apply hands the plan to the runtime: the collector then runs at that
