@@ -95,11 +95,11 @@ func (s *Store) Close() {
 // store pipelines, else on its own round trip. A non-zero deadline bounds it
 // as well as ctx (only a pipelined store is given one: takeBy derives a
 // context for the others).
-func (s *Store) run(ctx context.Context, deadline time.Time, keys []string, args []any) ([]int64, error) {
+func (s *Store) run(ctx context.Context, deadline time.Time, keys []string, buckets []bucketArgs, extra []any) ([]int64, error) {
 	if s.pipe == nil {
-		return s.script.Run(ctx, s.client, keys, oneDecision(len(keys), args)...).Int64Slice()
+		return s.script.Run(ctx, s.client, keys, oneDecision(buckets, extra)...).Int64Slice()
 	}
-	return s.pipe.run(ctx, deadline, s.script, keys, args)
+	return s.pipe.run(ctx, deadline, s.script, keys, buckets, extra)
 }
 
 // call is one decision waiting for, or riding, a batch. Calls are pooled:
@@ -112,7 +112,8 @@ type call struct {
 	timer    *time.Timer // fires at deadline; kept with the pooled call
 	script   *redis.Script
 	keys     []string
-	args     []any // four per bucket (then, in tests, a clock)
+	buckets  []bucketArgs
+	extra    []any // arguments after the buckets' (tests: a clock)
 	reply    []int64
 	err      error
 	done     chan struct{} // one send (buffered) once reply or err is final
@@ -184,7 +185,7 @@ func (c *coalescer) failQueued() {
 
 // run queues one script call and waits for its reply, for ctx to end or for
 // deadline (if not zero), whichever comes first.
-func (c *coalescer) run(ctx context.Context, deadline time.Time, script *redis.Script, keys []string, args []any) ([]int64, error) {
+func (c *coalescer) run(ctx context.Context, deadline time.Time, script *redis.Script, keys []string, buckets []bucketArgs, extra []any) ([]int64, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -192,7 +193,7 @@ func (c *coalescer) run(ctx context.Context, deadline time.Time, script *redis.S
 		deadline = d
 	}
 	cl := callPool.Get().(*call)
-	cl.ctx, cl.deadline, cl.script, cl.keys, cl.args = ctx, deadline, script, keys, args
+	cl.ctx, cl.deadline, cl.script, cl.keys, cl.buckets, cl.extra = ctx, deadline, script, keys, buckets, extra
 	var expired <-chan time.Time
 	if !deadline.IsZero() {
 		left := time.Until(deadline)
@@ -248,7 +249,7 @@ func (cl *call) recycle() {
 	if cl.timer != nil {
 		cl.timer.Stop()
 	}
-	cl.ctx, cl.deadline, cl.script, cl.keys, cl.args, cl.reply, cl.err = nil, time.Time{}, nil, nil, nil, nil, nil
+	cl.ctx, cl.deadline, cl.script, cl.keys, cl.buckets, cl.extra, cl.reply, cl.err = nil, time.Time{}, nil, nil, nil, nil, nil, nil
 	callPool.Put(cl)
 }
 
@@ -399,7 +400,7 @@ func (c *coalescer) scriptCalls(ctx context.Context, live []*call) []*scriptCall
 			slot = Slot(cl.keys[0])
 		}
 		sc := open[slot]
-		plain := len(cl.args) == 4*len(cl.keys)
+		plain := len(cl.extra) == 0
 		if sc == nil || sc.script != cl.script || len(sc.calls) == perScript || !plain {
 			sc = &scriptCall{script: cl.script}
 			out = append(out, sc)
@@ -432,29 +433,14 @@ func (sc *scriptCall) keys() []string {
 	return keys
 }
 
-// oneDecision is the token-bucket script's ARGV for a single decision of n
-// buckets whose arguments are args.
-func oneDecision(n int, args []any) []any {
-	a := make([]any, 0, 2+len(args))
-	return append(append(a, 1, n), args...)
-}
-
-// args are the script call's ARGV: D, each decision's bucket count, then
-// every decision's bucket arguments in turn (see tokenbucket.lua).
+// args are the script call's ARGV (see tokenbucket.lua): its decisions in
+// turn, each distinct limit once; a lone call's extra arguments last.
 func (sc *scriptCall) args() []any {
-	n := 1 + len(sc.calls)
-	for _, cl := range sc.calls {
-		n += len(cl.args)
+	var extra []any
+	if len(sc.calls) == 1 {
+		extra = sc.calls[0].extra
 	}
-	a := make([]any, 0, n)
-	a = append(a, len(sc.calls))
-	for _, cl := range sc.calls {
-		a = append(a, len(cl.keys))
-	}
-	for _, cl := range sc.calls {
-		a = append(a, cl.args...)
-	}
-	return a
+	return takeArgv(len(sc.calls), func(j int) []bucketArgs { return sc.calls[j].buckets }, extra)
 }
 
 // evalSha is EVALSHA sha keys args, as go-redis' Script builds it, its first

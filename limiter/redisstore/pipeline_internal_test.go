@@ -42,8 +42,8 @@ func flushOne(t *testing.T, c *coalescer, calls []*call) {
 	}
 }
 
-func newCall(keys []string, args ...any) *call {
-	return &call{ctx: context.Background(), script: Script, keys: keys, args: args, done: make(chan struct{}, 1)}
+func newCall(keys []string, buckets ...bucketArgs) *call {
+	return &call{ctx: context.Background(), script: Script, keys: keys, buckets: buckets, done: make(chan struct{}, 1)}
 }
 
 // TestOneScriptCallDecidesInTurn: decisions that share a script call are
@@ -63,14 +63,13 @@ func TestOneScriptCallDecidesInTurn(t *testing.T) {
 	defer s.Close()
 	l := limiter.MustLimit(3, "1/3600")
 	k, g := l.Units()
-	one := []any{l.Capacity, k, g, int64(1)}
+	one := bucketArgs{limitArgs{l.Capacity, k, g}, 1}
 	hot, other := s.Key("hot", "a"), s.Key("other", "a")
 	var calls []*call
 	for i := 0; i < 5; i++ {
-		calls = append(calls, newCall([]string{hot}, one...))
+		calls = append(calls, newCall([]string{hot}, one))
 	}
-	both := append(append([]any{}, one...), one...)
-	calls = append(calls, newCall([]string{other, hot}, both...), newCall([]string{other}, one...))
+	calls = append(calls, newCall([]string{other, hot}, one, one), newCall([]string{other}, one))
 	flushOne(t, s.pipe, calls)
 	if h.scripts != 1 {
 		t.Errorf("7 decisions went out in %d script calls, want 1", h.scripts)
@@ -107,7 +106,7 @@ func TestAFailingDecisionDoesNotFailItsScriptCall(t *testing.T) {
 	ctx := context.Background()
 	l := limiter.MustLimit(3, "1/3600")
 	k, g := l.Units()
-	one := []any{l.Capacity, k, g, int64(1)}
+	one := bucketArgs{limitArgs{l.Capacity, k, g}, 1}
 	bad := s.Key("api", "hash")
 	if err := c.HSet(ctx, bad, "f", "v").Err(); err != nil {
 		t.Fatal(err)
@@ -117,9 +116,9 @@ func TestAFailingDecisionDoesNotFailItsScriptCall(t *testing.T) {
 	}
 	good1, good2 := s.Key("api", "one"), s.Key("api", "two")
 	calls := []*call{
-		newCall([]string{good1}, one...),
-		newCall([]string{good2, bad}, append(append([]any{}, one...), one...)...),
-		newCall([]string{good2}, one...),
+		newCall([]string{good1}, one),
+		newCall([]string{good2, bad}, one, one),
+		newCall([]string{good2}, one),
 	}
 	flushOne(t, s.pipe, calls)
 	for _, i := range []int{0, 2} {

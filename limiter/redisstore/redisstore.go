@@ -117,12 +117,12 @@ func (s *Store) takeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 		return false, err
 	}
 	keys := make([]string, len(reqs))
-	args := make([]any, 0, 4*len(reqs)+len(extra))
+	buckets := make([]bucketArgs, len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		keys[i] = s.Key(r.Name, r.ID)
 		k, g := r.Limit.Units()
-		args = append(args, r.Limit.Capacity, k, g, r.Cost)
+		buckets[i] = bucketArgs{limitArgs{r.Limit.Capacity, k, g}, r.Cost}
 	}
 	acrossSlots := s.cluster != nil && len(keys) > 1 && !sameSlot(keys)
 	if !deadline.IsZero() && (s.pipe == nil || acrossSlots) {
@@ -134,10 +134,9 @@ func (s *Store) takeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 		deadline = time.Time{}
 	}
 	if acrossSlots {
-		return s.takeAcrossSlots(ctx, reqs, res, keys, args, extra)
+		return s.takeAcrossSlots(ctx, reqs, res, keys, buckets, extra)
 	}
-	args = append(args, extra...)
-	reply, err := s.run(ctx, deadline, keys, args)
+	reply, err := s.run(ctx, deadline, keys, buckets, extra)
 	if err != nil {
 		return false, fmt.Errorf("redis: token-bucket script: %w", explain(err))
 	}
@@ -192,7 +191,7 @@ func sameSlot(keys []string) bool {
 // A group whose call fails leaves its own buckets uncertain (the script may
 // or may not have run), as a failed call does on the single-slot path; the
 // other groups are refunded and Take returns the error.
-func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res []limiter.Result, keys []string, args, extra []any) (bool, error) {
+func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res []limiter.Result, keys []string, buckets []bucketArgs, extra []any) (bool, error) {
 	// Group bucket indices by slot, in order of first appearance.
 	var groups [][]int
 	var slots []int
@@ -209,20 +208,18 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		groups[g] = append(groups[g], i)
 	}
 	gkeys := make([][]string, len(groups))
-	gargs := make([][]any, len(groups))
+	gbuckets := make([][]bucketArgs, len(groups))
 	for g, idx := range groups {
 		gkeys[g] = make([]string, len(idx))
-		gargs[g] = make([]any, 0, 4*len(idx)+len(extra))
+		gbuckets[g] = make([]bucketArgs, len(idx))
 		for j, i := range idx {
-			gkeys[g][j] = keys[i]
-			gargs[g] = append(gargs[g], args[4*i:4*i+4]...)
+			gkeys[g][j], gbuckets[g][j] = keys[i], buckets[i]
 		}
-		gargs[g] = append(gargs[g], extra...)
 	}
 
 	takeArgs := make([][]any, len(groups))
-	for g, idx := range groups {
-		takeArgs[g] = oneDecision(len(idx), gargs[g])
+	for g := range groups {
+		takeArgs[g] = oneDecision(gbuckets[g], extra)
 	}
 	replies, errs := runPerSlot(ctx, s.cluster, s.script, gkeys, takeArgs)
 	allowed := true
@@ -267,7 +264,7 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		rkeys := make([][]string, len(charged))
 		rargs := make([][]any, len(charged))
 		for j, g := range charged {
-			rkeys[j], rargs[j] = gkeys[g], gargs[g]
+			rkeys[j], rargs[j] = gkeys[g], refundArgv(gbuckets[g], extra)
 		}
 		_, rerrs := runPerSlot(context.WithoutCancel(ctx), s.cluster, s.refund, rkeys, rargs)
 		for j, err := range rerrs {
@@ -335,12 +332,22 @@ func runPerSlot(ctx context.Context, c *redis.ClusterClient, script *redis.Scrip
 // monitor none by the configured name.
 var ErrNoMaster = errors.New("the Sentinels know no master by the configured name")
 
+// ErrNoAuth reports a server that wants a password the client did not
+// send. Redis answers NOAUTH to a short command; to a longer one (more than
+// ten parts, as a script call deciding several buckets or decisions is)
+// from a connection that has not authenticated, it answers only "Protocol
+// error: unauthenticated multibulk length" and closes the connection.
+var ErrNoAuth = errors.New("NOAUTH: the Redis server requires a password (store.redis.password_file or password_env, and username for an ACL user)")
+
 // explain adds what a user can act on to go-redis errors that lack it. The
 // script and INFO never reply nil, so a nil reply is the Sentinels' answer
 // to a master name they do not monitor.
 func explain(err error) error {
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: %w", ErrNoMaster, err)
+	}
+	if err != nil && strings.Contains(err.Error(), "Protocol error: unauthenticated") {
+		return fmt.Errorf("%w: %w", ErrNoAuth, err)
 	}
 	return err
 }

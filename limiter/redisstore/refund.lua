@@ -7,9 +7,9 @@
 -- so that in the end no bucket paid (see redisstore.go, takeAcrossSlots).
 --
 -- KEYS[i]  the Redis key of bucket i.
--- ARGV     the same four integers per bucket as tokenbucket.lua, in KEYS
---          order: capacity C (tokens), K (units per token), G (units gained
---          per microsecond), cost n: the cost to give back.
+-- ARGV     four integers per bucket, in KEYS order: capacity C (tokens),
+--          K (units per token), G (units gained per microsecond) and the
+--          cost n to give back.
 -- Returns  {m_1, ..., m_n}: the units missing from bucket i after the refund.
 --
 -- The refund computes the units missing now, takes n·K off, floored at 0 (a

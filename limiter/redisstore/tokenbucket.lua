@@ -7,14 +7,20 @@
 -- buckets; a later decision sees an earlier one's charges.
 --
 -- KEYS     the buckets of every decision, decision after decision.
--- ARGV[1]  D, the number of decisions; ARGV[1 + j] n_j, the buckets of
---          decision j. Then four integers per bucket, in KEYS order:
---          capacity C (tokens), K (units per token), G (units gained per
---          microsecond), cost n. Arguments after those are ignored.
+-- ARGV     integers: D, the number of decisions; L, the number of distinct
+--          limits; then each limit's capacity C (tokens), K (units per
+--          token) and G (units gained per microsecond); then, decision
+--          after decision, its number of buckets n_j followed by a pair per
+--          bucket, in KEYS order: the bucket's limit (1..L) and its cost.
+--          Arguments after those are ignored.
 -- Returns  for each decision in turn: allowed, then m_1, ..., m_nj. allowed
 --          is 1 when every bucket could pay and all were charged, 0 when
 --          none was; m_i is the number of units missing from bucket i after
 --          the decision (0 = full).
+--
+-- Limits are sent once per call, not once per bucket: the decisions that
+-- share a call mostly share their limits, and every argument costs Redis a
+-- string to build and the script a number to parse.
 --
 -- Errors. With one decision, an error (a key of another type under the
 -- prefix: WRONGTYPE) is the call's error. With several, each decision runs
@@ -22,46 +28,74 @@
 -- nothing (reads come before writes), and the others are decided as usual;
 -- the store then runs it alone to learn its error.
 
--- decide takes decision j's buckets: keys kb+1..kb+n, arguments from ab+1.
-local function decide(kb, n, ab)
-  local missing = {}
-  local allowed = 1
-  for i = 1, n do
-    local a = ab + (i - 1) * 4
-    local c, k, g, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-    local m = missing_now(KEYS[kb + i], g, c * k)
+local d, nl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cap, per, gain, full = {}, {}, {}, {}
+for l = 1, nl do
+  local a = 3 * l
+  local c, k = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  cap[l], per[l], gain[l], full[l] = c, k, tonumber(ARGV[a + 2]), c * k
+end
+
+-- decide1 takes a decision of one bucket: key, of limit l, cost n. (Most
+-- decisions have one bucket; this path builds no table.)
+local function decide1(key, l, n)
+  local m = missing_now(key, gain[l], full[l])
+  if n > cap[l] or m + n * per[l] > full[l] then return 0, m end
+  m = m + n * per[l]
+  store(key, m, gain[l])
+  return 1, m
+end
+
+-- decide takes a decision of nb buckets: keys kb+1..kb+nb, their (limit,
+-- cost) pairs from ARGV[a + 1].
+local function decide(kb, nb, a)
+  local missing, allowed = {}, 1
+  for i = 1, nb do
+    local l, n = tonumber(ARGV[a + 2 * i - 1]), tonumber(ARGV[a + 2 * i])
+    local m = missing_now(KEYS[kb + i], gain[l], full[l])
     missing[i] = m
-    if cost > c or m + cost * k > c * k then allowed = 0 end
+    if n > cap[l] or m + n * per[l] > full[l] then allowed = 0 end
   end
   if allowed == 1 then
-    for i = 1, n do
-      local a = ab + (i - 1) * 4
-      local k, g, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-      missing[i] = missing[i] + cost * k
-      store(KEYS[kb + i], missing[i], g)
+    for i = 1, nb do
+      local l, n = tonumber(ARGV[a + 2 * i - 1]), tonumber(ARGV[a + 2 * i])
+      missing[i] = missing[i] + n * per[l]
+      store(KEYS[kb + i], missing[i], gain[l])
     end
   end
   return allowed, missing
 end
 
-local d = tonumber(ARGV[1])
-local out = {}
-local kb, ab = 0, 1 + d
+local out, o = {}, 0
+local kb, a = 0, 3 + 3 * nl -- decision j's bucket count is ARGV[a]
 for j = 1, d do
-  local n = tonumber(ARGV[1 + j])
-  local ok, allowed, missing = true, nil, nil
-  if d == 1 then
-    allowed, missing = decide(kb, n, ab)
+  local nb = tonumber(ARGV[a])
+  local ok, allowed, m = true, nil, nil
+  if nb == 1 then
+    local key, l, n = KEYS[kb + 1], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    if d == 1 then
+      allowed, m = decide1(key, l, n)
+    else
+      ok, allowed, m = pcall(decide1, key, l, n)
+    end
+    if ok then
+      out[o + 1], out[o + 2] = allowed, m
+    end
   else
-    ok, allowed, missing = pcall(decide, kb, n, ab)
+    if d == 1 then
+      allowed, m = decide(kb, nb, a)
+    else
+      ok, allowed, m = pcall(decide, kb, nb, a)
+    end
+    if ok then
+      out[o + 1] = allowed
+      for i = 1, nb do out[o + 1 + i] = m[i] end
+    end
   end
-  if ok then
-    out[#out + 1] = allowed
-    for i = 1, n do out[#out + 1] = missing[i] end
-  else
-    out[#out + 1] = -1
-    for i = 1, n do out[#out + 1] = 0 end
+  if not ok then
+    out[o + 1] = -1
+    for i = 1, nb do out[o + 1 + i] = 0 end
   end
-  kb, ab = kb + n, ab + 4 * n
+  o, kb, a = o + 1 + nb, kb + nb, a + 1 + 2 * nb
 end
 return out
