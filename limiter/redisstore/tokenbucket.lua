@@ -66,27 +66,23 @@ local function decide(kb, nb, a)
   return allowed, missing
 end
 
+-- protected runs f: as it is when the call holds one decision, under pcall
+-- when it holds several (see Errors above). Returns ok, then f's results.
+local function protected(f, ...)
+  if d == 1 then return true, f(...) end
+  return pcall(f, ...)
+end
+
 local out, o = {}, 0
 local kb, a = 0, 3 + 3 * nl -- decision j's bucket count is ARGV[a]
 for j = 1, d do
   local nb = tonumber(ARGV[a])
-  local ok, allowed, m = true, nil, nil
+  local ok, allowed, m
   if nb == 1 then
-    local key, l, n = KEYS[kb + 1], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    if d == 1 then
-      allowed, m = decide1(key, l, n)
-    else
-      ok, allowed, m = pcall(decide1, key, l, n)
-    end
-    if ok then
-      out[o + 1], out[o + 2] = allowed, m
-    end
+    ok, allowed, m = protected(decide1, KEYS[kb + 1], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]))
+    if ok then out[o + 1], out[o + 2] = allowed, m end
   else
-    if d == 1 then
-      allowed, m = decide(kb, nb, a)
-    else
-      ok, allowed, m = pcall(decide, kb, nb, a)
-    end
+    ok, allowed, m = protected(decide, kb, nb, a)
     if ok then
       out[o + 1] = allowed
       for i = 1, nb do out[o + 1 + i] = m[i] end
