@@ -333,9 +333,11 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	// The pipelined store stops before the client closes (closers run in order).
 	var rstore *redisstore.Store
 	if *cfg.Store.Redis.Pipeline {
+		onBatch := pipelineMetrics(reg)
 		rstore = redisstore.NewPipelined(client, ro.Prefix, redisstore.PipelineOptions{
 			MaxBatch: cfg.Store.Redis.PipelineMaxBatch,
 			Flushers: cfg.Store.Redis.PipelineFlushers,
+			OnBatch:  onBatch,
 		})
 	} else {
 		rstore = redisstore.New(client, ro.Prefix)
@@ -360,6 +362,27 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 			c()
 		}
 	}}, nil
+}
+
+// pipelineMetrics registers how deep the Redis pipelines run and returns
+// what the pipelined store reports each batch to. Decisions per batch (one
+// write and one read each) and per script call are what pipeline_flushers
+// and the Redis CPU per decision depend on.
+func pipelineMetrics(reg prometheus.Registerer) func(decisions, scriptCalls int) {
+	batches := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "floodgate_redis_batch_decisions",
+		Help:    "Decisions per pipelined batch sent to Redis (one write and one read each): _count is the batches, _sum the decisions.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 8), // 1 .. 128, the default pipeline_max_batch
+	})
+	calls := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floodgate_redis_script_calls_total",
+		Help: "Token-bucket script calls sent by the pipeline; decisions per call = floodgate_redis_batch_decisions_sum / this.",
+	})
+	reg.MustRegister(batches, calls)
+	return func(decisions, scriptCalls int) {
+		batches.Observe(float64(decisions))
+		calls.Add(float64(scriptCalls))
+	}
 }
 
 // redisLog sends go-redis' own messages (failed dials, pool trouble) to the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,6 +144,23 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 			resp := p.check(t, request(t, "/public/x", "203.0.113.9"))
 			if !isAllowed(resp) || len(resp.GetOkResponse().GetResponseHeadersToAdd()) != 0 {
 				t.Fatalf("unmatched: %v", resp)
+			}
+		}
+	})
+
+	run("the pipeline's depth is in the metrics", func(t *testing.T) {
+		// One request at a time: each decision is a batch and a script
+		// call of its own.
+		before := metrics(t, p)
+		for i := 0; i < 3; i++ {
+			if !isAllowed(p.check(t, request(t, "/v1/depth", "203.0.113.9", "x-api-key: depth"))) {
+				t.Fatalf("request %d denied", i+1)
+			}
+		}
+		after := metrics(t, p)
+		for _, name := range []string{"floodgate_redis_batch_decisions_count", "floodgate_redis_batch_decisions_sum", "floodgate_redis_script_calls_total"} {
+			if d := metricValue(t, after, name) - metricValue(t, before, name); d != 3 {
+				t.Errorf("%s rose by %v over 3 sequential decisions, want 3", name, d)
 			}
 		}
 	})
@@ -331,6 +349,22 @@ func metrics(t *testing.T, p *proc) string {
 		}
 	}
 	return b.String()
+}
+
+// metricValue is the value of the unlabelled sample name in an exposition.
+func metricValue(t *testing.T, exposition, name string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(exposition, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no sample %s in the metrics", name)
+	return 0
 }
 
 func grep(s, sub string) string {

@@ -61,6 +61,11 @@ type PipelineOptions struct {
 	// Flushers is how many batches may be in flight at once, each on one
 	// connection (default DefaultFlushers).
 	Flushers int
+	// OnBatch, when set, is called after each batch with the decisions it
+	// sent and the script calls that carried them (a decision run again
+	// alone after failing in a shared call counts twice as a call): how
+	// deep the pipelines run in production. It must not block.
+	OnBatch func(decisions, scriptCalls int)
 }
 
 // PipelineClient is what pipelining needs of a client: scripts and
@@ -127,6 +132,7 @@ type coalescer struct {
 	client   PipelineClient
 	cluster  bool // client is a Redis Cluster client: script calls are per slot
 	maxBatch int
+	onBatch  func(decisions, scriptCalls int)
 	calls    chan *call
 	quit     chan struct{}
 	closed   atomic.Bool // set before quit closes
@@ -146,6 +152,7 @@ func newCoalescer(client PipelineClient, o PipelineOptions) *coalescer {
 		client:   client,
 		cluster:  cluster,
 		maxBatch: o.MaxBatch,
+		onBatch:  o.OnBatch,
 		// Room for every flusher's next full batch: beyond that, callers
 		// wait to enqueue (bounded by their own deadline).
 		calls: make(chan *call, o.MaxBatch*o.Flushers),
@@ -371,6 +378,9 @@ func (c *coalescer) flush(batch, live []*call) {
 	}
 	for _, cl := range live {
 		cl.finish()
+	}
+	if c.onBatch != nil {
+		c.onBatch(len(live), len(calls)+len(again)+len(alone))
 	}
 }
 

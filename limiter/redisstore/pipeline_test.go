@@ -112,14 +112,24 @@ func TestPipelinedConcurrentDecisionsShareRoundTripsAndMintNothing(t *testing.T)
 	defer c.Close()
 	h := &pipelineHook{}
 	c.AddHook(h)
-	s := pipelined(t, c, "")
+	var batched, batchCalls atomic.Int64 // as PipelineOptions.OnBatch reports them
+	s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{OnBatch: func(decisions, calls int) {
+		batched.Add(int64(decisions))
+		batchCalls.Add(int64(calls))
+	}})
+	defer s.Close()
 	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: limiter.MustLimit(1, "1"), Cost: 1}) // the script cached: no EVAL below
 	h.pipelines.Store(0)
 	h.scripts.Store(0)
 	h.decisions.Store(0)
+	batched.Store(0)
+	batchCalls.Store(0)
 	before := commandCalls(t, c)
 	n := hammer(t, s, c, time.Second)
 	after := commandCalls(t, c)
+	if batched.Load() != n || batchCalls.Load() != h.scripts.Load() {
+		t.Errorf("OnBatch reported %d decisions in %d script calls; %d were decided in %d", batched.Load(), batchCalls.Load(), n, h.scripts.Load())
+	}
 	t.Logf("%d decisions in %d pipelines (largest %d decisions), %d script calls (largest %d decisions)",
 		n, h.pipelines.Load(), h.biggestPipeline.Load(), h.scripts.Load(), h.biggestCall.Load())
 	if d := after["evalsha"] - before["evalsha"]; d != h.scripts.Load() {
