@@ -29,6 +29,7 @@ type benchOptions struct {
 	rounds                 int
 	maxCount               int64
 	keys, conns            int
+	client                 string // the in-process client's kind: clientLean or clientProto
 	profileDir             string
 	ghz                    string // drive the cells with this ghz binary instead of the in-process client
 	ghzVersion             string // what that binary says it is (set by bench)
@@ -61,6 +62,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Int64Var(&o.maxCount, "max", 2_000_000, "at most this many requests per cell")
 	fs.IntVar(&o.keys, "keys", 100_000, "distinct callers in (a), (b), (e) and (f)")
 	fs.IntVar(&o.conns, "conns", 1, "gRPC connections from the load generator to each server")
+	fs.StringVar(&o.client, "client", clientLean, "the in-process client: lean (pre-encoded requests, answers' status read from the wire) or proto (protobuf's work on every call too: decode and marshal the request, decode the answer)")
 	fs.StringVar(&o.ghz, "ghz", "", "drive every cell with this ghz binary (make bench-ghz) instead of the in-process client")
 	fs.StringVar(&o.ratelimit, "ratelimit", "", "envoyproxy/ratelimit's service_cmd binary, for scenario r (make bench-ghz installs it)")
 	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b) and (e) at the highest concurrency to this directory")
@@ -90,6 +92,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // bench starts the servers, measures every (scenario, concurrency) cell and
 // prints the table.
 func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error {
+	if o.client == "" {
+		o.client = clientLean
+	}
+	if o.ghz != "" && o.client != clientLean {
+		return fmt.Errorf("--client %s chooses the in-process client, which --ghz replaces", o.client)
+	}
 	var scs []scenario
 	wanted := map[string]bool{"noop": true} // (a) is the baseline of every ratio: always measured
 	if o.scenarios[0] != "a" {
@@ -188,7 +196,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 		procs = append(procs, p)
 		servers[name] = p
-		if clients[name], err = dial(p.addr, o.conns); err != nil {
+		if clients[name], err = dial(p.addr, o.conns, o.client); err != nil {
 			return err
 		}
 	}
@@ -306,8 +314,12 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	}
 	fmt.Fprintf(w, "machine: %s\n", mach)
 	fmt.Fprintf(w, "steadiness: %s\n", steady)
-	client := fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios, each after a %v warm-up (at most %d requests a round); load generator: %d gRPC connection(s), pre-encoded Envoy-shaped CheckRequests",
-		o.cell, o.rounds, o.warmup, o.maxCount, o.conns)
+	requests := "pre-encoded Envoy-shaped CheckRequests"
+	if o.client == clientProto {
+		requests = "Envoy-shaped CheckRequests decoded and marshalled by protobuf on every call, answers decoded whole (--client proto)"
+	}
+	client := fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios, each after a %v warm-up (at most %d requests a round); load generator: %d gRPC connection(s), %s",
+		o.cell, o.rounds, o.warmup, o.maxCount, o.conns, requests)
 	if o.ghz != "" {
 		client = fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios; load generator: %s, 1 gRPC connection, Envoy-shaped CheckRequests as binary messages, its start-up CPU taken off; gRPC status checked, not the answers",
 			o.cell, o.rounds, o.ghzVersion)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
@@ -144,7 +147,7 @@ func TestStatusCodeReadsTheWireForm(t *testing.T) {
 
 func TestOnlyLoopbackTargets(t *testing.T) {
 	for _, target := range []string{"10.0.0.1:9191", "example.com:9191", "192.168.1.1:1"} {
-		if c, err := dial(target, 1); err == nil {
+		if c, err := dial(target, 1, clientLean); err == nil {
 			c.close()
 			t.Errorf("dial(%s) accepted a non-loopback target", target)
 		}
@@ -200,5 +203,74 @@ func TestSteadiness(t *testing.T) {
 	}
 	if d := probe(); d <= 0 || d > 10*time.Second {
 		t.Errorf("probe took %v", d)
+	}
+}
+
+// TestProtoClientDoesProtobufsWork: with a message attached, the codec
+// decodes and marshals every request (a damaged one fails, where the lean
+// client would send it as it is) and decodes every answer whole.
+func TestProtoClientDoesProtobufsWork(t *testing.T) {
+	w := distinct("/b/", 3)
+	req, resp := w.newMessages()
+	in := &rawMsg{b: w.reqs[1], msg: req}
+	out, err := rawCodec{}.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &authv3.CheckRequest{}
+	if err := proto.Unmarshal(w.reqs[1], want); err != nil {
+		t.Fatal(err)
+	}
+	got := &authv3.CheckRequest{}
+	if err := proto.Unmarshal(out.Materialize(), got); err != nil || !proto.Equal(got, want) {
+		t.Errorf("the marshalled request differs from the workload's (%v):\n%v\nwant %v", err, got, want)
+	}
+	damaged := []byte{0x0a, 0x05, 0x08}
+	if _, err := (rawCodec{}).Marshal(&rawMsg{b: damaged, msg: req}); err == nil {
+		t.Error("a damaged request was marshalled: the proto client did not decode it")
+	}
+	if _, err := (rawCodec{}).Marshal(&rawMsg{b: damaged}); err != nil {
+		t.Errorf("the lean client decoded a request it should pass through: %v", err)
+	}
+
+	answer, err := proto.Marshal(&authv3.CheckResponse{Status: &rpcstatus.Status{Code: 8, Message: "over"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rawMsg{msg: resp}
+	if err := (rawCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(answer)}, r); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.msg.(*authv3.CheckResponse).GetStatus().GetCode(); code != 8 {
+		t.Errorf("decoded answer's status code %d, want 8", code)
+	}
+	if ok, err := w.answer(r.b); err != nil || ok {
+		t.Errorf("the answer's bytes read as allowed=%v (%v), want a denial", ok, err)
+	}
+}
+
+// TestProtoClientDrivesAServer: the proto client over a real gRPC
+// connection, to an in-process no-op server: every call answered as
+// expected.
+func TestProtoClientDrivesAServer(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(gs, noopServer{})
+	go gs.Serve(lis)
+	defer gs.Stop()
+	c, err := dial(lis.Addr().String(), 1, clientProto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	r := c.drive(context.Background(), distinct("/b/", 100), cell{conc: 4, window: 200 * time.Millisecond, maxCount: 2000, rpcTimeout: 5 * time.Second})
+	if r.decisions == 0 || r.rpcErrors != 0 || r.unexpected != 0 {
+		t.Errorf("%d decisions, %d RPC errors (first: %v), %d unexpected; want some, none, none", r.decisions, r.rpcErrors, r.firstErr, r.unexpected)
+	}
+	if _, err := dial(lis.Addr().String(), 1, "fat"); err == nil {
+		t.Error("dial accepted an unknown client kind")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"io"
 	"net"
 	"slices"
@@ -20,18 +21,35 @@ import (
 
 const checkMethod = "/envoy.service.auth.v3.Authorization/Check"
 
-// rawMsg is a message already in wire form: the client sends pre-encoded
-// CheckRequests and reads back only the status code of each response.
-type rawMsg struct{ b []byte }
+// rawMsg is a message in wire form. The lean client sends pre-encoded
+// requests and reads back only each response's status code. The proto
+// client (msg set) does what a client building its requests does on every
+// call: the request becomes a protobuf message (decoded from its wire form,
+// about what building it costs) that protobuf marshals, and the whole
+// response is decoded into msg.
+type rawMsg struct {
+	b   []byte
+	msg proto.Message
+}
 
-// rawCodec passes rawMsg bytes through. Its name is "proto", so servers
-// decode the requests with their usual protobuf codec.
+// rawCodec passes rawMsg bytes through, doing protobuf's work as well when
+// the message asks for it. Its name is "proto", so servers decode the
+// requests with their usual protobuf codec.
 type rawCodec struct{}
 
 func (rawCodec) Name() string { return "proto" }
 
 func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.(*rawMsg).b)}, nil
+	m := v.(*rawMsg)
+	if m.msg == nil {
+		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+	}
+	proto.Reset(m.msg)
+	if err := proto.Unmarshal(m.b, m.msg); err != nil {
+		return nil, err
+	}
+	b, err := proto.Marshal(m.msg)
+	return mem.BufferSlice{mem.SliceBuffer(b)}, err
 }
 
 func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -42,8 +60,20 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	m.b = m.b[:n]
 	data.CopyTo(m.b)
-	return nil
+	if m.msg == nil {
+		return nil
+	}
+	proto.Reset(m.msg)
+	return proto.Unmarshal(m.b, m.msg)
 }
+
+// Client kinds (--client): lean sends pre-encoded requests and reads only
+// each answer's status; proto also does protobuf's work on every call, as a
+// client that builds its requests does (see rawMsg).
+const (
+	clientLean  = "lean"
+	clientProto = "proto"
+)
 
 // statusCode reads CheckResponse.status.code (fields 1 and 1) from the wire
 // form without decoding the rest; a missing status reads as 0 (OK), as
@@ -98,14 +128,21 @@ func varintField(b []byte, num protowire.Number) (uint64, error) {
 }
 
 // client is the load generator's connections to one server.
-type client struct{ conns []*grpc.ClientConn }
+type client struct {
+	conns []*grpc.ClientConn
+	kind  string // clientLean or clientProto
+}
 
-// dial opens n connections to target, which must be a loopback address.
-func dial(target string, n int) (*client, error) {
+// dial opens n connections to target, which must be a loopback address,
+// for a client of the given kind.
+func dial(target string, n int, kind string) (*client, error) {
 	if err := checkLoopback(target); err != nil {
 		return nil, err
 	}
-	c := &client{}
+	if kind != clientLean && kind != clientProto {
+		return nil, fmt.Errorf("unknown client %q (lean or proto)", kind)
+	}
+	c := &client{kind: kind}
 	for i := 0; i < max(n, 1); i++ {
 		conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
@@ -210,6 +247,9 @@ func (c *client) drive(ctx context.Context, w workload, cl cell) result {
 			local := make([]sample, 0, 4096)
 			next := i * 7919 // callers walk the workload from spread-out points
 			req, resp := &rawMsg{}, &rawMsg{}
+			if c.kind == clientProto {
+				req.msg, resp.msg = w.newMessages()
+			}
 			for ctx.Err() == nil {
 				if issued.Add(1) > cl.maxCount {
 					exhausted.CompareAndSwap(0, int64(time.Since(start)))
@@ -309,6 +349,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	keys := fs.Int("keys", 100_000, "distinct callers for scenarios b and f")
 	conc := fs.Int("conc", 64, "requests in flight")
 	conns := fs.Int("conns", 1, "gRPC connections")
+	kind := fs.String("client", clientLean, "lean: pre-encoded requests, answers' status read from the wire; proto: protobuf's work on every call too (decode and marshal the request, decode the answer)")
 	dur := fs.Duration("duration", 10*time.Second, "how long to send (at most 10m)")
 	maxCount := fs.Int64("max", 50_000_000, "send at most this many requests")
 	if err := fs.Parse(args); err != nil {
@@ -323,7 +364,7 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "floodbench load: unknown scenario %q\n", *scen)
 		return 2
 	}
-	c, err := dial(*target, *conns)
+	c, err := dial(*target, *conns, *kind)
 	if err != nil {
 		fmt.Fprintln(stderr, "floodbench load:", err)
 		return 1

@@ -60,7 +60,9 @@ func distinctRLS(n int) workload {
 		}
 		reqs[i] = b
 	}
-	return workload{reqs: reqs, allow: true, method: rlsMethod, allowed: rlsAllowed}
+	return workload{reqs: reqs, allow: true, method: rlsMethod, allowed: rlsAllowed, messages: func() (proto.Message, proto.Message) {
+		return &rlsv3.RateLimitRequest{}, &rlsv3.RateLimitResponse{}
+	}}
 }
 
 // rlsAllowed reads RateLimitResponse.overall_code (field 1, an enum) from
@@ -118,7 +120,7 @@ func startRatelimit(ctx context.Context, bin, dir, redisAddr string) (*proc, err
 		return nil, fmt.Errorf("envoyproxy/ratelimit: %w", err)
 	}
 	go p.follow(out, nil)
-	c, err := dial(p.addr, 1)
+	c, err := dial(p.addr, 1, clientLean)
 	if err != nil {
 		p.stop()
 		return nil, err

@@ -57,6 +57,18 @@ type workload struct {
 	// CheckResponse's status.
 	method  string
 	allowed func(resp []byte) (bool, error)
+	// messages returns empty messages of the method's request and response
+	// types, for the client that does protobuf's work (--client proto);
+	// nil is ext_authz's CheckRequest and CheckResponse.
+	messages func() (req, resp proto.Message)
+}
+
+// newMessages returns empty request and response messages of w's method.
+func (w workload) newMessages() (req, resp proto.Message) {
+	if w.messages != nil {
+		return w.messages()
+	}
+	return &authv3.CheckRequest{}, &authv3.CheckResponse{}
 }
 
 // rpc is the full gRPC method name w's requests are sent to.
