@@ -376,11 +376,13 @@ func (c *coalescer) flush(batch, live []*call) {
 			sc.deliver(sc.cmd.Result())
 		}
 	}
-	for _, cl := range live {
-		cl.finish()
-	}
+	// Counted before any caller hears back, so that what a caller saw is
+	// already in the counts.
 	if c.onBatch != nil {
 		c.onBatch(len(live), len(calls)+len(again)+len(alone))
+	}
+	for _, cl := range live {
+		cl.finish()
 	}
 }
 
