@@ -41,7 +41,16 @@ type serverCodec struct{ base encoding.CodecV2 }
 
 func (c serverCodec) Name() string { return "proto" }
 
-func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+// Marshal writes CheckResponses with marshalCheckResponse (encode.go) and
+// everything else, or a response it does not cover, with protobuf-go.
+func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*authv3.CheckResponse); ok {
+		if b, ok := marshalCheckResponse(r); ok {
+			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+		}
+	}
+	return c.base.Marshal(v)
+}
 
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*authv3.CheckRequest)

@@ -112,5 +112,6 @@ func FuzzCheck(f *testing.F) {
 		if err := resp.ValidateAll(); err != nil {
 			t.Fatalf("invalid response: %v", err)
 		}
+		assertEncodesAsProto(t, resp)
 	})
 }

@@ -82,7 +82,7 @@ func TestAnAllowedCheckAllocatesLittle(t *testing.T) {
 	}
 }
 
-func mustCompile(t *testing.T, specs ...PolicySpec) *Engine {
+func mustCompile(t testing.TB, specs ...PolicySpec) *Engine {
 	t.Helper()
 	e, err := Compile(specs, Options{HashSecret: []byte("benchmark-secret-0123456789")})
 	if err != nil {

@@ -48,7 +48,7 @@ func newRig(t *testing.T, policies []PolicySpec, opts Options, store limiter.Sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(ServerCodec())) // as floodgate serves
 	authv3.RegisterAuthorizationServer(gs, r.server)
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
@@ -75,6 +75,7 @@ func (r *rig) check(t *testing.T, req *authv3.CheckRequest) *authv3.CheckRespons
 	if err := resp.ValidateAll(); err != nil {
 		t.Fatalf("response fails go-control-plane validation: %v", err)
 	}
+	assertEncodesAsProto(t, resp)
 	var hs []*corev3.HeaderValueOption
 	if ok := resp.GetOkResponse(); ok != nil {
 		if len(ok.GetHeaders()) > 0 {

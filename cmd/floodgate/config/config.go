@@ -64,9 +64,10 @@ type Listen struct {
 	// before the listener closes (default 0: Kubernetes' preStop hook or
 	// endpoint removal usually does this job).
 	DrainDelay Duration `yaml:"drain_delay"`
-	// Decoder reads CheckRequests: fast (default; extauthz/decode.go, which
-	// hands anything unusual to protobuf-go) or protobuf (protobuf-go for
-	// every request: the way back should the fast one ever misread one).
+	// Decoder reads CheckRequests and writes CheckResponses: fast (default;
+	// extauthz/decode.go and encode.go, which hand anything unusual to
+	// protobuf-go) or protobuf (protobuf-go for every message: the way back
+	// should the fast ones ever misread or miswrite one).
 	Decoder string `yaml:"decoder"`
 }
 
