@@ -21,9 +21,9 @@ import (
 // Only the fields Floodgate sets are written. A response that sets any
 // other (dynamic metadata, upstream headers, status details, raw header
 // values...), or a string that is not valid UTF-8, is left to
-// proto.Marshal: marshalCheckResponse
-// says so and the codec falls back. TestTheEncoderKnowsEveryField fails
-// when a new version of Envoy's API adds a field this file does not weigh.
+// proto.Marshal: marshalCheckResponse says so and the codec falls back.
+// TestTheEncoderKnowsEveryField fails when a new version of Envoy's API
+// adds a field this file does not weigh.
 // Responses are built by this package, never decoded, so they carry no
 // unknown fields: the encoder does not look for them.
 
@@ -52,8 +52,15 @@ func marshalCheckResponse(r *authv3.CheckResponse) ([]byte, bool) {
 	if !encodable(r) {
 		return nil, false
 	}
-	b := make([]byte, 0, sizeCheckResponse(r))
-	return appendCheckResponse(b, r), true
+	status, http := sizeParts(r)
+	n := 0
+	if r.Status != nil {
+		n += sizeMessage(fCheckResponseStatus, status)
+	}
+	if http >= 0 {
+		n += sizeMessage(fCheckResponseOk, http) // the same size under either field number
+	}
+	return appendCheckResponse(make([]byte, 0, n), r, status, http), true
 }
 
 // encodable reports whether r sets only the fields written here.
@@ -113,22 +120,20 @@ func validUTF8(s string) bool {
 
 // Sizes, in bytes, of each message's fields (not its own tag and length).
 
-func sizeCheckResponse(r *authv3.CheckResponse) int {
-	n := 0
+// sizeParts returns the sizes of r's status and of its allow or deny
+// (-1 when it has none), computed once: the writer needs them again for
+// their length prefixes.
+func sizeParts(r *authv3.CheckResponse) (status, http int) {
 	if r.Status != nil {
-		n += sizeMessage(fCheckResponseStatus, sizeStatus(r.Status))
+		status = sizeStatus(r.Status)
 	}
 	switch h := r.HttpResponse.(type) {
 	case *authv3.CheckResponse_DeniedResponse:
-		if h.DeniedResponse != nil {
-			n += sizeMessage(fCheckResponseDenied, sizeDenied(h.DeniedResponse))
-		}
+		return status, sizeDenied(h.DeniedResponse)
 	case *authv3.CheckResponse_OkResponse:
-		if h.OkResponse != nil {
-			n += sizeMessage(fCheckResponseOk, sizeOptions(fOkResponseHeadersToAdd, h.OkResponse.ResponseHeadersToAdd))
-		}
+		return status, sizeOptions(fOkResponseHeadersToAdd, h.OkResponse.ResponseHeadersToAdd)
 	}
-	return n
+	return status, -1
 }
 
 func sizeStatus(s *rpcstatus.Status) int {
@@ -203,16 +208,17 @@ func sizeString(num protowire.Number, s string) int {
 
 // Writers, in field order.
 
-func appendCheckResponse(b []byte, r *authv3.CheckResponse) []byte {
+// appendCheckResponse writes r, whose parts' sizes sizeParts gave.
+func appendCheckResponse(b []byte, r *authv3.CheckResponse, status, http int) []byte {
 	if s := r.Status; s != nil {
-		b = appendMessageHead(b, fCheckResponseStatus, sizeStatus(s))
+		b = appendMessageHead(b, fCheckResponseStatus, status)
 		b = appendVarint(b, fStatusCode, uint64(int64(s.Code)))
 		b = appendString(b, fStatusMessage, s.Message)
 	}
 	switch h := r.HttpResponse.(type) {
 	case *authv3.CheckResponse_DeniedResponse:
 		if d := h.DeniedResponse; d != nil {
-			b = appendMessageHead(b, fCheckResponseDenied, sizeDenied(d))
+			b = appendMessageHead(b, fCheckResponseDenied, http)
 			if d.Status != nil {
 				b = appendMessageHead(b, fDeniedStatus, sizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
 				b = appendVarint(b, fHTTPStatusCode, uint64(int64(d.Status.Code)))
@@ -222,7 +228,7 @@ func appendCheckResponse(b []byte, r *authv3.CheckResponse) []byte {
 		}
 	case *authv3.CheckResponse_OkResponse:
 		if ok := h.OkResponse; ok != nil {
-			b = appendMessageHead(b, fCheckResponseOk, sizeOptions(fOkResponseHeadersToAdd, ok.ResponseHeadersToAdd))
+			b = appendMessageHead(b, fCheckResponseOk, http)
 			b = appendOptions(b, fOkResponseHeadersToAdd, ok.ResponseHeadersToAdd)
 		}
 	}

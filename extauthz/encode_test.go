@@ -147,6 +147,9 @@ func TestTheEncoderKnowsEveryField(t *testing.T) {
 			if num != declines && num != f.Number() {
 				t.Errorf("%s.%s is field %d, the encoder writes it as %d", d.FullName(), f.Name(), f.Number(), num)
 			}
+			if num != declines && num >= 16 {
+				t.Errorf("%s.%s is field %d: its tag takes two bytes, the encoder writes one", d.FullName(), f.Name(), num)
+			}
 		}
 	}
 }

@@ -333,11 +333,10 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	// The pipelined store stops before the client closes (closers run in order).
 	var rstore *redisstore.Store
 	if *cfg.Store.Redis.Pipeline {
-		onBatch := pipelineMetrics(reg)
 		rstore = redisstore.NewPipelined(client, ro.Prefix, redisstore.PipelineOptions{
 			MaxBatch: cfg.Store.Redis.PipelineMaxBatch,
 			Flushers: cfg.Store.Redis.PipelineFlushers,
-			OnBatch:  onBatch,
+			OnBatch:  pipelineMetrics(reg),
 		})
 	} else {
 		rstore = redisstore.New(client, ro.Prefix)
