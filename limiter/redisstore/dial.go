@@ -1,14 +1,17 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -84,14 +87,63 @@ func Dial(o Options) (redis.UniversalClient, error) {
 		// their deadline; pool_size bounds every connection.
 		PipelinePoolSize: -1,
 	}
+	var c redis.UniversalClient
 	switch {
 	case o.SentinelMaster != "":
-		return redis.NewFailoverClient(u.Failover()), nil
+		c = redis.NewFailoverClient(u.Failover())
 	case len(o.Addresses) > 1 || o.Cluster:
-		return redis.NewClusterClient(u.Cluster()), nil
+		c = redis.NewClusterClient(u.Cluster())
 	default:
-		return redis.NewClient(u.Simple()), nil
+		c = redis.NewClient(u.Simple())
 	}
+	if tlsConfig != nil && o.TLS.CertFile == "" {
+		c.AddHook(noClientCertHint{})
+	}
+	return c, nil
+}
+
+// noClientCertHint explains a connection that a TLS server dropped when
+// the client has no certificate to offer. A server that requires client
+// certificates (tls-auth-clients yes) refuses one without after the TLS 1.3
+// handshake has completed on the client's side, so, depending on timing,
+// the client either reads the server's alert ("tls: certificate required")
+// or finds the connection already reset, which says nothing of
+// certificates. The hint names what to set in the second case too.
+type noClientCertHint struct{}
+
+func (noClientCertHint) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (noClientCertHint) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h := withClientCertHint(err); h != err {
+			cmd.SetErr(h)
+			return h
+		}
+		return err
+	}
+}
+
+func (noClientCertHint) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			if h := withClientCertHint(cmd.Err()); h != cmd.Err() {
+				cmd.SetErr(h)
+			}
+		}
+		return withClientCertHint(err)
+	}
+}
+
+// withClientCertHint adds the hint to a connection reset, a broken pipe or
+// an early end of stream; it returns any other error as it is.
+func withClientCertHint(err error) error {
+	if err == nil || strings.Contains(err.Error(), "certificate") ||
+		!(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF)) {
+		return err
+	}
+	return fmt.Errorf("%w (the server closed the TLS connection; a server that requires client certificates does so to a client without one: set store.redis.tls cert_file and key_file)", err)
 }
 
 // Validate reports the first problem with o that Dial would refuse, as an
