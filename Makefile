@@ -12,8 +12,14 @@ FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzChe
 
 all: lint test
 
+# What `floodgate version` prints (cmd/floodgate/version.go): the nearest tag or the short commit,
+# and the full commit, "-dirty" when the work tree has changes.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell r=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$r || echo $$r-dirty; })
+LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
+
 build:
-	$(GO) build -o $(BIN) ./cmd/floodgate
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/floodgate
 
 ## run: Floodgate on its embedded default (in-memory store, sample policy, loopback).
 run:

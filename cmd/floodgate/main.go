@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "floodgate", version)
+		printVersion(stdout)
 		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
