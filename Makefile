@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./cmd/floodgate/config:FuzzParse
 
-.PHONY: all build run test e2e lint bench bench-ghz bench-tools bench-go bench-profile fuzz redis clean
+.PHONY: all build image run test e2e lint bench bench-ghz bench-tools bench-go bench-profile fuzz redis clean
 
 all: lint test
 
@@ -20,6 +20,20 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/floodgate
+
+## image: bin/floodgate-image.tar, the container image, without a container engine or registry
+## (cmd/floodgate-image, go-containerregistry): the static binary at /floodgate on an empty base,
+## user 65532:65532, reproducible. `docker load -i bin/floodgate-image.tar`; GOARCH=arm64 make image
+## for arm64. IMAGE is the reference the manifests name (manifests/deployment.yaml).
+IMAGE_REPO ?= ghcr.io/floodgate/floodgate
+IMAGE_TAG  ?= 0.1.0
+IMAGE      ?= $(IMAGE_REPO):$(IMAGE_TAG)
+IMAGE_ARCH := $(or $(GOARCH),$(shell $(GO) env GOARCH))
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+	  -o bin/floodgate-linux-$(IMAGE_ARCH) ./cmd/floodgate
+	GOOS= GOARCH= $(GO) run ./cmd/floodgate-image --binary bin/floodgate-linux-$(IMAGE_ARCH) --arch $(IMAGE_ARCH) \
+	  --version $(VERSION) --revision "$(REVISION)" --tag $(IMAGE) --out bin/floodgate-image.tar
 
 ## run: Floodgate on its embedded default (in-memory store, sample policy, loopback).
 run:

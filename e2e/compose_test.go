@@ -457,16 +457,17 @@ func TestRunScript(t *testing.T) {
 	}
 }
 
-// TestDockerfile: a static CGO-free binary built with -trimpath on golang:1.26, on distroless
-// nonroot, as a non-root user, starting `floodgate serve` on the path compose and Kubernetes
-// mount; and it copies every package the binary is built from.
+// TestDockerfile: a static CGO-free binary built with -trimpath on golang:1.26, at /floodgate on
+// an empty base (as make image builds it, cmd/floodgate-image), as a non-root user, starting
+// `floodgate serve` on the path compose and Kubernetes mount; and it copies every package the
+// binary is built from.
 func TestDockerfile(t *testing.T) {
 	data, err := os.ReadFile(dockerfilePath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var froms, copies []string
-	var user, entrypoint, run string
+	var user, entrypoint, cmd, run string
 	for _, line := range strings.Split(strings.ReplaceAll(string(data), "\\\n", " "), "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
@@ -483,6 +484,8 @@ func TestDockerfile(t *testing.T) {
 			user = f[1]
 		case "ENTRYPOINT":
 			entrypoint = strings.TrimSpace(strings.TrimPrefix(line, f[0]))
+		case "CMD":
+			cmd = strings.TrimSpace(strings.TrimPrefix(line, f[0]))
 		case "RUN":
 			run += line + "\n"
 		}
@@ -490,8 +493,8 @@ func TestDockerfile(t *testing.T) {
 	if len(froms) != 2 || !strings.Contains(froms[0], "golang:1.26") || !strings.HasSuffix(froms[0], "AS build") {
 		t.Errorf("FROM %v: want a golang:1.26 build stage and a final stage", froms)
 	}
-	if len(froms) > 0 && froms[len(froms)-1] != "gcr.io/distroless/static-debian12:nonroot" {
-		t.Errorf("final stage %q, want gcr.io/distroless/static-debian12:nonroot", froms[len(froms)-1])
+	if len(froms) > 0 && froms[len(froms)-1] != "scratch" {
+		t.Errorf("final stage %q, want scratch (the empty base of make image)", froms[len(froms)-1])
 	}
 	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "go build", "./cmd/floodgate"} {
 		if !strings.Contains(run, want) {
@@ -502,12 +505,15 @@ func TestDockerfile(t *testing.T) {
 	if n, err := strconv.Atoi(uid); err != nil || n == 0 {
 		t.Errorf("USER %q: want a numeric non-root user (Kubernetes runAsNonRoot checks it)", user)
 	}
-	var ep []string
+	var ep, args []string
 	if err := json.Unmarshal([]byte(entrypoint), &ep); err != nil {
 		t.Fatalf("ENTRYPOINT %s: want exec form: %v", entrypoint, err)
 	}
-	if want := []string{"/usr/local/bin/floodgate", "serve", "--config", configInImage}; !slices.Equal(ep, want) {
-		t.Errorf("ENTRYPOINT %v, want %v", ep, want)
+	if err := json.Unmarshal([]byte(cmd), &args); err != nil {
+		t.Fatalf("CMD %s: want exec form: %v", cmd, err)
+	}
+	if want := []string{"/floodgate", "serve", "--config", configInImage}; !slices.Equal(append(ep, args...), want) {
+		t.Errorf("ENTRYPOINT %v CMD %v, want %v", ep, args, want)
 	}
 
 	// Every package of this module that the binary is built from must be inside a COPY source.

@@ -614,7 +614,7 @@ func TestConfigPathMatchesImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(data), `"--config", "`+configPath+`"`) {
+	if !strings.Contains(string(data), `"serve", "--config", "`+configPath+`"`) {
 		t.Fatalf("%s does not start floodgate with --config %s", dockerfile, configPath)
 	}
 }

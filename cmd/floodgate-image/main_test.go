@@ -1,0 +1,209 @@
+package main
+
+import (
+	"archive/tar"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// staticBinary builds cmd/floodgate as make image does: CGO_ENABLED=0, GOOS=linux, -trimpath.
+func staticBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "floodgate")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=9.9.9-test -X main.revision=abc123", "-o", bin, "../floodgate")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// shippedConfig writes the floodgate.yaml of manifests/configmap.yaml to a file, its
+// identity.hash_secret_file pointed at a secret written beside it (the Deployment mounts the
+// Secret there).
+func shippedConfig(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../manifests/configmap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict(data, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cfg, ok := cm.Data["floodgate.yaml"]
+	if !ok {
+		t.Fatal("manifests/configmap.yaml has no floodgate.yaml")
+	}
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "hash-secret")
+	if err := os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = strings.ReplaceAll(cfg, "/etc/floodgate-secret/hash-secret", secret)
+	path := filepath.Join(dir, "floodgate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestTheImage builds the image twice from one binary: the same digest and the same bytes
+// (no timestamps), a config that runs the binary as 65532:65532 with `serve --config` on the
+// path the manifests mount, the OCI labels, one layer holding only /floodgate (no shell), and a
+// binary that runs: `validate` accepts the shipped configuration.
+func TestTheImage(t *testing.T) {
+	bin := staticBinary(t)
+	dir := t.TempDir()
+	o := Options{Binary: bin, Arch: runtime.GOARCH, Version: "9.9.9-test", Revision: "abc123", Tag: "ghcr.io/floodgate/floodgate:0.1.0"}
+	d1, err := Write(filepath.Join(dir, "1.tar"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := Write(filepath.Join(dir, "2.tar"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1 != d2 {
+		t.Fatalf("two builds, two digests: %s, %s", d1, d2)
+	}
+	b1, _ := os.ReadFile(filepath.Join(dir, "1.tar"))
+	b2, _ := os.ReadFile(filepath.Join(dir, "2.tar"))
+	if string(b1) != string(b2) {
+		t.Fatal("two builds wrote different tarballs")
+	}
+
+	tag, err := name.NewTag(o.Tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(filepath.Join(dir, "1.tar"), &tag)
+	if err != nil {
+		t.Fatalf("the tarball does not load: %v", err)
+	}
+	if d, _ := img.Digest(); d != d1 {
+		t.Errorf("loaded digest %s, built %s", d, d1)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cf.Config
+	if c.User != "65532:65532" {
+		t.Errorf("user %q, want 65532:65532", c.User)
+	}
+	if !slices.Equal(c.Entrypoint, []string{"/floodgate"}) || !slices.Equal(c.Cmd, []string{"serve", "--config", "/etc/floodgate/floodgate.yaml"}) {
+		t.Errorf("entrypoint %v cmd %v", c.Entrypoint, c.Cmd)
+	}
+	if len(c.Shell) > 0 || len(c.Env) > 0 {
+		t.Errorf("shell %v env %v: want none", c.Shell, c.Env)
+	}
+	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH || cf.Created.Unix() != 0 {
+		t.Errorf("os %s arch %s created %v", cf.OS, cf.Architecture, cf.Created)
+	}
+	for k, v := range map[string]string{
+		"org.opencontainers.image.source":   "https://github.com/floodgate/floodgate",
+		"org.opencontainers.image.version":  "9.9.9-test",
+		"org.opencontainers.image.revision": "abc123",
+		"org.opencontainers.image.licenses": "Apache-2.0",
+	} {
+		if c.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, c.Labels[k], v)
+		}
+	}
+
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("%d layers (%v), want 1", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	var files []string
+	extracted := filepath.Join(dir, "extracted-floodgate")
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, h.Name)
+		if h.ModTime.Unix() != 0 || h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s: mtime %v uid %d gid %d, want the epoch and root", h.Name, h.ModTime, h.Uid, h.Gid)
+		}
+		if h.Name == "floodgate" {
+			if h.Mode&0o111 != 0o111 {
+				t.Errorf("/floodgate mode %o: not executable by all", h.Mode)
+			}
+			f, err := os.OpenFile(extracted, os.O_CREATE|os.O_WRONLY, 0o755)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(f, tr); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+	if !slices.Equal(files, []string{"floodgate"}) {
+		t.Fatalf("layer holds %v, want only floodgate (no shell, no other files)", files)
+	}
+
+	out, err := exec.Command(extracted, "validate", "--config", shippedConfig(t)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the image's binary: validate on the shipped config: %v\n%s", err, out)
+	}
+	out, err = exec.Command(extracted, "version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "floodgate 9.9.9-test\nrevision  abc123\n") {
+		t.Fatalf("the image's binary: version: %v\n%s", err, out)
+	}
+}
+
+// TestTheBuilderRefusesABinaryTheImageCannotRun: another architecture, or not an ELF file.
+func TestTheBuilderRefusesABinaryTheImageCannotRun(t *testing.T) {
+	bin := staticBinary(t)
+	other := map[string]string{"amd64": "arm64", "arm64": "amd64"}[runtime.GOARCH]
+	if other == "" {
+		t.Skipf("GOARCH %s: the image is built for amd64 and arm64", runtime.GOARCH)
+	}
+	if _, err := Build(Options{Binary: bin, Arch: other}); err == nil || !strings.Contains(err.Error(), "GOARCH="+other) {
+		t.Errorf("an %s binary as %s: %v", runtime.GOARCH, other, err)
+	}
+	script := filepath.Join(t.TempDir(), "floodgate")
+	os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o755)
+	if _, err := Build(Options{Binary: script, Arch: runtime.GOARCH}); err == nil || !strings.Contains(err.Error(), "not a Linux (ELF) binary") {
+		t.Errorf("a shell script: %v", err)
+	}
+}
+
+// TestMakeImageBuildsForGOARCH: `GOARCH=arm64 make image` cross-compiles the binary for arm64 and
+// labels the image arm64, while the builder itself runs on this machine (make -n: the commands).
+func TestMakeImageBuildsForGOARCH(t *testing.T) {
+	cmd := exec.Command("make", "-n", "-C", "../..", "image")
+	cmd.Env = append(os.Environ(), "GOARCH=arm64")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n image: %v\n%s", err, out)
+	}
+	for _, want := range []string{"CGO_ENABLED=0 GOOS=linux GOARCH=arm64", "-trimpath", "GOOS= GOARCH= go run ./cmd/floodgate-image", "--arch arm64", "--out bin/floodgate-image.tar", "-X main.revision="} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("make image does not run %q:\n%s", want, out)
+		}
+	}
+}
