@@ -148,6 +148,11 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		s.metrics.Checks.WithLabelValues(outcomeUnmatched).Inc()
 		return plainOK(), nil
 	}
+	for _, p := range plan {
+		if p.req.ID == sharedID { // every key source empty: the policy's shared bucket
+			st.counters[p.policy].identityMissing.Inc()
+		}
+	}
 
 	// Enforced policies decide together; shadow policies decide on their own
 	// and never deny.
