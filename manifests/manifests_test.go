@@ -1,6 +1,7 @@
-// Package manifests holds the Kubernetes and Istio manifests users apply. Its tests decode every
-// object strictly into the real API types (k8s.io/api, istio.io/api) and check that the objects fit
-// each other: selectors, ports, probes, the mounted configuration, the Istio provider.
+// Package manifests holds the Kubernetes, Istio and Envoy Gateway manifests users apply. Its tests
+// decode every object strictly into the real API types (k8s.io/api, istio.io/api,
+// sigs.k8s.io/gateway-api, github.com/envoyproxy/gateway/api) and check the few things those
+// types cannot: that the objects fit each other and Floodgate's own configuration.
 package manifests
 
 import (
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	"google.golang.org/protobuf/encoding/protojson"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	securityv1beta1 "istio.io/api/security/v1beta1"
@@ -26,6 +28,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwapiv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -33,9 +37,10 @@ import (
 )
 
 const (
-	// configPath is where the image reads its configuration (cmd/floodgate/Dockerfile ENTRYPOINT).
+	// configPath is where the image reads its configuration (cmd/floodgate-image, the Dockerfile).
 	configPath = "/etc/floodgate/floodgate.yaml"
 	dockerfile = "../cmd/floodgate/Dockerfile"
+	makefile   = "../Makefile"
 	// drainBound is how long Floodgate waits for in-flight Checks on SIGTERM (drainTimeout in
 	// cmd/floodgate/serve.go).
 	drainBound     = 10 * time.Second
@@ -44,38 +49,75 @@ const (
 )
 
 // dirs are the kustomizations; each lists every manifest file beside it.
-var dirs = []string{".", "istio"}
+var dirs = []string{".", "istio", "gateway"}
 
-// notResources are YAML files in those directories that are not Kubernetes objects.
-var notResources = map[string]bool{meshConfigFile: true}
+// kinds maps apiVersion and kind to the API type each document decodes into.
+var kinds = map[string]func() metav1.Object{
+	"v1 Namespace":                                     func() metav1.Object { return &corev1.Namespace{} },
+	"v1 ConfigMap":                                     func() metav1.Object { return &corev1.ConfigMap{} },
+	"v1 Service":                                       func() metav1.Object { return &corev1.Service{} },
+	"apps/v1 Deployment":                               func() metav1.Object { return &appsv1.Deployment{} },
+	"policy/v1 PodDisruptionBudget":                    func() metav1.Object { return &policyv1.PodDisruptionBudget{} },
+	"security.istio.io/v1 AuthorizationPolicy":         func() metav1.Object { return &istioObject{} },
+	"kustomize.config.k8s.io/v1beta1 Kustomization":    func() metav1.Object { return &kustomization{} },
+	"gateway.networking.k8s.io/v1 Gateway":             func() metav1.Object { return &gwapiv1.Gateway{} },
+	"gateway.networking.k8s.io/v1 HTTPRoute":           func() metav1.Object { return &gwapiv1.HTTPRoute{} },
+	"gateway.networking.k8s.io/v1beta1 ReferenceGrant": func() metav1.Object { return &gwapiv1b1.ReferenceGrant{} },
+	"gateway.envoyproxy.io/v1alpha1 SecurityPolicy":    func() metav1.Object { return &egv1a1.SecurityPolicy{} },
+	"gateway.envoyproxy.io/v1alpha1 ClientTrafficPolicy": func() metav1.Object {
+		return &egv1a1.ClientTrafficPolicy{}
+	},
+}
 
 // kustomization is the part of kustomize's Kustomization these files use.
 type kustomization struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Namespace  string   `json:"namespace"`
-	Resources  []string `json:"resources"`
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Namespace         string   `json:"namespace"`
+	Resources         []string `json:"resources"`
 }
 
-// istioObject is a security.istio.io object: Kubernetes metadata, spec decoded with protojson.
+// istioObject is a security.istio.io object: Kubernetes metadata, the spec decoded with protojson.
 type istioObject struct {
-	metav1.TypeMeta `json:",inline"`
-	Metadata        metav1.ObjectMeta `json:"metadata"`
-	Spec            json.RawMessage   `json:"spec"`
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              json.RawMessage `json:"spec"`
+	policy            *securityv1beta1.AuthorizationPolicy
 }
 
-// bundle is every object of the manifests, decoded.
+// bundle is every object of the manifests, decoded, by file.
 type bundle struct {
-	kustomizations map[string]*kustomization // by directory
-	namespaces     []*corev1.Namespace
-	configMaps     []*corev1.ConfigMap
-	deployments    []*appsv1.Deployment
-	services       []*corev1.Service
-	pdbs           []*policyv1.PodDisruptionBudget
-	authzPolicies  map[string]*securityv1beta1.AuthorizationPolicy // by name
-	authzMeta      map[string]metav1.ObjectMeta
-	mesh           *meshv1alpha1.MeshConfig
-	files          map[string][]string // file → "Kind/name" of its objects
+	files map[string][]metav1.Object
+	mesh  *meshv1alpha1.MeshConfig
+}
+
+// all returns the objects of type T, in file order.
+func all[T metav1.Object](b *bundle) []T {
+	var out []T
+	names := make([]string, 0, len(b.files))
+	for f := range b.files {
+		names = append(names, f)
+	}
+	slices.Sort(names)
+	for _, f := range names {
+		for _, o := range b.files[f] {
+			if t, ok := o.(T); ok {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// named returns the object of type T called name (the zero T when there is none).
+func named[T metav1.Object](b *bundle, name string) T {
+	var zero T
+	for _, o := range all[T](b) {
+		if o.GetName() == name {
+			return o
+		}
+	}
+	return zero
 }
 
 // strictJSON decodes as the Kubernetes API server does: field names are case-sensitive, and an
@@ -90,32 +132,12 @@ func strictJSON(data []byte, into any) error {
 
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
-// splitDocs splits a multi-document YAML file, dropping documents that hold only comments.
-func splitDocs(data []byte) [][]byte {
-	var out [][]byte
-	for _, d := range docSeparator.Split(string(data), -1) {
-		hasContent := false
-		for _, line := range strings.Split(d, "\n") {
-			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-				hasContent = true
-			}
-		}
-		if hasContent {
-			out = append(out, []byte(d))
-		}
-	}
-	return out
-}
-
 // readFiles reads every YAML file of the kustomization directories.
 func readFiles(t *testing.T) map[string][]byte {
 	t.Helper()
 	files := map[string][]byte{}
 	for _, dir := range dirs {
-		matches, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		matches, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 		for _, m := range matches {
 			data, err := os.ReadFile(m)
 			if err != nil {
@@ -127,82 +149,52 @@ func readFiles(t *testing.T) map[string][]byte {
 	return files
 }
 
-// load decodes every file strictly, by apiVersion and kind.
+// load decodes every document of every file strictly, by apiVersion and kind.
 func load(files map[string][]byte) (*bundle, error) {
-	b := &bundle{kustomizations: map[string]*kustomization{}, files: map[string][]string{},
-		authzPolicies: map[string]*securityv1beta1.AuthorizationPolicy{}, authzMeta: map[string]metav1.ObjectMeta{}}
-	names := make([]string, 0, len(files))
-	for name := range files {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if notResources[name] {
-			if err := b.loadMesh(name, files[name]); err != nil {
+	b := &bundle{files: map[string][]metav1.Object{}}
+	for name, data := range files {
+		if name == meshConfigFile {
+			if err := b.loadMesh(name, data); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		for i, doc := range splitDocs(files[name]) {
+		for i, doc := range docSeparator.Split(string(data), -1) {
 			at := fmt.Sprintf("%s (document %d)", name, i+1)
-			js, err := yaml.YAMLToJSONStrict(doc)
+			js, err := yaml.YAMLToJSONStrict([]byte(doc))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", at, err)
+			}
+			if string(js) == "null" { // only comments
+				continue
 			}
 			var tm metav1.TypeMeta
 			if err := json.Unmarshal(js, &tm); err != nil {
 				return nil, fmt.Errorf("%s: %w", at, err)
 			}
-			var obj any
-			var meta func() metav1.ObjectMeta
-			switch tm.APIVersion + " " + tm.Kind {
-			case "v1 Namespace":
-				o := &corev1.Namespace{}
-				obj, meta = o, func() metav1.ObjectMeta { b.namespaces = append(b.namespaces, o); return o.ObjectMeta }
-			case "v1 ConfigMap":
-				o := &corev1.ConfigMap{}
-				obj, meta = o, func() metav1.ObjectMeta { b.configMaps = append(b.configMaps, o); return o.ObjectMeta }
-			case "v1 Service":
-				o := &corev1.Service{}
-				obj, meta = o, func() metav1.ObjectMeta { b.services = append(b.services, o); return o.ObjectMeta }
-			case "apps/v1 Deployment":
-				o := &appsv1.Deployment{}
-				obj, meta = o, func() metav1.ObjectMeta { b.deployments = append(b.deployments, o); return o.ObjectMeta }
-			case "policy/v1 PodDisruptionBudget":
-				o := &policyv1.PodDisruptionBudget{}
-				obj, meta = o, func() metav1.ObjectMeta { b.pdbs = append(b.pdbs, o); return o.ObjectMeta }
-			case "security.istio.io/v1 AuthorizationPolicy":
-				o := &istioObject{}
-				obj, meta = o, func() metav1.ObjectMeta { return o.Metadata }
-			case "kustomize.config.k8s.io/v1beta1 Kustomization":
-				if path.Base(name) != "kustomization.yaml" {
-					return nil, fmt.Errorf("%s: a Kustomization must be named kustomization.yaml", at)
-				}
-				o := &kustomization{}
-				if err := strictJSON(js, o); err != nil {
-					return nil, fmt.Errorf("%s: %w", at, err)
-				}
-				b.kustomizations[path.Dir(name)] = o
-				continue
-			default:
+			newObj, ok := kinds[tm.APIVersion+" "+tm.Kind]
+			if !ok {
 				return nil, fmt.Errorf("%s: unexpected apiVersion/kind %q %q", at, tm.APIVersion, tm.Kind)
 			}
+			obj := newObj()
 			if err := strictJSON(js, obj); err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", at, tm.Kind, err)
 			}
-			if io, ok := obj.(*istioObject); ok {
-				spec := &securityv1beta1.AuthorizationPolicy{}
-				if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(io.Spec, spec); err != nil {
+			switch o := obj.(type) {
+			case *istioObject:
+				o.policy = &securityv1beta1.AuthorizationPolicy{}
+				if err := protojson.Unmarshal(o.Spec, o.policy); err != nil {
 					return nil, fmt.Errorf("%s: AuthorizationPolicy spec: %w", at, err)
 				}
-				b.authzPolicies[io.Metadata.Name] = spec
-				b.authzMeta[io.Metadata.Name] = io.Metadata
+			case *kustomization:
+				if path.Base(name) != "kustomization.yaml" {
+					return nil, fmt.Errorf("%s: a Kustomization must be named kustomization.yaml", at)
+				}
 			}
-			m := meta()
-			if m.Name == "" {
+			if _, isK := obj.(*kustomization); !isK && obj.GetName() == "" {
 				return nil, fmt.Errorf("%s: %s without metadata.name", at, tm.Kind)
 			}
-			b.files[name] = append(b.files[name], tm.Kind+"/"+m.Name)
+			b.files[name] = append(b.files[name], obj)
 		}
 	}
 	return b, nil
@@ -221,7 +213,7 @@ func (b *bundle) loadMesh(name string, data []byte) error {
 		return fmt.Errorf("%s: want only a meshConfig key: %w", name, err)
 	}
 	b.mesh = &meshv1alpha1.MeshConfig{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(values.MeshConfig, b.mesh); err != nil {
+	if err := protojson.Unmarshal(values.MeshConfig, b.mesh); err != nil {
 		return fmt.Errorf("%s: meshConfig: %w", name, err)
 	}
 	return nil
@@ -229,32 +221,27 @@ func (b *bundle) loadMesh(name string, data []byte) error {
 
 // selects reports whether a selector (equality map) matches labels.
 func selects(selector, labels map[string]string) bool {
-	if len(selector) == 0 {
-		return false
-	}
 	for k, v := range selector {
 		if labels[k] != v {
 			return false
 		}
 	}
-	return true
+	return len(selector) > 0
 }
 
 // containerPort resolves a port (by name or number) on a container.
 func containerPort(c *corev1.Container, p intstr.IntOrString) (corev1.ContainerPort, bool) {
-	for _, cp := range c.Ports {
-		if (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal) {
-			return cp, true
-		}
+	i := slices.IndexFunc(c.Ports, func(cp corev1.ContainerPort) bool {
+		return (p.Type == intstr.String && cp.Name == p.StrVal) || (p.Type == intstr.Int && cp.ContainerPort == p.IntVal)
+	})
+	if i < 0 {
+		return corev1.ContainerPort{}, false
 	}
-	return corev1.ContainerPort{}, false
+	return c.Ports[i], true
 }
 
 func portOf(hostport string) int32 {
-	_, p, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return -1
-	}
+	_, p, _ := net.SplitHostPort(hostport)
 	n, err := strconv.Atoi(p)
 	if err != nil {
 		return -1
@@ -262,94 +249,94 @@ func portOf(hostport string) int32 {
 	return int32(n)
 }
 
+// floodgateConfig parses the floodgate.yaml of a ConfigMap with Floodgate's own parser; its
+// identity.hash_secret_file (a Secret the cluster holds) is read from a stand-in file instead.
+func floodgateConfig(data string) (*config.Config, string, error) {
+	var id struct {
+		Identity struct {
+			HashSecretFile string `json:"hash_secret_file"`
+		} `json:"identity"`
+	}
+	_ = yaml.Unmarshal([]byte(data), &id)
+	secretPath := id.Identity.HashSecretFile
+	if secretPath != "" {
+		dir, err := os.MkdirTemp("", "floodgate-secret")
+		if err != nil {
+			return nil, "", err
+		}
+		defer os.RemoveAll(dir)
+		standIn := filepath.Join(dir, "secret")
+		if err := os.WriteFile(standIn, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+			return nil, "", err
+		}
+		data = strings.ReplaceAll(data, secretPath, standIn)
+	}
+	cfg, err := config.Parse("configmap.yaml:floodgate.yaml", []byte(data))
+	return cfg, secretPath, err
+}
+
 // problems lists everything wrong with a decoded bundle; empty means it fits together.
 func problems(b *bundle) []string {
 	var p []string
 	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
 
-	// Kustomizations list exactly the manifest files beside them.
+	// Kustomizations list exactly the manifest files beside them; the root one sets the namespace
+	// of every object in its directory.
+	kustomizations := map[string]*kustomization{}
+	for f, objs := range b.files {
+		for _, o := range objs {
+			if k, ok := o.(*kustomization); ok {
+				kustomizations[path.Dir(f)] = k
+			}
+		}
+	}
 	for _, dir := range dirs {
-		k := b.kustomizations[dir]
+		k := kustomizations[dir]
 		if k == nil {
 			bad("%s: no kustomization.yaml", dir)
 			continue
 		}
-		listed := map[string]bool{}
 		for _, r := range k.Resources {
-			f := path.Join(dir, r)
-			listed[f] = true
-			if _, ok := b.files[f]; !ok {
+			if _, ok := b.files[path.Join(dir, r)]; !ok {
 				bad("%s/kustomization.yaml lists %s, which holds no object", dir, r)
 			}
 		}
 		for f := range b.files {
-			if path.Dir(f) == dir && !listed[f] {
+			if path.Dir(f) == dir && path.Base(f) != "kustomization.yaml" && !slices.Contains(k.Resources, path.Base(f)) {
 				bad("%s/kustomization.yaml does not list %s", dir, path.Base(f))
 			}
 		}
 	}
-	ns := b.kustomizations["."].Namespace
-	if ns == "" {
-		bad("kustomization.yaml sets no namespace")
+	ns := ""
+	if k := kustomizations["."]; k != nil {
+		ns = k.Namespace
 	}
-	if len(b.namespaces) != 1 || b.namespaces[0].Name != ns {
-		bad("want one Namespace object named %q", ns)
+	if nss := all[*corev1.Namespace](b); ns == "" || len(nss) != 1 || nss[0].Name != ns {
+		bad("want a kustomization namespace and one Namespace object of that name")
 	}
-	var metas []metav1.ObjectMeta
-	for _, o := range b.configMaps {
-		metas = append(metas, o.ObjectMeta)
-	}
-	for _, o := range b.deployments {
-		metas = append(metas, o.ObjectMeta)
-	}
-	for _, o := range b.services {
-		metas = append(metas, o.ObjectMeta)
-	}
-	for _, o := range b.pdbs {
-		metas = append(metas, o.ObjectMeta)
-	}
-	for _, m := range metas {
-		if m.Namespace != ns {
-			bad("%s is in namespace %q, want %q (the kustomization's namespace)", m.Name, m.Namespace, ns)
+	for f, objs := range b.files {
+		for _, o := range objs {
+			if _, cluster := o.(*corev1.Namespace); path.Dir(f) == "." && !cluster && o.GetName() != "" && o.GetNamespace() != ns {
+				bad("%s is in namespace %q, want %q (the kustomization's namespace)", o.GetName(), o.GetNamespace(), ns)
+			}
 		}
 	}
 
-	byName := func(kind string) func(string) int {
-		switch kind {
-		case "Deployment":
-			return func(n string) int {
-				return slices.IndexFunc(b.deployments, func(d *appsv1.Deployment) bool { return d.Name == n })
-			}
-		case "Service":
-			return func(n string) int {
-				return slices.IndexFunc(b.services, func(s *corev1.Service) bool { return s.Name == n })
-			}
-		case "ConfigMap":
-			return func(n string) int {
-				return slices.IndexFunc(b.configMaps, func(c *corev1.ConfigMap) bool { return c.Name == n })
-			}
-		}
-		return nil
-	}
-
-	// Every Deployment: hardened, probed on ports that exist, resources set.
-	for _, d := range b.deployments {
+	// Every Deployment: selector, hardening, resources, an exact image, probes on its ports.
+	for _, d := range all[*appsv1.Deployment](b) {
 		pod := &d.Spec.Template
-		if d.Spec.Selector == nil || !selects(d.Spec.Selector.MatchLabels, pod.Labels) || len(d.Spec.Selector.MatchExpressions) > 0 {
+		if d.Spec.Selector == nil || !selects(d.Spec.Selector.MatchLabels, pod.Labels) {
 			bad("Deployment %s: selector does not match its pod labels", d.Name)
 		}
 		psc := pod.Spec.SecurityContext
-		if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-			bad("Deployment %s: pod seccompProfile must be RuntimeDefault", d.Name)
+		if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot {
+			bad("Deployment %s: the pod must set runAsNonRoot and the RuntimeDefault seccomp profile", d.Name)
 		}
 		for i := range pod.Spec.Containers {
 			c := &pod.Spec.Containers[i]
 			at := fmt.Sprintf("Deployment %s container %s", d.Name, c.Name)
 			sc := c.SecurityContext
-			nonRoot := (psc != nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot) || (sc != nil && sc.RunAsNonRoot != nil && *sc.RunAsNonRoot)
 			switch {
-			case !nonRoot:
-				bad("%s: runAsNonRoot must be true", at)
 			case sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
 				bad("%s: allowPrivilegeEscalation must be false", at)
 			case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
@@ -360,23 +347,20 @@ func problems(b *bundle) []string {
 			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 				bad("%s: set cpu and memory requests and a memory limit", at)
 			}
-			if c.Image == "" || strings.HasSuffix(c.Image, ":latest") || !strings.Contains(path.Base(c.Image), ":") {
+			if strings.HasSuffix(c.Image, ":latest") || !strings.Contains(path.Base(c.Image), ":") {
 				bad("%s: image %q must name an exact tag", at, c.Image)
 			}
 			for name, pr := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-				if pr == nil {
-					bad("%s: no %s probe", at, name)
-					continue
-				}
 				var port intstr.IntOrString
 				switch {
+				case pr == nil:
+					bad("%s: no %s probe", at, name)
+					continue
 				case pr.GRPC != nil:
 					port = intstr.FromInt32(pr.GRPC.Port)
-				case pr.HTTPGet != nil:
-					port = pr.HTTPGet.Port
 				case pr.TCPSocket != nil:
 					port = pr.TCPSocket.Port
-				case pr.Exec != nil:
+				default:
 					continue
 				}
 				if _, ok := containerPort(c, port); !ok {
@@ -386,24 +370,20 @@ func problems(b *bundle) []string {
 		}
 	}
 
-	// Floodgate's Deployment: replicas, gRPC probes on the health service, the config directory.
-	i := byName("Deployment")("floodgate")
-	if i < 0 {
-		bad("no Deployment floodgate")
-		return p
+	// Floodgate's Deployment: replicas, gRPC probes, drain timing, its config and hash secret.
+	fd := named[*appsv1.Deployment](b, "floodgate")
+	if fd == nil {
+		return append(p, "no Deployment floodgate")
 	}
-	fd := b.deployments[i]
 	if fd.Spec.Replicas == nil || *fd.Spec.Replicas < 2 {
 		bad("Deployment floodgate: want 2 or more replicas")
 	}
-	fc := &fd.Spec.Template.Spec.Containers[0]
-	grpcPort, ok := containerPort(fc, intstr.FromString("grpc"))
-	if !ok {
-		bad("floodgate container has no port named grpc")
-	}
-	adminPort, ok := containerPort(fc, intstr.FromString("admin"))
-	if !ok {
-		bad("floodgate container has no port named admin")
+	spec := &fd.Spec.Template.Spec
+	fc := &spec.Containers[0]
+	grpcPort, okG := containerPort(fc, intstr.FromString("grpc"))
+	adminPort, okA := containerPort(fc, intstr.FromString("admin"))
+	if !okG || !okA {
+		bad("floodgate container needs ports named grpc and admin")
 	}
 	for name, pr := range map[string]*corev1.Probe{"readiness": fc.ReadinessProbe, "liveness": fc.LivenessProbe} {
 		if pr == nil || pr.GRPC == nil || pr.GRPC.Port != grpcPort.ContainerPort {
@@ -413,49 +393,40 @@ func problems(b *bundle) []string {
 	if pr := fc.ReadinessProbe; pr != nil && pr.GRPC != nil && (pr.GRPC.Service == nil || *pr.GRPC.Service != healthService) {
 		bad("floodgate readiness probe should ask for service %s (NOT_SERVING while draining)", healthService)
 	}
-	preStop := int64(0)
+	preStop := time.Duration(0)
 	if lc := fc.Lifecycle; lc != nil && lc.PreStop != nil && lc.PreStop.Sleep != nil {
-		preStop = lc.PreStop.Sleep.Seconds
+		preStop = time.Duration(lc.PreStop.Sleep.Seconds) * time.Second
 	}
-	if g := fd.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= time.Duration(preStop)*time.Second+drainBound {
-		bad("floodgate terminationGracePeriodSeconds must exceed preStop (%ds) + the drain bound (%v)", preStop, drainBound)
+	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= preStop+drainBound {
+		bad("floodgate terminationGracePeriodSeconds must exceed preStop (%v) + the drain bound (%v)", preStop, drainBound)
 	}
-	var cmName, cmKey string
-	for _, vm := range fc.VolumeMounts {
-		if vm.MountPath != path.Dir(configPath) {
-			continue
-		}
-		if vm.SubPath != "" || vm.SubPathExpr != "" {
-			bad("floodgate mounts its config with subPath: the kubelet never updates such a mount")
-		}
-		for _, v := range fd.Spec.Template.Spec.Volumes {
-			if v.Name == vm.Name && v.ConfigMap != nil {
-				cmName = v.ConfigMap.Name
-				if len(v.ConfigMap.Items) > 0 {
-					bad("floodgate config volume selects items: mount the whole ConfigMap")
-				}
+	// mounted returns the volume mounted at dir (nil when none), refusing subPath mounts, which
+	// the kubelet never updates.
+	mounted := func(dir string) *corev1.Volume {
+		for _, vm := range fc.VolumeMounts {
+			if vm.MountPath != dir {
+				continue
+			}
+			if vm.SubPath != "" || vm.SubPathExpr != "" {
+				bad("floodgate mounts %s with subPath: the kubelet never updates such a mount", dir)
+			}
+			if i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == vm.Name }); i >= 0 {
+				return &spec.Volumes[i]
 			}
 		}
+		return nil
 	}
-	if cmName == "" {
-		bad("floodgate does not mount a ConfigMap at %s", path.Dir(configPath))
-		return p
+	v := mounted(path.Dir(configPath))
+	if v == nil || v.ConfigMap == nil || len(v.ConfigMap.Items) > 0 {
+		return append(p, fmt.Sprintf("floodgate must mount a whole ConfigMap at %s", path.Dir(configPath)))
 	}
-	cmKey = path.Base(configPath)
-	j := byName("ConfigMap")(cmName)
-	if j < 0 {
-		bad("floodgate mounts ConfigMap %s, which is not defined", cmName)
-		return p
+	cm := named[*corev1.ConfigMap](b, v.ConfigMap.Name)
+	if cm == nil || cm.Data[path.Base(configPath)] == "" {
+		return append(p, fmt.Sprintf("floodgate mounts ConfigMap %s, which does not define %s", v.ConfigMap.Name, path.Base(configPath)))
 	}
-	data, ok := b.configMaps[j].Data[cmKey]
-	if !ok {
-		bad("ConfigMap %s has no key %s (the image reads %s)", cmName, cmKey, configPath)
-		return p
-	}
-	cfg, err := config.Parse("configmap.yaml:"+cmKey, []byte(data))
+	cfg, secretPath, err := floodgateConfig(cm.Data[path.Base(configPath)])
 	if err != nil {
-		bad("ConfigMap %s: %v", cmName, err)
-		return p
+		return append(p, fmt.Sprintf("ConfigMap %s: %v", cm.Name, err))
 	}
 	if portOf(cfg.Listen.GRPC) != grpcPort.ContainerPort || portOf(cfg.Listen.Admin) != adminPort.ContainerPort {
 		bad("floodgate.yaml listens on %s / %s, but the container ports are grpc %d / admin %d", cfg.Listen.GRPC, cfg.Listen.Admin, grpcPort.ContainerPort, adminPort.ContainerPort)
@@ -463,135 +434,123 @@ func problems(b *bundle) []string {
 	if h, _, _ := net.SplitHostPort(cfg.Listen.GRPC); h != "0.0.0.0" && h != "::" && h != "" {
 		bad("floodgate.yaml listen.grpc %s: listen on all interfaces in a pod", cfg.Listen.GRPC)
 	}
+	// The hash secret: a file of a required Secret, the same on every replica.
+	if secretPath == "" {
+		bad("floodgate.yaml sets no identity.hash_secret_file: identities would be hashed with the public default")
+	} else if sv := mounted(path.Dir(secretPath)); sv == nil || sv.Secret == nil {
+		bad("identity.hash_secret_file %s: no Secret is mounted at %s", secretPath, path.Dir(secretPath))
+	} else if sv.Secret.Optional != nil && *sv.Secret.Optional {
+		bad("the hash Secret %s is optional: a missing Secret must stop the rollout", sv.Secret.SecretName)
+	} else if len(sv.Secret.Items) > 0 || spec.SecurityContext.FSGroup == nil || sv.Secret.DefaultMode == nil || *sv.Secret.DefaultMode&0o040 == 0 {
+		bad("the hash Secret %s: mount it whole, group-readable, with the pod's fsGroup (the user is not root)", sv.Secret.SecretName)
+	}
 
-	// Services: selectors pick a Deployment's pods; target ports exist on its container.
-	for _, s := range b.services {
-		var target *appsv1.Deployment
-		for _, d := range b.deployments {
+	// Services select one Deployment's pods and target its ports; floodgate's carries gRPC.
+	for _, s := range all[*corev1.Service](b) {
+		var targets []*appsv1.Deployment
+		for _, d := range all[*appsv1.Deployment](b) {
 			if selects(s.Spec.Selector, d.Spec.Template.Labels) {
-				if target != nil {
-					bad("Service %s selects the pods of several Deployments", s.Name)
-				}
-				target = d
+				targets = append(targets, d)
 			}
 		}
-		if target == nil {
-			bad("Service %s selects no Deployment's pods", s.Name)
+		if len(targets) != 1 {
+			bad("Service %s selects %d Deployments' pods, want one", s.Name, len(targets))
 			continue
 		}
 		for _, sp := range s.Spec.Ports {
-			tp := sp.TargetPort
-			if tp.Type == intstr.Int && tp.IntVal == 0 {
-				tp = intstr.FromInt32(sp.Port)
-			}
-			if _, ok := containerPort(&target.Spec.Template.Spec.Containers[0], tp); !ok {
-				bad("Service %s port %s: targetPort %s is not a port of Deployment %s", s.Name, sp.Name, tp.String(), target.Name)
+			if _, ok := containerPort(&targets[0].Spec.Template.Spec.Containers[0], sp.TargetPort); !ok {
+				bad("Service %s port %s: targetPort %s is not a port of Deployment %s", s.Name, sp.Name, sp.TargetPort.String(), targets[0].Name)
 			}
 		}
 	}
-	k := byName("Service")("floodgate")
-	if k < 0 {
-		bad("no Service floodgate")
-		return p
+	fs := named[*corev1.Service](b, "floodgate")
+	if fs == nil {
+		return append(p, "no Service floodgate")
 	}
-	fs := b.services[k]
-	var grpcSvc *corev1.ServicePort
-	for i := range fs.Spec.Ports {
-		sp := &fs.Spec.Ports[i]
-		if sp.Name == "grpc" {
-			grpcSvc = sp
-		}
-	}
-	if grpcSvc == nil || grpcSvc.AppProtocol == nil || *grpcSvc.AppProtocol != "grpc" {
-		bad("Service floodgate needs a port named grpc with appProtocol grpc (Istio protocol selection)")
-		return p
-	}
-	if cp, ok := containerPort(fc, grpcSvc.TargetPort); !ok || cp.ContainerPort != grpcPort.ContainerPort {
-		bad("Service floodgate port grpc does not reach the container's grpc port")
-	}
-	if !slices.ContainsFunc(fs.Spec.Ports, func(sp corev1.ServicePort) bool {
+	gi := slices.IndexFunc(fs.Spec.Ports, func(sp corev1.ServicePort) bool {
 		cp, ok := containerPort(fc, sp.TargetPort)
-		return ok && cp.ContainerPort == adminPort.ContainerPort
-	}) {
+		return sp.Name == "grpc" && sp.AppProtocol != nil && *sp.AppProtocol == "grpc" && ok && cp.ContainerPort == grpcPort.ContainerPort
+	})
+	if gi < 0 {
+		return append(p, "Service floodgate needs a port named grpc, appProtocol grpc, on the container's grpc port")
+	}
+	grpcSvc := fs.Spec.Ports[gi]
+	if !slices.ContainsFunc(fs.Spec.Ports, func(sp corev1.ServicePort) bool { return sp.TargetPort.String() == "admin" }) {
 		bad("Service floodgate exposes no admin (metrics) port")
 	}
 
-	// Redis: each address resolves to a Service of this namespace.
+	// Redis: each address is a demo-only Service of this namespace, on one of its ports.
 	for _, a := range cfg.Store.Redis.Addresses {
 		host, port, _ := net.SplitHostPort(a)
 		name := strings.TrimSuffix(strings.TrimSuffix(host, ".svc.cluster.local"), "."+ns)
-		n := byName("Service")(name)
-		if n < 0 {
+		s := named[*corev1.Service](b, name)
+		switch {
+		case s == nil:
 			bad("store.redis.addresses %s: no Service %s in the manifests", a, name)
-			continue
-		}
-		if !slices.ContainsFunc(b.services[n].Spec.Ports, func(sp corev1.ServicePort) bool { return strconv.Itoa(int(sp.Port)) == port }) {
+		case !slices.ContainsFunc(s.Spec.Ports, func(sp corev1.ServicePort) bool { return strconv.Itoa(int(sp.Port)) == port }):
 			bad("store.redis.addresses %s: Service %s has no port %s", a, name, port)
-		}
-		if !strings.Contains(name, "demo") || b.services[n].Labels["app.kubernetes.io/component"] != "demo-only" {
+		case !strings.Contains(name, "demo") || s.Labels["app.kubernetes.io/component"] != "demo-only":
 			bad("the bundled Redis must be marked demo-only in its name and labels")
 		}
 	}
 
 	// The PDB covers Floodgate's pods and leaves room to evict one.
-	for _, pdb := range b.pdbs {
-		if pdb.Spec.Selector == nil || !selects(pdb.Spec.Selector.MatchLabels, fd.Spec.Template.Labels) {
-			bad("PodDisruptionBudget %s does not select Floodgate's pods", pdb.Name)
-		}
-		if ma := pdb.Spec.MinAvailable; ma == nil || ma.Type != intstr.Int || fd.Spec.Replicas == nil || ma.IntVal >= *fd.Spec.Replicas || ma.IntVal < 1 {
-			bad("PodDisruptionBudget %s: minAvailable must be a number between 1 and replicas-1", pdb.Name)
-		}
-	}
-	if len(b.pdbs) == 0 {
+	pdbs := all[*policyv1.PodDisruptionBudget](b)
+	if len(pdbs) == 0 {
 		bad("no PodDisruptionBudget")
+	}
+	for _, pdb := range pdbs {
+		ma := pdb.Spec.MinAvailable
+		if pdb.Spec.Selector == nil || !selects(pdb.Spec.Selector.MatchLabels, fd.Spec.Template.Labels) ||
+			ma == nil || ma.Type != intstr.Int || fd.Spec.Replicas == nil || ma.IntVal < 1 || ma.IntVal >= *fd.Spec.Replicas {
+			bad("PodDisruptionBudget %s: select Floodgate's pods, minAvailable between 1 and replicas-1", pdb.Name)
+		}
 	}
 
 	// Istio: the policy's provider is declared, and resolves to our Service and port.
-	if b.mesh == nil {
-		bad("no %s", meshConfigFile)
-		return p
-	}
-	providers := map[string]*meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyExternalAuthorizationGrpcProvider{}
-	for _, ep := range b.mesh.GetExtensionProviders() {
-		if g := ep.GetEnvoyExtAuthzGrpc(); g != nil {
-			providers[ep.GetName()] = g
+	checkTimeout := func(what string, to time.Duration) {
+		if to <= cfg.Store.Redis.Timeout.Duration || to > time.Second {
+			bad("%s timeout %v: set it above Floodgate's store.redis.timeout (%v) and at most 1s", what, to, cfg.Store.Redis.Timeout.Duration)
 		}
 	}
-	if len(b.authzPolicies) == 0 {
-		bad("no AuthorizationPolicy")
+	svcHost := fs.Name + "." + fs.Namespace + ".svc.cluster.local"
+	aps := all[*istioObject](b)
+	if b.mesh == nil || len(aps) == 0 {
+		return append(p, "no "+meshConfigFile+" or no AuthorizationPolicy")
 	}
-	for name, ap := range b.authzPolicies {
+	for _, o := range aps {
+		ap := o.policy
 		if ap.GetAction() != securityv1beta1.AuthorizationPolicy_CUSTOM {
-			bad("AuthorizationPolicy %s: action %v, want CUSTOM", name, ap.GetAction())
+			bad("AuthorizationPolicy %s: action %v, want CUSTOM", o.Name, ap.GetAction())
 		}
-		if len(ap.GetSelector().GetMatchLabels()) == 0 && len(ap.GetTargetRefs()) == 0 {
-			bad("AuthorizationPolicy %s selects no workload (it would apply to the whole namespace)", name)
+		if (len(ap.GetSelector().GetMatchLabels()) == 0 && len(ap.GetTargetRefs()) == 0) || o.Namespace == "" {
+			bad("AuthorizationPolicy %s: set the workload's namespace and selector (else it applies to the whole namespace)", o.Name)
 		}
 		if len(ap.GetRules()) == 0 {
-			bad("AuthorizationPolicy %s has no rules: a CUSTOM policy without rules never calls the provider", name)
+			bad("AuthorizationPolicy %s has no rules: a CUSTOM policy without rules never calls the provider", o.Name)
 		}
-		if b.authzMeta[name].Namespace == "" {
-			bad("AuthorizationPolicy %s: set the workload's namespace", name)
-		}
-		prov, ok := providers[ap.GetProvider().GetName()]
-		if !ok {
-			bad("AuthorizationPolicy %s names provider %q, which meshConfig.extensionProviders does not declare (as envoyExtAuthzGrpc)", name, ap.GetProvider().GetName())
+		name := ap.GetProvider().GetName()
+		i := slices.IndexFunc(b.mesh.GetExtensionProviders(), func(ep *meshv1alpha1.MeshConfig_ExtensionProvider) bool {
+			return ep.GetName() == name && ep.GetEnvoyExtAuthzGrpc() != nil
+		})
+		if i < 0 {
+			bad("AuthorizationPolicy %s names provider %q, which meshConfig.extensionProviders does not declare (as envoyExtAuthzGrpc)", o.Name, name)
 			continue
 		}
-		if want := fs.Name + "." + fs.Namespace + ".svc.cluster.local"; prov.GetService() != want {
-			bad("provider %s service %q, want our Service %s", ap.GetProvider().GetName(), prov.GetService(), want)
+		prov := b.mesh.GetExtensionProviders()[i].GetEnvoyExtAuthzGrpc()
+		if prov.GetService() != svcHost {
+			bad("provider %s service %q, want our Service %s", name, prov.GetService(), svcHost)
 		}
 		if prov.GetPort() != uint32(grpcSvc.Port) {
-			bad("provider %s port %d, want the Service's grpc port %d", ap.GetProvider().GetName(), prov.GetPort(), grpcSvc.Port)
+			bad("provider %s port %d, want the Service's grpc port %d", name, prov.GetPort(), grpcSvc.Port)
 		}
-		if to := prov.GetTimeout().AsDuration(); prov.GetTimeout() == nil || to <= cfg.Store.Redis.Timeout.Duration || to > time.Second {
-			bad("provider %s timeout %v: set it above Floodgate's store.redis.timeout (%v) and at most 1s", ap.GetProvider().GetName(), to, cfg.Store.Redis.Timeout.Duration)
-		}
+		checkTimeout("provider "+name, prov.GetTimeout().AsDuration())
 		if !prov.GetFailOpen() {
-			bad("provider %s: failOpen should be true (a rate limiter outage must not fail the API)", ap.GetProvider().GetName())
+			bad("provider %s: failOpen should be true (a rate limiter outage must not fail the API)", name)
 		}
 	}
-	return p
+
+	return append(p, gatewayProblems(b, cfg, fs, grpcSvc, checkTimeout)...)
 }
 
 func TestManifests(t *testing.T) {
@@ -599,53 +558,56 @@ func TestManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b.deployments) != 2 || len(b.services) != 2 || len(b.configMaps) != 1 || len(b.pdbs) != 1 || len(b.authzPolicies) != 1 {
-		t.Fatalf("decoded %d Deployments, %d Services, %d ConfigMaps, %d PDBs, %d AuthorizationPolicies; want 2, 2, 1, 1, 1",
-			len(b.deployments), len(b.services), len(b.configMaps), len(b.pdbs), len(b.authzPolicies))
+	if n := len(all[*appsv1.Deployment](b)) + len(all[*corev1.Service](b)) + len(all[*istioObject](b)) + len(all[*egv1a1.SecurityPolicy](b)); n != 6 {
+		t.Fatalf("decoded %d Deployments, Services, AuthorizationPolicies and SecurityPolicies; want 6", n)
 	}
 	for _, problem := range problems(b) {
 		t.Error(problem)
 	}
 }
 
-// TestConfigPathMatchesImage: the path the manifests mount is the one the image reads.
-func TestConfigPathMatchesImage(t *testing.T) {
+// TestOneImageReference: the image `make image` tags (Makefile IMAGE_REPO:IMAGE_TAG) is the one
+// the manifests run, and the image runs `serve --config` on the path they mount.
+func TestOneImageReference(t *testing.T) {
+	mk, err := os.ReadFile(makefile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^(IMAGE_REPO|IMAGE_TAG)\s*\?=\s*(\S+)`).FindAllStringSubmatch(string(mk), -1) {
+		v[m[1]] = m[2]
+	}
+	want := v["IMAGE_REPO"] + ":" + v["IMAGE_TAG"]
+	b, err := load(readFiles(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, d := range all[*appsv1.Deployment](b) {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if strings.Contains(c.Image, "floodgate/floodgate") {
+				refs = append(refs, c.Image)
+			}
+		}
+	}
+	if len(refs) == 0 || slices.ContainsFunc(refs, func(r string) bool { return r != want }) {
+		t.Errorf("the manifests run %v; make image builds %s", refs, want)
+	}
 	data, err := os.ReadFile(dockerfile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(data), `"serve", "--config", "`+configPath+`"`) {
-		t.Fatalf("%s does not start floodgate with --config %s", dockerfile, configPath)
+		t.Errorf("%s does not start floodgate with serve --config %s", dockerfile, configPath)
 	}
 }
 
-// TestBrokenCopiesAreRejected proves the checks can fail: each broken copy must be caught.
-func TestBrokenCopiesAreRejected(t *testing.T) {
+// mutation is a broken copy of one file and what its problem report must say.
+type mutation struct{ name, file, old, new, want string }
+
+// caught applies each mutation to the shipped files and requires the report to say want.
+func caught(t *testing.T, cases []mutation) {
 	files := readFiles(t)
-	cases := []struct{ name, file, old, new, want string }{
-		// Strict decoding into the API types.
-		{"unknown Deployment field", "deployment.yaml", "readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true", "readOnlyRootFileSystem"},
-		{"unknown Service field", "service.yaml", "appProtocol: grpc", "appProtocols: grpc", "appProtocols"},
-		{"unknown PDB field", "pdb.yaml", "minAvailable: 1", "minAvailble: 1", "minAvailble"},
-		{"unknown meshConfig field", meshConfigFile, "failOpen: true", "failOpened: true", "failOpened"},
-		{"unknown AuthorizationPolicy field", "istio/authorization-policy.yaml", "notPaths:", "notPath:", "notPath"},
-		{"wrong apiVersion", "pdb.yaml", "policy/v1", "policy/v1beta1", "unexpected apiVersion"},
-		{"invalid floodgate.yaml", "configmap.yaml", "capacity: 100", "capacity: lots", "capacity"},
-		// Consistency between the objects.
-		{"probe on a missing port", "deployment.yaml", "port: 9191\n              service:", "port: 9999\n              service:", "readiness probe"},
-		{"service target port", "service.yaml", "targetPort: grpc", "targetPort: grcp", "targetPort grcp"},
-		{"service selector", "service.yaml", "app.kubernetes.io/component: ratelimiter", "app.kubernetes.io/component: limiter", "selects no Deployment"},
-		{"config subPath", "deployment.yaml", "mountPath: /etc/floodgate\n", "mountPath: /etc/floodgate\n              subPath: floodgate.yaml\n", "subPath"},
-		{"listen port", "configmap.yaml", "grpc: 0.0.0.0:9191", "grpc: 0.0.0.0:9393", "listens on"},
-		{"redis service name", "configmap.yaml", "floodgate-redis-demo:6379", "redis:6379", "no Service redis"},
-		{"privilege escalation", "deployment.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "allowPrivilegeEscalation"},
-		{"one replica", "deployment.yaml", "replicas: 2", "replicas: 1", "2 or more replicas"},
-		{"provider name", "istio/authorization-policy.yaml", "provider:\n    name: floodgate", "provider:\n    name: floodgat", "does not declare"},
-		{"provider port", meshConfigFile, "port: 9191", "port: 9192", "provider floodgate port"},
-		{"provider service", meshConfigFile, "floodgate.floodgate.svc", "floodgate.default.svc", "want our Service"},
-		{"unlisted file", "kustomization.yaml", "  - pdb.yaml\n", "", "does not list pdb.yaml"},
-		{"not CUSTOM", "istio/authorization-policy.yaml", "action: CUSTOM", "action: DENY", "want CUSTOM"},
-	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			src, ok := files[tc.file]
@@ -658,10 +620,8 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 			}
 			broken[tc.file] = []byte(strings.Replace(string(src), tc.old, tc.new, 1))
 			b, err := load(broken)
-			var got []string
-			if err != nil {
-				got = []string{err.Error()}
-			} else {
+			got := []string{fmt.Sprint(err)}
+			if err == nil {
 				got = problems(b)
 			}
 			if !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, tc.want) }) {
@@ -669,4 +629,37 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBrokenCopiesAreRejected proves the checks can fail: each broken copy must be caught.
+func TestBrokenCopiesAreRejected(t *testing.T) {
+	caught(t, []mutation{
+		// Strict decoding into the API types.
+		{"unknown Deployment field", "deployment.yaml", "readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true", "readOnlyRootFileSystem"},
+		{"unknown Service field", "service.yaml", "appProtocol: grpc", "appProtocols: grpc", "appProtocols"},
+		{"unknown PDB field", "pdb.yaml", "minAvailable: 1", "minAvailble: 1", "minAvailble"},
+		{"unknown meshConfig field", meshConfigFile, "failOpen: true", "failOpened: true", "failOpened"},
+		{"unknown AuthorizationPolicy field", "istio/authorization-policy.yaml", "notPaths:", "notPath:", "notPath"},
+		{"wrong apiVersion", "pdb.yaml", "policy/v1", "policy/v1beta1", "unexpected apiVersion"},
+		{"invalid floodgate.yaml", "configmap.yaml", "capacity: 100", "capacity: lots", "capacity"},
+		// Consistency between the objects.
+		{"probe on a missing port", "deployment.yaml", "port: 9191\n              service:", "port: 9999\n              service:", "readiness probe"},
+		{"service target port", "service.yaml", "targetPort: grpc", "targetPort: grcp", "targetPort grcp"},
+		{"service selector", "service.yaml", "app.kubernetes.io/component: ratelimiter", "app.kubernetes.io/component: limiter", "selects 0 Deployments"},
+		{"config subPath", "deployment.yaml", "mountPath: /etc/floodgate\n", "mountPath: /etc/floodgate\n              subPath: floodgate.yaml\n", "subPath"},
+		{"listen port", "configmap.yaml", "grpc: 0.0.0.0:9191", "grpc: 0.0.0.0:9393", "listens on"},
+		{"redis service name", "configmap.yaml", "floodgate-redis-demo:6379", "redis:6379", "no Service redis"},
+		{"privilege escalation", "deployment.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "allowPrivilegeEscalation"},
+		{"one replica", "deployment.yaml", "replicas: 2", "replicas: 1", "2 or more replicas"},
+		{"provider name", "istio/authorization-policy.yaml", "provider:\n    name: floodgate", "provider:\n    name: floodgat", "does not declare"},
+		{"provider port", meshConfigFile, "port: 9191", "port: 9192", "provider floodgate port"},
+		{"provider service", meshConfigFile, "floodgate.floodgate.svc", "floodgate.default.svc", "want our Service"},
+		{"unlisted file", "kustomization.yaml", "  - pdb.yaml\n", "", "does not list pdb.yaml"},
+		{"not CUSTOM", "istio/authorization-policy.yaml", "action: CUSTOM", "action: DENY", "want CUSTOM"},
+		// The identity hash secret.
+		{"no hash secret", "configmap.yaml", "hash_secret_file: /etc/floodgate-secret/hash-secret", "hash_secret_env: \"\"", "no identity.hash_secret_file"},
+		{"secret not mounted", "deployment.yaml", "mountPath: /etc/floodgate-secret", "mountPath: /etc/secret", "no Secret is mounted"},
+		{"optional secret", "deployment.yaml", "secretName: floodgate-hash-secret\n", "secretName: floodgate-hash-secret\n            optional: true\n", "is optional"},
+		{"secret unreadable", "deployment.yaml", "defaultMode: 0440", "defaultMode: 0400", "group-readable"},
+	})
 }

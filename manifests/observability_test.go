@@ -289,7 +289,7 @@ func TestTheServiceMonitorScrapesTheAdminPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	var selected []*corev1.Service
-	for _, s := range b.services {
+	for _, s := range all[*corev1.Service](b) {
 		if selects(sm.Spec.Selector.MatchLabels, s.Labels) && slices.Contains(sm.Spec.NamespaceSelector.MatchNames, s.Namespace) {
 			selected = append(selected, s)
 		}
