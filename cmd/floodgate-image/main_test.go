@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -17,16 +19,72 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// staticBinary builds cmd/floodgate as make image does: CGO_ENABLED=0, GOOS=linux, -trimpath.
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// staticBinary builds cmd/floodgate as make image does (CGO_ENABLED=0, GOOS=linux, -trimpath),
+// once for the package's tests.
 func staticBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "floodgate")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=9.9.9-test -X main.revision=abc123", "-o", bin, "../floodgate")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "floodgate-image-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "floodgate")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=9.9.9-test -X main.revision=abc123", "-o", binPath, "../floodgate")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return bin
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// TestTheLicenseLabelIsTheRepositorysLicense: the image says Apache-2.0, LICENSE is that text,
+// and the README names it.
+func TestTheLicenseLabelIsTheRepositorysLicense(t *testing.T) {
+	license, err := os.ReadFile("../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(license), "Apache License\n                           Version 2.0, January 2004") ||
+		!strings.Contains(string(license), "END OF TERMS AND CONDITIONS") {
+		t.Error("LICENSE is not the full Apache License 2.0 text")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "Apache License 2.0") || !strings.Contains(string(readme), "(LICENSE)") {
+		t.Error("the README does not name the license and link LICENSE")
+	}
+	img, err := Build(Options{Binary: staticBinary(t), Arch: runtime.GOARCH})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cf.Config.Labels["org.opencontainers.image.licenses"]; got != "Apache-2.0" {
+		t.Errorf("licenses label %q", got)
+	}
 }
 
 // shippedConfig writes the floodgate.yaml of manifests/configmap.yaml to a file, its
