@@ -54,6 +54,7 @@ type composeService struct {
 	Build       *composeBuild               `json:"build"`
 	Command     []string                    `json:"command"`
 	Volumes     []string                    `json:"volumes"`
+	Environment map[string]string           `json:"environment"`
 	Ports       []string                    `json:"ports"`
 	DependsOn   map[string]composeDependsOn `json:"depends_on"`
 	Healthcheck *composeHealthcheck         `json:"healthcheck"`
@@ -244,6 +245,12 @@ func composeProblems(t *testing.T, c *compose) []string {
 			continue
 		}
 		floodgateConfigs[name] = cfg
+		// The hash secret: required by compose (${VAR:?...}), so every replica gets the one run.sh made.
+		if env := cfg.Identity.HashSecretEnv; env == "" {
+			bad("%s: %s sets no identity.hash_secret_env: identities would be hashed with the public default", name, src)
+		} else if !strings.HasPrefix(s.Environment[env], "${"+env+":?") {
+			bad("%s: environment %s must be ${%s:?...} (required, from run.sh), got %q", name, env, env, s.Environment[env])
+		}
 		if dep, ok := s.DependsOn["redis"]; !ok || dep.Condition != "service_healthy" {
 			bad("%s must depend on redis being service_healthy", name)
 		}
@@ -353,6 +360,7 @@ func TestComposeFile(t *testing.T) {
 			{"unpublished listener", `"127.0.0.1:10000:10000"`, `"127.0.0.1:10000:10080"`, "listener port 10000"},
 			{"admin on all interfaces", `"127.0.0.1:9901:9901"`, `"9901:9901"`, "beyond loopback"},
 			{"admin published elsewhere", `"127.0.0.1:9901:9901"`, `"127.0.0.1:9911:9911"`, "admin port 9901"},
+			{"hash secret optional", "FLOODGATE_HASH_SECRET: ${FLOODGATE_HASH_SECRET:?", "FLOODGATE_HASH_SECRET: ${FLOODGATE_HASH_SECRET:-", "must be ${FLOODGATE_HASH_SECRET:?"},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -398,7 +406,8 @@ func TestRunScript(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^([A-Z_]+)=(\S+)`).FindAllStringSubmatch(string(script), -1) {
 		vars[m[1]] = m[2]
 	}
-	for _, want := range []string{"docker compose -f docker-compose.yaml", "up -d --build", "down", "retry-after", "ratelimit-limit", "x-ratelimit-degraded"} {
+	for _, want := range []string{"docker compose -f docker-compose.yaml", "up -d --build", "down", "retry-after", "ratelimit-limit", "x-ratelimit-degraded",
+		"FLOODGATE_HASH_SECRET=${FLOODGATE_HASH_SECRET:-$(head -c 32 /dev/urandom | base64)}", "export FLOODGATE_HASH_SECRET"} {
 		if !strings.Contains(string(script), want) {
 			t.Errorf("%s does not contain %q", runScript, want)
 		}

@@ -22,6 +22,11 @@ JWT_CAPACITY=5
 FLOODGATE_REPLICAS=2               # deploy.replicas of the floodgate service
 WAIT_SECONDS=${WAIT_SECONDS:-180}  # bound on every wait (the first build takes a while)
 
+# The identity hash secret of both Floodgate configurations (identity.hash_secret_env): a fresh one
+# per run unless given, the same for every replica (compose passes it to each).
+FLOODGATE_HASH_SECRET=${FLOODGATE_HASH_SECRET:-$(head -c 32 /dev/urandom | base64)}
+export FLOODGATE_HASH_SECRET
+
 tmp=$(mktemp -d)
 failures=0
 cleanup() {
