@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -207,6 +208,7 @@ func TestTheRulesAreComplete(t *testing.T) {
 	if records == 0 {
 		t.Error("no recording rules")
 	}
+	checkLatencyThreshold(t)
 	// Strict decoding: a misspelt field is an error, not a silently dropped setting.
 	var probe monitoringv1.PrometheusRule
 	if err := strictJSON([]byte(`{"spec":{"groups":[{"name":"g","rules":[{"alert":"A","expr":"up","fore":"1m"}]}]}}`), &probe); err == nil {
@@ -586,4 +588,51 @@ func (p *serveProc) allowed(t *testing.T, path string, headers map[string]string
 		t.Fatalf("Check %s: %v\n%s", path, err, p.output())
 	}
 	return resp.GetStatus().GetCode() == 0
+}
+
+// checkLatencyThreshold: FloodgateCheckLatencyNearTimeout fires below Envoy's ext_authz timeout
+// in every shipped front end (gateway SecurityPolicy, Istio provider), and not far below it.
+func checkLatencyThreshold(t *testing.T) {
+	t.Helper()
+	var threshold float64
+	for _, g := range loadRules(t).Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "FloodgateCheckLatencyNearTimeout" {
+				continue
+			}
+			e, err := promql.ParseExpr(r.Expr.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+				if nl, ok := n.(*parser.NumberLiteral); ok {
+					threshold = nl.Val
+				}
+				return nil
+			})
+		}
+	}
+	b, err := load(readFiles(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeouts := map[string]time.Duration{}
+	for _, sp := range all[*egv1a1.SecurityPolicy](b) {
+		if sp.Spec.ExtAuth != nil && sp.Spec.ExtAuth.Timeout != nil {
+			timeouts["SecurityPolicy "+sp.Name], _ = time.ParseDuration(string(*sp.Spec.ExtAuth.Timeout))
+		}
+	}
+	for _, ep := range b.mesh.GetExtensionProviders() {
+		if g := ep.GetEnvoyExtAuthzGrpc(); g != nil {
+			timeouts["Istio provider "+ep.GetName()] = g.GetTimeout().AsDuration()
+		}
+	}
+	if len(timeouts) < 2 {
+		t.Fatalf("found the ext_authz timeouts of %v only", timeouts)
+	}
+	for at, to := range timeouts {
+		if s := to.Seconds(); threshold >= s || threshold < s/2 {
+			t.Errorf("FloodgateCheckLatencyNearTimeout fires at %vs; %s times out at %v: want a threshold in [timeout/2, timeout)", threshold, at, to)
+		}
+	}
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"archive/tar"
+	"debug/buildinfo"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -221,6 +223,18 @@ func TestTheImage(t *testing.T) {
 	}
 	if !slices.Equal(files, []string{"floodgate"}) {
 		t.Fatalf("layer holds %v, want only floodgate (no shell, no other files)", files)
+	}
+
+	// The root CAs for Redis TLS travel in the binary, since the image has no CA bundle.
+	bi, err := buildinfo.ReadFile(extracted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(bi.Deps, func(m *debug.Module) bool { return m.Path == "golang.org/x/crypto/x509roots/fallback" }) {
+		t.Error("the binary does not embed golang.org/x/crypto/x509roots/fallback: no root CAs in an empty image")
+	}
+	if !slices.Contains(bi.Settings, debug.BuildSetting{Key: "CGO_ENABLED", Value: "0"}) {
+		t.Error("the binary was not built with CGO_ENABLED=0")
 	}
 
 	out, err := exec.Command(extracted, "validate", "--config", shippedConfig(t)).CombinedOutput()
