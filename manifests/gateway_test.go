@@ -16,7 +16,11 @@ import (
 )
 
 // headersRead are the request headers Floodgate's policies read: key sources, match headers,
-// cost headers, fingerprints; client_ip reads X-Forwarded-For.
+// cost headers, fingerprints; client_ip reads X-Forwarded-For. With headersToExtAuth set, Envoy
+// Gateway configures ext_authz allowed_headers, and Envoy puts only the matching headers in the
+// CheckRequest's header map, while method, path and host always fill their own fields
+// (source/extensions/filters/common/ext_authz/check_request_utils.cc,
+// CheckRequestUtils::setHttpRequest).
 func headersRead(cfg *config.Config) []string {
 	var hs []string
 	for _, p := range cfg.Policies {
