@@ -19,8 +19,9 @@ import (
 )
 
 // View is the part of a CheckRequest that policies look at, read once.
-// Headers come from the `headers` map or, in Envoy's encode_raw_headers mode,
-// from `header_map`, with names matched case-insensitively.
+// Headers come from the `headers` map and, in Envoy's encode_raw_headers
+// mode, from `header_map` (both are read when both are set), with names
+// matched case-insensitively.
 type View struct {
 	// HTTP is false for a check from Envoy's network (TCP) filter.
 	HTTP   bool
@@ -88,20 +89,47 @@ func (v *View) Reset(req *authv3.CheckRequest) {
 
 // Header returns the value of the named header; name must be lower case.
 // Repeated headers read as Envoy joins them: values separated by ",".
+//
+// Envoy fills either `headers` or, with encode_raw_headers, `header_map`,
+// never both (CheckRequestUtils::setHttpRequest in
+// source/extensions/filters/common/ext_authz/check_request_utils.cc). A
+// request that carries both is read as one list: a name present in both
+// reads as its `headers` value, then its header_map values, joined by ",".
 func (v *View) Header(name string) (string, bool) {
-	if v.headers != nil {
-		if s, ok := v.headers[name]; ok {
-			return s, true
-		}
-		if v.folded {
-			for k, s := range v.headers {
-				if strings.EqualFold(k, name) {
-					return s, true
-				}
+	if len(v.raw) == 0 {
+		return v.mapHeader(name)
+	}
+	if len(v.headers) == 0 {
+		return v.rawHeader(name)
+	}
+	m, inMap := v.mapHeader(name)
+	r, inRaw := v.rawHeader(name)
+	switch {
+	case !inRaw:
+		return m, inMap
+	case !inMap:
+		return r, true
+	}
+	return m + "," + r, true
+}
+
+// mapHeader looks name up in the `headers` map.
+func (v *View) mapHeader(name string) (string, bool) {
+	if s, ok := v.headers[name]; ok {
+		return s, true
+	}
+	if v.folded {
+		for k, s := range v.headers {
+			if strings.EqualFold(k, name) {
+				return s, true
 			}
 		}
-		return "", false
 	}
+	return "", false
+}
+
+// rawHeader looks name up in header_map, joining repeated entries.
+func (v *View) rawHeader(name string) (string, bool) {
 	// One pass to find the entries; a single entry (the usual case) needs
 	// no joining, several are joined in one buffer (linear in their size).
 	first, n := -1, 0
