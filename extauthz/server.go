@@ -173,7 +173,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		return plainOK(), nil
 	}
 
-	o := outcome{policies: sc.policies[:0], results: sc.results[:0]}
+	o := outcome{policies: sc.policies[:0], results: sc.results[:0], grpc: v.GRPC}
 	reqs := sc.reqs[:0]
 	if n := len(enforced); n <= maxInline {
 		used = n

@@ -29,6 +29,10 @@ type View struct {
 	Path   string // without query string or fragment
 	Host   string // lower case, without port
 	Source string // the connection's remote address (IP, no port)
+	// GRPC is true when the downstream request is gRPC (its content-type
+	// starts with application/grpc): Envoy then answers a denial as a gRPC
+	// status (see denyResponse).
+	GRPC bool
 
 	headers map[string]string
 	raw     []*corev3.HeaderValue
@@ -85,6 +89,17 @@ func (v *View) Reset(req *authv3.CheckRequest) {
 		}
 	}
 	v.Host = normalizeHost(host)
+	if ct, ok := v.Header("content-type"); ok {
+		v.GRPC = isGRPC(ct)
+	}
+}
+
+// isGRPC reports whether a content-type is gRPC's, as Envoy decides it
+// (Grpc::Common::isGrpcRequestHeaders, source/common/grpc/common.cc: the
+// value starts with application/grpc).
+func isGRPC(ct string) bool {
+	const p = "application/grpc"
+	return len(ct) >= len(p) && strings.EqualFold(ct[:len(p)], p)
 }
 
 // Header returns the value of the named header; name must be lower case.
