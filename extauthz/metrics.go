@@ -18,6 +18,9 @@ type Metrics struct {
 	Latency prometheus.Histogram
 	// StoreErrors counts decisions the store could not make.
 	StoreErrors prometheus.Counter
+	// IdentityMissing counts, by policy, requests a policy matched whose
+	// key sources were all empty: they shared the policy's one bucket.
+	IdentityMissing *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: none).
@@ -40,9 +43,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "floodgate_store_errors_total",
 			Help: "Decisions the store could not make (the failure mode answered instead).",
 		}),
+		IdentityMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_identity_missing_total",
+			Help: "Requests a policy matched whose key sources were all empty, so they used the policy's shared bucket.",
+		}, []string{"policy"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.Checks, m.Latency, m.StoreErrors)
+		reg.MustRegister(m.Decisions, m.Checks, m.Latency, m.StoreErrors, m.IdentityMissing)
 	}
 	return m
 }
@@ -60,6 +67,7 @@ const (
 // decision does not hash label values.
 type policyCounters struct {
 	allowed, denied, shadowAllowed, shadowDenied prometheus.Counter
+	identityMissing                              prometheus.Counter
 }
 
 func (m *Metrics) forPolicy(name string) policyCounters {
@@ -68,5 +76,7 @@ func (m *Metrics) forPolicy(name string) policyCounters {
 		denied:        m.Decisions.WithLabelValues(name, "denied"),
 		shadowAllowed: m.Decisions.WithLabelValues(name, "shadow_allowed"),
 		shadowDenied:  m.Decisions.WithLabelValues(name, "shadow_denied"),
+
+		identityMissing: m.IdentityMissing.WithLabelValues(name),
 	}
 }

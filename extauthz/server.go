@@ -48,6 +48,7 @@ type Server struct {
 	log     *zap.Logger
 	metrics *Metrics
 	opts    ServerOptions
+	missing missingReporter // identitymissing.go
 }
 
 // serverState is what a reload swaps: the engine and its policies' counters.
@@ -148,6 +149,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		s.metrics.Checks.WithLabelValues(outcomeUnmatched).Inc()
 		return plainOK(), nil
 	}
+	s.noteMissing(st, plan, v)
 
 	// Enforced policies decide together; shadow policies decide on their own
 	// and never deny.

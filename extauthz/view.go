@@ -29,6 +29,11 @@ type View struct {
 	Path   string // without query string or fragment
 	Host   string // lower case, without port
 	Source string // the connection's remote address (IP, no port)
+	// Principal is the caller's authenticated identity as Envoy saw it
+	// (attributes.source.principal): the URI SAN, else the DNS SAN, else
+	// the subject of the peer's TLS certificate; under Istio mTLS the
+	// calling workload's SPIFFE ID. Empty without a client certificate.
+	Principal string
 	// GRPC is true when the downstream request is gRPC (its content-type
 	// starts with application/grpc): Envoy then answers a denial as a gRPC
 	// status (see denyResponse).
@@ -54,12 +59,13 @@ func (v *View) Reset(req *authv3.CheckRequest) {
 	attrs := req.GetAttributes()
 	h := attrs.GetRequest().GetHttp()
 	*v = View{
-		HTTP:     h != nil,
-		headers:  h.GetHeaders(),
-		raw:      h.GetHeaderMap().GetHeaders(),
-		context:  attrs.GetContextExtensions(),
-		metadata: attrs.GetMetadataContext().GetFilterMetadata(),
-		Source:   attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
+		HTTP:      h != nil,
+		headers:   h.GetHeaders(),
+		raw:       h.GetHeaderMap().GetHeaders(),
+		context:   attrs.GetContextExtensions(),
+		metadata:  attrs.GetMetadataContext().GetFilterMetadata(),
+		Source:    attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
+		Principal: attrs.GetSource().GetPrincipal(),
 	}
 	for k := range v.headers {
 		if hasUpper(k) {
