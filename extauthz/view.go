@@ -45,6 +45,18 @@ type View struct {
 
 	context  map[string]string
 	metadata map[string]*structpb.Struct
+
+	normPath string // MatchPath, once computed
+	normDone bool
+}
+
+// MatchPath is Path as policies match it: NormalizePath(Path), computed
+// once per request.
+func (v *View) MatchPath() string {
+	if !v.normDone {
+		v.normPath, v.normDone = NormalizePath(v.Path), true
+	}
+	return v.normPath
 }
 
 // NewView reads req. It never fails: whatever is missing reads as empty.
