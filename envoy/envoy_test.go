@@ -30,6 +30,7 @@ import (
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -281,6 +282,16 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 		bad("xff_num_trusted_hops is %d but Floodgate's client_ip.trusted_hops is %d", got, want)
 	}
 
+	// Paths: one form for routes, Floodgate and the upstream. By default Envoy keeps %2F as it is
+	// (path_with_escaped_slashes_action KEEP_UNCHANGED) and resolves no dot segment
+	// (ConnectionManagerUtility::maybeNormalizePath, source/common/http/conn_manager_utility.cc).
+	if a := ec.hcm.GetPathWithEscapedSlashesAction(); a != hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT {
+		bad("http_connection_manager.path_with_escaped_slashes_action must be UNESCAPE_AND_REDIRECT (got %v): /v1%%2Fsearch would miss the /v1/search route", a)
+	}
+	if !ec.hcm.GetNormalizePath().GetValue() || !ec.hcm.GetMergeSlashes() {
+		bad("http_connection_manager must set normalize_path and merge_slashes")
+	}
+
 	// The filter chain: ext_authz before the router, the router last, jwt_authn (if any) first.
 	az := slices.Index(ec.filters, extAuthzFilter)
 	if len(ec.filters) == 0 || ec.filters[len(ec.filters)-1] != routerFilter {
@@ -313,6 +324,20 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 		bad("ext_authz grpc_service.timeout (%v) is above 1s: every request would wait that long on a hung Floodgate", timeout)
 	}
 
+	// A Check that fails to connect (a replica that just went away) is retried on another replica,
+	// not handed to failure_mode_allow. ext_authz's gRPC client applies GrpcService.retry_policy;
+	// envoy_grpc.retry_policy is honoured for xDS streams only (its proto comment says so).
+	rp := gs.GetRetryPolicy()
+	if rp == nil || !strings.Contains(rp.GetRetryOn(), "connect-failure") || (rp.GetNumRetries() != nil && rp.GetNumRetries().GetValue() == 0) {
+		bad("ext_authz grpc_service.retry_policy must retry on connect-failure (got %v): a replica that just stopped would otherwise send its Checks to failure_mode_allow", rp)
+	}
+	if gs.GetEnvoyGrpc().GetRetryPolicy() != nil {
+		bad("ext_authz grpc_service.envoy_grpc.retry_policy applies to xDS streams only: set grpc_service.retry_policy")
+	}
+	if rp != nil && len(rp.GetRetryHostPredicate()) == 0 {
+		bad("ext_authz grpc_service.retry_policy should retry on another host (retry_host_predicate previous_hosts)")
+	}
+
 	// The cluster Envoy calls: HTTP/2, health-checked, at Floodgate's listen.grpc.
 	name := gs.GetEnvoyGrpc().GetClusterName()
 	c, ok := ec.clusters[name]
@@ -334,6 +359,17 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 	}
 	if !hcOK {
 		bad("cluster %s should health-check gRPC service %s (Floodgate reports NOT_SERVING while it drains)", name, healthService)
+	}
+	// Envoy learns that a replica stops only from its active health check: interval ×
+	// unhealthy_threshold (+ the last check's timeout) after NOT_SERVING. Floodgate must keep
+	// answering that long, or every Check sent meanwhile is an error, let through unlimited by
+	// failure_mode_allow (HealthCheckerImplBase, source/common/upstream/health_checker_impl.cc).
+	for _, hc := range c.GetHealthChecks() {
+		need := hc.GetInterval().AsDuration()*time.Duration(hc.GetUnhealthyThreshold().GetValue()) + hc.GetTimeout().AsDuration()
+		if cfg.Listen.DrainDelay.Duration < need {
+			bad("listen.drain_delay (%v) is shorter than cluster %s's health check needs to see NOT_SERVING: interval %v × unhealthy_threshold %d + timeout %v = %v",
+				cfg.Listen.DrainDelay.Duration, name, hc.GetInterval().AsDuration(), hc.GetUnhealthyThreshold().GetValue(), hc.GetTimeout().AsDuration(), need)
+		}
 	}
 	_, listenPort, err := net.SplitHostPort(cfg.Listen.GRPC)
 	if err != nil {
@@ -718,10 +754,36 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"trusted hops mismatch", "trusted_hops: 0", "trusted_hops: 1", "xff_num_trusted_hops"},
 		{"route context without a policy", "context: { route: search }", "context: { route: searches }", "no Floodgate policy"},
 		{"store timeout above Envoy's", "timeout: 50ms", "timeout: 300ms", "store.redis.timeout"},
+		{"drain delay shorter than the health check", "drain_delay: 5s", "drain_delay: 4s", "listen.drain_delay"},
 	}
 	for _, tc := range pairs {
 		t.Run("pair/"+tc.name, func(t *testing.T) {
 			cfg, err := config.Parse("floodgate.yaml", mutate(t, fgYAML, tc.old, tc.new))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := consistency(ec, cfg, "floodgate")
+			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Fatalf("mismatch not reported: %v (want %q)", p, tc.want)
+			}
+		})
+	}
+	envoyPairs := []struct{ name, old, new, want string }{
+		{"escaped slashes kept", "path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT", "path_with_escaped_slashes_action: KEEP_UNCHANGED", "path_with_escaped_slashes_action"},
+		{"no retry on connect failure", "retry_on: connect-failure,refused-stream,unavailable", "retry_on: unavailable", "retry_policy"},
+		{"health check slower than the drain", "unhealthy_threshold: 2", "unhealthy_threshold: 3", "listen.drain_delay"},
+	}
+	for _, tc := range envoyPairs {
+		t.Run("pair/"+tc.name, func(t *testing.T) {
+			bs, _, err := loadBootstrap(mutate(t, envoyYAML, tc.old, tc.new))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ec, err := inspect(bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Parse("floodgate.yaml", fgYAML)
 			if err != nil {
 				t.Fatal(err)
 			}
