@@ -28,8 +28,10 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -55,16 +57,21 @@ type example struct {
 	floodgate string // path of the Floodgate configuration beside it
 	// service is the e2e compose service that runs this Floodgate: the host the Envoy cluster names.
 	service string
+	// notInCompose: e2e/docker-compose.yaml does not run it (it needs a TLS certificate).
+	notInCompose bool
 }
 
 var examples = []example{
 	{name: "edge", envoy: "envoy.yaml", floodgate: "floodgate.yaml", service: "floodgate"},
 	{name: "jwt", envoy: "jwt/envoy.yaml", floodgate: "jwt/floodgate.yaml", service: "floodgate-jwt"},
+	{name: "fingerprint", envoy: "fingerprint/envoy.yaml", floodgate: "fingerprint/floodgate.yaml", service: "floodgate", notInCompose: true},
 }
 
 const (
 	extAuthzFilter = "envoy.filters.http.ext_authz"
 	jwtFilter      = "envoy.filters.http.jwt_authn"
+	mutationFilter = "envoy.filters.http.header_mutation"
+	tlsInspector   = "envoy.filters.listener.tls_inspector"
 	routerFilter   = "envoy.filters.http.router"
 	hcmFilter      = "envoy.filters.network.http_connection_manager"
 	http2Options   = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -161,7 +168,9 @@ type envoyConfig struct {
 	hcm      *hcmv3.HttpConnectionManager
 	filters  []string // http filter names in order
 	extAuthz *extauthzv3.ExtAuthz
-	jwt      *jwtv3.JwtAuthentication // nil when the chain has no jwt_authn
+	jwt      *jwtv3.JwtAuthentication         // nil when the chain has no jwt_authn
+	mutation *headermutationv3.HeaderMutation // nil when the chain has no header_mutation
+	tls      *tlsinspectorv3.TlsInspector     // nil when no listener has a tls_inspector
 	clusters map[string]*clusterv3.Cluster
 	routes   []*routev3.Route
 }
@@ -179,6 +188,15 @@ func inspect(bs *bootstrapv3.Bootstrap) (*envoyConfig, error) {
 		ec.clusters[c.GetName()] = c
 	}
 	for _, l := range bs.GetStaticResources().GetListeners() {
+		for _, lf := range l.GetListenerFilters() {
+			if lf.GetName() == tlsInspector {
+				ti, err := unpack(lf.GetTypedConfig(), &tlsinspectorv3.TlsInspector{})
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", tlsInspector, err)
+				}
+				ec.tls = ti
+			}
+		}
 		for _, fc := range l.GetFilterChains() {
 			for _, f := range fc.GetFilters() {
 				if f.GetName() != hcmFilter {
@@ -206,6 +224,8 @@ func inspect(bs *bootstrapv3.Bootstrap) (*envoyConfig, error) {
 			ec.extAuthz, err = unpack(hf.GetTypedConfig(), &extauthzv3.ExtAuthz{})
 		case jwtFilter:
 			ec.jwt, err = unpack(hf.GetTypedConfig(), &jwtv3.JwtAuthentication{})
+		case mutationFilter:
+			ec.mutation, err = unpack(hf.GetTypedConfig(), &headermutationv3.HeaderMutation{})
 		case routerFilter:
 			_, err = unpack(hf.GetTypedConfig(), &routerv3.Router{})
 		}
@@ -430,6 +450,55 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 		}
 	}
 
+	// Fingerprints: a fingerprint header Floodgate hashes must be Envoy's, never the client's.
+	// Envoy sends no TLS fingerprint in a CheckRequest (AttributeContext.TLSSession has the SNI only;
+	// CheckRequestUtils::setTLSSession), and a route's request_headers_to_add is applied by the
+	// router, after ext_authz: the header must be set by header_mutation before ext_authz, after
+	// removing the client's copy, from a fingerprint tls_inspector computes.
+	for _, pol := range cfg.Policies {
+		if !slices.Contains(pol.Key, "fingerprint") {
+			continue
+		}
+		tlsHeaders := 0
+		for _, h := range pol.FingerprintHeaders {
+			h = strings.ToLower(h)
+			var operator string
+			var enabled bool
+			switch h {
+			case "x-ja3":
+				operator, enabled = "%TLS_JA3_FINGERPRINT%", ec.tls.GetEnableJa3Fingerprinting().GetValue()
+			case "x-ja4":
+				operator, enabled = "%TLS_JA4_FINGERPRINT%", ec.tls.GetEnableJa4Fingerprinting().GetValue()
+			default:
+				continue
+			}
+			tlsHeaders++
+			if !enabled {
+				bad("policy %s hashes %s, but no listener's tls_inspector enables that fingerprint", pol.Name, h)
+			}
+			if m := slices.Index(ec.filters, mutationFilter); m < 0 || m > az {
+				bad("policy %s hashes %s: a header_mutation filter must set it before ext_authz (got %v)", pol.Name, h, ec.filters)
+				continue
+			}
+			removed, set := false, false
+			for _, mu := range ec.mutation.GetMutations().GetRequestMutations() {
+				switch {
+				case strings.EqualFold(mu.GetRemove(), h):
+					removed = true
+				case strings.EqualFold(mu.GetAppend().GetHeader().GetKey(), h):
+					set = removed && mu.GetAppend().GetHeader().GetValue() == operator &&
+						mu.GetAppend().GetAppendAction() == corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+				}
+			}
+			if !set {
+				bad("policy %s hashes %s: header_mutation must first remove the client's %s, then set it to %s", pol.Name, h, h, operator)
+			}
+		}
+		if tlsHeaders == 0 {
+			bad("policy %s keys on a fingerprint of client-written headers only (%v): add x-ja4, which Envoy sets", pol.Name, pol.FingerprintHeaders)
+		}
+	}
+
 	// Metadata keys: the namespace must be forwarded, and jwt_authn must write the path.
 	for _, pol := range cfg.Policies {
 		for _, k := range pol.Key {
@@ -521,6 +590,9 @@ func TestComposeRunsTheExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ex := range examples {
+		if ex.notInCompose {
+			continue
+		}
 		svc, ok := compose.Services[ex.service]
 		if !ok {
 			t.Errorf("%s: compose has no service %q", composeFile, ex.service)
@@ -862,4 +934,64 @@ func policiesOf(resp *authv3.CheckResponse) []string {
 		}
 	}
 	return names
+}
+
+// TestFingerprintComesFromEnvoy: the fingerprint example's broken copies are caught, and at run
+// time clients that share an address but differ in JA4 or User-Agent get buckets of their own.
+func TestFingerprintComesFromEnvoy(t *testing.T) {
+	ex := examples[2]
+	src, err := os.ReadFile(ex.envoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(ex.floodgate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, old, new, want string }{
+		{"ja4 not computed", "enable_ja4_fingerprinting: true", "enable_ja4_fingerprinting: false", "tls_inspector"},
+		{"client's copy kept", "- remove: x-ja4", "- remove: x-other", "first remove"},
+		{"set from elsewhere", `"%TLS_JA4_FINGERPRINT%"`, `"%REQ(x-ja4)%"`, "first remove"},
+		{"mutation after ext_authz", "                  - name: envoy.filters.http.header_mutation", "                  - name: envoy.filters.http.header_mutation_moved", "before ext_authz"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(string(src), tc.old) {
+				t.Fatalf("the shipped file no longer contains %q: update this test", tc.old)
+			}
+			bs, _, err := loadBootstrap([]byte(strings.Replace(string(src), tc.old, tc.new, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ec, err := inspect(bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := consistency(ec, cfg, ex.service)
+			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Fatalf("not reported: %v (want %q)", p, tc.want)
+			}
+		})
+	}
+
+	srv := extauthz.NewServer(cfg.Engine, memory.New(memory.Options{}), extauthz.ServerOptions{})
+	login := func(ua, ja4 string) bool {
+		req := checkRequest("POST", "/login", map[string]string{"route": "login"}, map[string]string{"user-agent": ua, "x-ja4": ja4}, nil)
+		resp, err := srv.Check(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus().GetCode() == 0
+	}
+	const chrome, firefox = "t13d1516h2_8daaf6152771_02713d6af862", "t13d1715h2_5b57614c22b0_3d5424432f57"
+	for i := 0; i < 5; i++ {
+		if !login("Mozilla/5.0 Chrome", chrome) {
+			t.Fatalf("attempt %d of the first client denied", i+1)
+		}
+	}
+	if login("Mozilla/5.0 Chrome", chrome) {
+		t.Error("the sixth attempt of one fingerprint passed")
+	}
+	if !login("Mozilla/5.0 Firefox", firefox) || !login("Mozilla/5.0 Chrome", firefox) {
+		t.Error("another fingerprint behind the same address shares the first one's bucket")
+	}
 }
