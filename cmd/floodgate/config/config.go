@@ -66,8 +66,10 @@ type Listen struct {
 	KeepaliveMinTime Duration `yaml:"keepalive_min_time"`
 	// DrainDelay is how long, after SIGTERM, Floodgate keeps answering while
 	// reporting NOT_SERVING, so Envoy's health checks move traffic away
-	// before the listener closes (default 0: Kubernetes' preStop hook or
-	// endpoint removal usually does this job).
+	// before the listener closes: at least the health check's interval ×
+	// unhealthy_threshold + timeout. Default 0: that value belongs to the
+	// Envoy configuration, which Floodgate cannot see (the README says why;
+	// every shipped config beside an Envoy one sets it).
 	DrainDelay Duration `yaml:"drain_delay"`
 	// Decoder reads CheckRequests and writes CheckResponses: fast (default;
 	// extauthz/decode.go and encode.go, which hand anything unusual to
