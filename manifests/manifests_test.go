@@ -457,6 +457,10 @@ func problems(b *bundle) []string {
 		bad("ConfigMap %s: %v", cmName, err)
 		return p
 	}
+	// After SIGTERM Floodgate serves for listen.drain_delay, then drains: the kubelet must not kill it sooner.
+	if g := fd.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil && time.Duration(*g)*time.Second <= time.Duration(preStop)*time.Second+cfg.Listen.DrainDelay.Duration+drainBound {
+		bad("floodgate terminationGracePeriodSeconds (%ds) must exceed preStop (%ds) + listen.drain_delay (%v) + the drain bound (%v)", *g, preStop, cfg.Listen.DrainDelay.Duration, drainBound)
+	}
 	if portOf(cfg.Listen.GRPC) != grpcPort.ContainerPort || portOf(cfg.Listen.Admin) != adminPort.ContainerPort {
 		bad("floodgate.yaml listens on %s / %s, but the container ports are grpc %d / admin %d", cfg.Listen.GRPC, cfg.Listen.Admin, grpcPort.ContainerPort, adminPort.ContainerPort)
 	}
@@ -640,6 +644,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"redis service name", "configmap.yaml", "floodgate-redis-demo:6379", "redis:6379", "no Service redis"},
 		{"privilege escalation", "deployment.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "allowPrivilegeEscalation"},
 		{"one replica", "deployment.yaml", "replicas: 2", "replicas: 1", "2 or more replicas"},
+		{"drain delay beyond the grace period", "configmap.yaml", "admin: 0.0.0.0:9192", "admin: 0.0.0.0:9192\n      drain_delay: 20s", "listen.drain_delay"},
 		{"provider name", "istio/authorization-policy.yaml", "provider:\n    name: floodgate", "provider:\n    name: floodgat", "does not declare"},
 		{"provider port", meshConfigFile, "port: 9191", "port: 9192", "provider floodgate port"},
 		{"provider service", meshConfigFile, "floodgate.floodgate.svc", "floodgate.default.svc", "want our Service"},
