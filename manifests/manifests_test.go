@@ -49,6 +49,9 @@ var dirs = []string{".", "istio"}
 // notResources are YAML files in those directories that are not Kubernetes objects.
 var notResources = map[string]bool{meshConfigFile: true}
 
+// policyFiles are Floodgate policy lists, not Kubernetes objects (istio_test.go checks them).
+var policyFiles = map[string]bool{istioPoliciesFile: true}
+
 // kustomization is the part of kustomize's Kustomization these files use.
 type kustomization struct {
 	APIVersion string   `json:"apiVersion"`
@@ -137,6 +140,9 @@ func load(files map[string][]byte) (*bundle, error) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
+		if policyFiles[name] {
+			continue
+		}
 		if notResources[name] {
 			if err := b.loadMesh(name, files[name]); err != nil {
 				return nil, err
