@@ -114,7 +114,8 @@ func (r *renderer) int(key string, n int64) {
 
 // options returns the headers as Envoy's options, each overwriting any value
 // already present: a client cannot smuggle its own RateLimit headers past
-// us, whatever Envoy version applies it (ENVOY_CONTRACT §2.3). text is the
+// us, whatever Envoy version applies it (an unset append_action meant
+// different things in different Envoy versions). text is the
 // buffer as a string; the options are appended to opts.
 func (r *renderer) options(text string, opts []*corev3.HeaderValueOption) []*corev3.HeaderValueOption {
 	pairs := make([]headerPair, len(r.hdrs))

@@ -3,7 +3,9 @@
 // derives each policy's bucket identity, asks a limiter.Store for one
 // all-or-nothing decision and renders Envoy's CheckResponse.
 //
-// The Envoy contract it follows (see ENVOY_CONTRACT.md in the design notes):
+// The Envoy contract it follows (Envoy's ext_authz filter,
+// source/extensions/filters/http/ext_authz/ext_authz.cc, and its gRPC client,
+// source/extensions/filters/common/ext_authz/ext_authz_grpc_impl.cc):
 // a decision is never an RPC error; a deny is a non-OK status with a 429
 // denied_response; RateLimit headers on allow go to the client through
 // ok_response.response_headers_to_add; every returned header overwrites.
