@@ -32,7 +32,7 @@ func (s *Server) noteMissing(st *serverState, plan []planned, v *View) {
 			st.counters[p.policy].identityMissing.Inc()
 			if s.missing.due(p.policy.Name) {
 				s.log.Warn("a policy's key sources were all empty: the request used the policy's shared bucket (logged at most once a minute per policy; floodgate_identity_missing_total counts every one)",
-					zap.String("policy", p.policy.Name), zap.Strings("key", p.policy.keyTags()), zap.String("path", v.Path))
+					zap.String("policy", p.policy.Name), zap.Strings("key", p.policy.keyTags()), zap.String("path", truncate(v.Path, 256)))
 			}
 		}
 	}
@@ -65,4 +65,12 @@ func (p *Policy) keyTags() []string {
 		tags[i] = k.tag
 	}
 	return tags
+}
+
+// truncate cuts s to at most n bytes, for a log line.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

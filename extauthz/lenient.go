@@ -1,7 +1,7 @@
 package extauthz
 
 import (
-	"strings"
+	"bytes"
 	"unicode/utf8"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -17,12 +17,12 @@ import (
 // every string it puts in a CheckRequest (header_map keys, the TLS SNI), and
 // a request that fails to decode is an RPC error, which Envoy treats as an
 // outage: with failure_mode_allow, the request passes unlimited. So a
-// CheckRequest is decoded leniently: when protobuf-go refuses it, every
-// string field that is not valid UTF-8 has each invalid sequence replaced by
-// U+FFFD (strings.ToValidUTF8) and the request is decoded again. Such a
-// request is decided like any other: a header value with bad bytes still
-// names its caller's bucket (callers that differ only in their invalid bytes
-// share one), and a header name with bad bytes matches no policy.
+// CheckRequest is decoded leniently: when protobuf-go refuses it, every byte
+// of a string field that is not part of valid UTF-8 becomes '?' and the
+// request is decoded again. Such a request is decided like any other: a
+// header value with bad bytes still names its caller's bucket (values that
+// differ only in their invalid bytes share one), and a header name with bad
+// bytes matches no policy.
 
 // lenientUnmarshal is proto.Unmarshal(b, m), with strings that are not
 // valid UTF-8 repaired rather than refused.
@@ -31,58 +31,61 @@ func lenientUnmarshal(b []byte, m proto.Message) error {
 	if err == nil {
 		return nil
 	}
-	fixed, changed := repairUTF8(nil, b, m.ProtoReflect().Descriptor())
-	if !changed {
+	fixed := bytes.Clone(b)
+	if !repairUTF8(fixed, m.ProtoReflect().Descriptor(), 0) {
 		return err
 	}
 	proto.Reset(m)
 	return proto.Unmarshal(fixed, m)
 }
 
-// repairUTF8 appends b, a message of type md, to out with every string
-// field made valid UTF-8. changed is false, and out meaningless, when
-// nothing needed repair or b is malformed (protobuf-go's error then stands).
-func repairUTF8(out, b []byte, md protoreflect.MessageDescriptor) (_ []byte, changed bool) {
-	start := len(out)
+// maxRepairDepth bounds the nesting repairUTF8 follows, as protobuf-go
+// bounds its own (its default recursion limit).
+const maxRepairDepth = 10000
+
+// repairUTF8 rewrites, in place, every byte of a string field of b (a
+// message of type md) that is not part of valid UTF-8 as '?': the same
+// length, so the encoding around it stays valid and the work is linear in
+// len(b). It reports whether it changed anything; false also when b is
+// malformed or nests deeper than maxRepairDepth (protobuf-go's error then
+// stands).
+func repairUTF8(b []byte, md protoreflect.MessageDescriptor, depth int) (changed bool) {
+	if depth > maxRepairDepth {
+		return false
+	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return out, false
+			return false
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if m < 0 {
-			return out, false
+			return false
 		}
 		field := b[:n+m]
 		b = b[n+m:]
 		fd := md.Fields().ByNumber(num)
 		if typ != protowire.BytesType || fd == nil {
-			out = append(out, field...)
 			continue
 		}
 		v, _ := protowire.ConsumeBytes(field[n:])
-		switch {
-		case fd.Kind() == protoreflect.StringKind && !utf8.Valid(v):
-			out = protowire.AppendTag(out, num, typ)
-			out = protowire.AppendString(out, strings.ToValidUTF8(string(v), "\uFFFD"))
-			changed = true
-		case fd.Kind() == protoreflect.MessageKind:
-			inner, ch := repairUTF8(nil, v, fd.Message())
-			if ch {
-				out = protowire.AppendTag(out, num, typ)
-				out = protowire.AppendBytes(out, inner)
-				changed = true
-			} else {
-				out = append(out, field...)
+		switch fd.Kind() {
+		case protoreflect.StringKind:
+			for i := 0; i < len(v); {
+				r, size := utf8.DecodeRune(v[i:])
+				if r == utf8.RuneError && size == 1 {
+					v[i] = '?'
+					changed = true
+				}
+				i += size
 			}
-		default:
-			out = append(out, field...)
+		case protoreflect.MessageKind:
+			if repairUTF8(v, fd.Message(), depth+1) {
+				changed = true
+			}
 		}
 	}
-	if !changed {
-		return out[:start], false
-	}
-	return out, true
+	return changed
 }
 
 // ProtobufCodec is the codec of listen.decoder: protobuf: protobuf-go reads

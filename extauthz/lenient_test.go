@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/limiter"
@@ -101,5 +102,49 @@ func TestInvalidUTF8IsDecidedNotAnRPCError(t *testing.T) {
 				t.Error("a valid key shares the damaged key's bucket")
 			}
 		})
+	}
+}
+
+// A message nested deeper than protobuf-go allows is refused, and the
+// repair does not follow it down (it would otherwise recurse without bound
+// on a hostile request).
+func TestLenientDecodingRefusesDeepNesting(t *testing.T) {
+	// metadata_context.filter_metadata["a"]: Struct{fields["k"]: Value{struct_value: ...}}, nested,
+	// written outside in with the sizes worked out first (building it inside out copies quadratically).
+	const depth = maxRepairDepth + 50
+	structSize, entrySize, valueSize := make([]int, depth+1), make([]int, depth+1), make([]int, depth+1)
+	for k := 1; k <= depth; k++ {
+		valueSize[k] = 1 + protowire.SizeVarint(uint64(structSize[k-1])) + structSize[k-1]
+		entrySize[k] = 3 + 1 + protowire.SizeVarint(uint64(valueSize[k])) + valueSize[k]
+		structSize[k] = 1 + protowire.SizeVarint(uint64(entrySize[k])) + entrySize[k]
+	}
+	inner := make([]byte, 0, structSize[depth])
+	for k := depth; k >= 1; k-- {
+		inner = protowire.AppendVarint(protowire.AppendTag(inner, 1, protowire.BytesType), uint64(entrySize[k])) // Struct.fields
+		key := "k"
+		if k == 1 {
+			key = "\xff" // the innermost key is not UTF-8
+		}
+		inner = protowire.AppendString(protowire.AppendTag(inner, 1, protowire.BytesType), key)
+		inner = protowire.AppendVarint(protowire.AppendTag(inner, 2, protowire.BytesType), uint64(valueSize[k]))
+		inner = protowire.AppendVarint(protowire.AppendTag(inner, 5, protowire.BytesType), uint64(structSize[k-1])) // Value.struct_value
+	}
+	if len(inner) != structSize[depth] {
+		t.Fatalf("built %d bytes, want %d", len(inner), structSize[depth])
+	}
+	entry := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "a")
+	entry = protowire.AppendBytes(protowire.AppendTag(entry, 2, protowire.BytesType), inner)
+	md := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), entry)  // Metadata.filter_metadata
+	attrs := protowire.AppendBytes(protowire.AppendTag(nil, 11, protowire.BytesType), md) // AttributeContext.metadata_context
+	req := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), attrs) // CheckRequest.attributes
+	if err := lenientUnmarshal(req, &authv3.CheckRequest{}); err == nil {
+		t.Fatal("a request nested deeper than protobuf-go allows decoded")
+	}
+	desc := (&authv3.CheckRequest{}).ProtoReflect().Descriptor()
+	if repairUTF8(bytes.Clone(req), desc, 0) {
+		t.Error("the repair followed the nesting below maxRepairDepth")
+	}
+	if !repairUTF8(bytes.Clone(req), desc, -4*depth) { // the same request within the bound (three messages a level): repaired
+		t.Error("the repair missed the innermost invalid key")
 	}
 }
