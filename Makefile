@@ -6,7 +6,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -count=1 -timeout 12m
 
 FUZZTIME  ?= 30s
-FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./cmd/floodgate/config:FuzzParse
+FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./cmd/floodgate/config:FuzzParse
 
 .PHONY: all build image run test e2e lint bench bench-ghz bench-tools bench-go bench-profile fuzz redis clean
 

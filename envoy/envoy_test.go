@@ -28,9 +28,12 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	jwtv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -54,16 +57,21 @@ type example struct {
 	floodgate string // path of the Floodgate configuration beside it
 	// service is the e2e compose service that runs this Floodgate: the host the Envoy cluster names.
 	service string
+	// notInCompose: e2e/docker-compose.yaml does not run it (it needs a TLS certificate).
+	notInCompose bool
 }
 
 var examples = []example{
 	{name: "edge", envoy: "envoy.yaml", floodgate: "floodgate.yaml", service: "floodgate"},
 	{name: "jwt", envoy: "jwt/envoy.yaml", floodgate: "jwt/floodgate.yaml", service: "floodgate-jwt"},
+	{name: "fingerprint", envoy: "fingerprint/envoy.yaml", floodgate: "fingerprint/floodgate.yaml", service: "floodgate", notInCompose: true},
 }
 
 const (
 	extAuthzFilter = "envoy.filters.http.ext_authz"
 	jwtFilter      = "envoy.filters.http.jwt_authn"
+	mutationFilter = "envoy.filters.http.header_mutation"
+	tlsInspector   = "envoy.filters.listener.tls_inspector"
 	routerFilter   = "envoy.filters.http.router"
 	hcmFilter      = "envoy.filters.network.http_connection_manager"
 	http2Options   = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -160,7 +168,9 @@ type envoyConfig struct {
 	hcm      *hcmv3.HttpConnectionManager
 	filters  []string // http filter names in order
 	extAuthz *extauthzv3.ExtAuthz
-	jwt      *jwtv3.JwtAuthentication // nil when the chain has no jwt_authn
+	jwt      *jwtv3.JwtAuthentication         // nil when the chain has no jwt_authn
+	mutation *headermutationv3.HeaderMutation // nil when the chain has no header_mutation
+	tls      *tlsinspectorv3.TlsInspector     // nil when no listener has a tls_inspector
 	clusters map[string]*clusterv3.Cluster
 	routes   []*routev3.Route
 }
@@ -178,6 +188,15 @@ func inspect(bs *bootstrapv3.Bootstrap) (*envoyConfig, error) {
 		ec.clusters[c.GetName()] = c
 	}
 	for _, l := range bs.GetStaticResources().GetListeners() {
+		for _, lf := range l.GetListenerFilters() {
+			if lf.GetName() == tlsInspector {
+				ti, err := unpack(lf.GetTypedConfig(), &tlsinspectorv3.TlsInspector{})
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", tlsInspector, err)
+				}
+				ec.tls = ti
+			}
+		}
 		for _, fc := range l.GetFilterChains() {
 			for _, f := range fc.GetFilters() {
 				if f.GetName() != hcmFilter {
@@ -205,6 +224,8 @@ func inspect(bs *bootstrapv3.Bootstrap) (*envoyConfig, error) {
 			ec.extAuthz, err = unpack(hf.GetTypedConfig(), &extauthzv3.ExtAuthz{})
 		case jwtFilter:
 			ec.jwt, err = unpack(hf.GetTypedConfig(), &jwtv3.JwtAuthentication{})
+		case mutationFilter:
+			ec.mutation, err = unpack(hf.GetTypedConfig(), &headermutationv3.HeaderMutation{})
 		case routerFilter:
 			_, err = unpack(hf.GetTypedConfig(), &routerv3.Router{})
 		}
@@ -281,6 +302,16 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 		bad("xff_num_trusted_hops is %d but Floodgate's client_ip.trusted_hops is %d", got, want)
 	}
 
+	// Paths: one form for routes, Floodgate and the upstream. By default Envoy keeps %2F as it is
+	// (path_with_escaped_slashes_action KEEP_UNCHANGED) and resolves no dot segment
+	// (ConnectionManagerUtility::maybeNormalizePath, source/common/http/conn_manager_utility.cc).
+	if a := ec.hcm.GetPathWithEscapedSlashesAction(); a != hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT {
+		bad("http_connection_manager.path_with_escaped_slashes_action must be UNESCAPE_AND_REDIRECT (got %v): /v1%%2Fsearch would miss the /v1/search route", a)
+	}
+	if !ec.hcm.GetNormalizePath().GetValue() || !ec.hcm.GetMergeSlashes() {
+		bad("http_connection_manager must set normalize_path and merge_slashes")
+	}
+
 	// The filter chain: ext_authz before the router, the router last, jwt_authn (if any) first.
 	az := slices.Index(ec.filters, extAuthzFilter)
 	if len(ec.filters) == 0 || ec.filters[len(ec.filters)-1] != routerFilter {
@@ -313,6 +344,20 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 		bad("ext_authz grpc_service.timeout (%v) is above 1s: every request would wait that long on a hung Floodgate", timeout)
 	}
 
+	// A Check that fails to connect (a replica that just went away) is retried on another replica,
+	// not handed to failure_mode_allow. ext_authz's gRPC client applies GrpcService.retry_policy;
+	// envoy_grpc.retry_policy is honoured for xDS streams only (its proto comment says so).
+	rp := gs.GetRetryPolicy()
+	if rp == nil || !strings.Contains(rp.GetRetryOn(), "connect-failure") || (rp.GetNumRetries() != nil && rp.GetNumRetries().GetValue() == 0) {
+		bad("ext_authz grpc_service.retry_policy must retry on connect-failure (got %v): a replica that just stopped would otherwise send its Checks to failure_mode_allow", rp)
+	}
+	if gs.GetEnvoyGrpc().GetRetryPolicy() != nil {
+		bad("ext_authz grpc_service.envoy_grpc.retry_policy applies to xDS streams only: set grpc_service.retry_policy")
+	}
+	if rp != nil && len(rp.GetRetryHostPredicate()) == 0 {
+		bad("ext_authz grpc_service.retry_policy should retry on another host (retry_host_predicate previous_hosts)")
+	}
+
 	// The cluster Envoy calls: HTTP/2, health-checked, at Floodgate's listen.grpc.
 	name := gs.GetEnvoyGrpc().GetClusterName()
 	c, ok := ec.clusters[name]
@@ -334,6 +379,17 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 	}
 	if !hcOK {
 		bad("cluster %s should health-check gRPC service %s (Floodgate reports NOT_SERVING while it drains)", name, healthService)
+	}
+	// Envoy learns that a replica stops only from its active health check: interval ×
+	// unhealthy_threshold (+ the last check's timeout) after NOT_SERVING. Floodgate must keep
+	// answering that long, or every Check sent meanwhile is an error, let through unlimited by
+	// failure_mode_allow (HealthCheckerImplBase, source/common/upstream/health_checker_impl.cc).
+	for _, hc := range c.GetHealthChecks() {
+		need := hc.GetInterval().AsDuration()*time.Duration(hc.GetUnhealthyThreshold().GetValue()) + hc.GetTimeout().AsDuration()
+		if cfg.Listen.DrainDelay.Duration < need {
+			bad("listen.drain_delay (%v) is shorter than cluster %s's health check needs to see NOT_SERVING: interval %v × unhealthy_threshold %d + timeout %v = %v",
+				cfg.Listen.DrainDelay.Duration, name, hc.GetInterval().AsDuration(), hc.GetUnhealthyThreshold().GetValue(), hc.GetTimeout().AsDuration(), need)
+		}
 	}
 	_, listenPort, err := net.SplitHostPort(cfg.Listen.GRPC)
 	if err != nil {
@@ -391,6 +447,55 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 	for _, pol := range cfg.Policies {
 		if len(pol.Match.Context) > 0 && !used[pol.Name] {
 			bad("policy %s matches context %v, which no route sets: it can never apply", pol.Name, pol.Match.Context)
+		}
+	}
+
+	// Fingerprints: a fingerprint header Floodgate hashes must be Envoy's, never the client's.
+	// Envoy sends no TLS fingerprint in a CheckRequest (AttributeContext.TLSSession has the SNI only;
+	// CheckRequestUtils::setTLSSession), and a route's request_headers_to_add is applied by the
+	// router, after ext_authz: the header must be set by header_mutation before ext_authz, after
+	// removing the client's copy, from a fingerprint tls_inspector computes.
+	for _, pol := range cfg.Policies {
+		if !slices.Contains(pol.Key, "fingerprint") {
+			continue
+		}
+		tlsHeaders := 0
+		for _, h := range pol.FingerprintHeaders {
+			h = strings.ToLower(h)
+			var operator string
+			var enabled bool
+			switch h {
+			case "x-ja3":
+				operator, enabled = "%TLS_JA3_FINGERPRINT%", ec.tls.GetEnableJa3Fingerprinting().GetValue()
+			case "x-ja4":
+				operator, enabled = "%TLS_JA4_FINGERPRINT%", ec.tls.GetEnableJa4Fingerprinting().GetValue()
+			default:
+				continue
+			}
+			tlsHeaders++
+			if !enabled {
+				bad("policy %s hashes %s, but no listener's tls_inspector enables that fingerprint", pol.Name, h)
+			}
+			if m := slices.Index(ec.filters, mutationFilter); m < 0 || m > az {
+				bad("policy %s hashes %s: a header_mutation filter must set it before ext_authz (got %v)", pol.Name, h, ec.filters)
+				continue
+			}
+			removed, set := false, false
+			for _, mu := range ec.mutation.GetMutations().GetRequestMutations() {
+				switch {
+				case strings.EqualFold(mu.GetRemove(), h):
+					removed = true
+				case strings.EqualFold(mu.GetAppend().GetHeader().GetKey(), h):
+					set = removed && mu.GetAppend().GetHeader().GetValue() == operator &&
+						mu.GetAppend().GetAppendAction() == corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+				}
+			}
+			if !set {
+				bad("policy %s hashes %s: header_mutation must first remove the client's %s, then set it to %s", pol.Name, h, h, operator)
+			}
+		}
+		if tlsHeaders == 0 {
+			bad("policy %s keys on a fingerprint of client-written headers only (%v): add x-ja4, which Envoy sets", pol.Name, pol.FingerprintHeaders)
 		}
 	}
 
@@ -485,6 +590,9 @@ func TestComposeRunsTheExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ex := range examples {
+		if ex.notInCompose {
+			continue
+		}
 		svc, ok := compose.Services[ex.service]
 		if !ok {
 			t.Errorf("%s: compose has no service %q", composeFile, ex.service)
@@ -718,10 +826,36 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"trusted hops mismatch", "trusted_hops: 0", "trusted_hops: 1", "xff_num_trusted_hops"},
 		{"route context without a policy", "context: { route: search }", "context: { route: searches }", "no Floodgate policy"},
 		{"store timeout above Envoy's", "timeout: 50ms", "timeout: 300ms", "store.redis.timeout"},
+		{"drain delay shorter than the health check", "drain_delay: 5s", "drain_delay: 4s", "listen.drain_delay"},
 	}
 	for _, tc := range pairs {
 		t.Run("pair/"+tc.name, func(t *testing.T) {
 			cfg, err := config.Parse("floodgate.yaml", mutate(t, fgYAML, tc.old, tc.new))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := consistency(ec, cfg, "floodgate")
+			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Fatalf("mismatch not reported: %v (want %q)", p, tc.want)
+			}
+		})
+	}
+	envoyPairs := []struct{ name, old, new, want string }{
+		{"escaped slashes kept", "path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT", "path_with_escaped_slashes_action: KEEP_UNCHANGED", "path_with_escaped_slashes_action"},
+		{"no retry on connect failure", "retry_on: connect-failure,refused-stream,unavailable", "retry_on: unavailable", "retry_policy"},
+		{"health check slower than the drain", "unhealthy_threshold: 2", "unhealthy_threshold: 3", "listen.drain_delay"},
+	}
+	for _, tc := range envoyPairs {
+		t.Run("pair/"+tc.name, func(t *testing.T) {
+			bs, _, err := loadBootstrap(mutate(t, envoyYAML, tc.old, tc.new))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ec, err := inspect(bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := config.Parse("floodgate.yaml", fgYAML)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -800,4 +934,64 @@ func policiesOf(resp *authv3.CheckResponse) []string {
 		}
 	}
 	return names
+}
+
+// TestFingerprintComesFromEnvoy: the fingerprint example's broken copies are caught, and at run
+// time clients that share an address but differ in JA4 or User-Agent get buckets of their own.
+func TestFingerprintComesFromEnvoy(t *testing.T) {
+	ex := examples[2]
+	src, err := os.ReadFile(ex.envoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(ex.floodgate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, old, new, want string }{
+		{"ja4 not computed", "enable_ja4_fingerprinting: true", "enable_ja4_fingerprinting: false", "tls_inspector"},
+		{"client's copy kept", "- remove: x-ja4", "- remove: x-other", "first remove"},
+		{"set from elsewhere", `"%TLS_JA4_FINGERPRINT%"`, `"%REQ(x-ja4)%"`, "first remove"},
+		{"mutation after ext_authz", "                  - name: envoy.filters.http.header_mutation", "                  - name: envoy.filters.http.header_mutation_moved", "before ext_authz"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(string(src), tc.old) {
+				t.Fatalf("the shipped file no longer contains %q: update this test", tc.old)
+			}
+			bs, _, err := loadBootstrap([]byte(strings.Replace(string(src), tc.old, tc.new, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ec, err := inspect(bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := consistency(ec, cfg, ex.service)
+			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
+				t.Fatalf("not reported: %v (want %q)", p, tc.want)
+			}
+		})
+	}
+
+	srv := extauthz.NewServer(cfg.Engine, memory.New(memory.Options{}), extauthz.ServerOptions{})
+	login := func(ua, ja4 string) bool {
+		req := checkRequest("POST", "/login", map[string]string{"route": "login"}, map[string]string{"user-agent": ua, "x-ja4": ja4}, nil)
+		resp, err := srv.Check(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatus().GetCode() == 0
+	}
+	const chrome, firefox = "t13d1516h2_8daaf6152771_02713d6af862", "t13d1715h2_5b57614c22b0_3d5424432f57"
+	for i := 0; i < 5; i++ {
+		if !login("Mozilla/5.0 Chrome", chrome) {
+			t.Fatalf("attempt %d of the first client denied", i+1)
+		}
+	}
+	if login("Mozilla/5.0 Chrome", chrome) {
+		t.Error("the sixth attempt of one fingerprint passed")
+	}
+	if !login("Mozilla/5.0 Firefox", firefox) || !login("Mozilla/5.0 Chrome", firefox) {
+		t.Error("another fingerprint behind the same address shares the first one's bucket")
+	}
 }

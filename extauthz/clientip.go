@@ -14,16 +14,20 @@ import (
 // use_remote_address has already appended the peer it saw, so with N = 0 that
 // peer is the client. With TrustedCIDRs set instead (Envoy's
 // xff_trusted_cidrs), the client is the rightmost address not inside them.
-// When X-Forwarded-For is too short or the chosen entry is not an IP, the
-// connection's source address is used. The leftmost entry, which the client
+// When X-Forwarded-For is too short or the chosen entry is not a bare IP
+// address (an entry with a port, such as 198.51.100.7:8080 or
+// [2001:db8::1]:443, is not one to Envoy either), the connection's source
+// address is used. The leftmost entry, which the client
 // writes, never decides on its own.
 type ClientIP struct {
 	TrustedHops int
 	// TrustedCIDRs, when set, replaces the hop count.
 	TrustedCIDRs []netip.Prefix
-	// UseExternalAddress trusts x-envoy-external-address first. Only an
-	// edge Envoy sets and sanitises it; behind anything else a client could
-	// forge it, which is why it is off by default.
+	// UseExternalAddress trusts x-envoy-external-address first. Envoy
+	// writes that header only for a request it treats as external while
+	// use_remote_address is on (an edge Envoy), and it does not remove a
+	// copy the client sent in any other case: turn this on only behind an
+	// edge Envoy that sets it. Off by default.
 	UseExternalAddress bool
 	// IPv4Prefix and IPv6Prefix group clients into one bucket per network:
 	// by default /32 (one address) and /64 (one host can hold a whole /64).
@@ -39,7 +43,7 @@ const MaxXFFEntries = 64
 func (c *ClientIP) Resolve(v *View) netip.Prefix {
 	if c.UseExternalAddress {
 		if s, ok := v.Header("x-envoy-external-address"); ok {
-			if a, ok := parseIP(s); ok {
+			if a, ok := parseBareIP(s); ok {
 				return c.mask(a)
 			}
 		}
@@ -63,7 +67,7 @@ func (c *ClientIP) fromXFF(xff, source string) (netip.Addr, bool) {
 		for i, rest := 0, xff; i < MaxXFFEntries && rest != ""; i++ {
 			var entry string
 			rest, entry = lastEntry(rest)
-			a, ok := parseIP(entry)
+			a, ok := parseBareIP(entry)
 			if !ok {
 				return netip.Addr{}, false
 			}
@@ -81,7 +85,7 @@ func (c *ClientIP) fromXFF(xff, source string) (netip.Addr, bool) {
 		}
 		rest, entry = lastEntry(rest)
 	}
-	return parseIP(entry)
+	return parseBareIP(entry)
 }
 
 func (c *ClientIP) trusted(a netip.Addr) bool {
@@ -102,7 +106,24 @@ func lastEntry(s string) (rest, entry string) {
 	return s[:i], strings.TrimSpace(s[i+1:])
 }
 
-// parseIP reads an address as it may appear in XFF or a socket address:
+// parseBareIP reads an X-Forwarded-For entry as Envoy does
+// (Utility::getLastAddressFromXFF in source/common/http/utility.cc parses
+// the entry with Network::Utility::parseInternetAddressNoThrow): an IPv4 or
+// IPv6 address alone, no port, no brackets. IPv4-mapped IPv6 reads as IPv4;
+// zones are dropped.
+func parseBareIP(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > 64 {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// parseIP reads a socket address as a CheckRequest's peer may carry it:
 // plain, bracketed, or with a port; IPv4-mapped IPv6 reads as IPv4; zones
 // are dropped.
 func parseIP(s string) (netip.Addr, bool) {

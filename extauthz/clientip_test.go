@@ -1,7 +1,9 @@
 package extauthz
 
 import (
+	"encoding/json"
 	"net/netip"
+	"os"
 	"testing"
 )
 
@@ -27,14 +29,18 @@ func TestClientIPFollowsEnvoysTrustedHopRule(t *testing.T) {
 		{name: "too few entries fall back to the source", hops: 3, source: "10.0.0.5", xff: "198.51.100.23,10.0.0.5", want: "10.0.0.5/32"},
 		{name: "a garbage entry falls back to the source", hops: 1, source: "10.0.0.5", xff: "x, not-an-ip,10.0.0.5", want: "10.0.0.5/32"},
 		{name: "an empty header falls back to the source", hops: 1, source: "10.0.0.5", xff: " , ", want: "10.0.0.5/32"},
-		{name: "entries with ports and brackets", hops: 1, source: "10.0.0.5", xff: "[2001:db8::1]:443, 10.0.0.5", want: "2001:db8::/64"},
-		{name: "an IPv4 entry with a port", hops: 1, source: "10.0.0.5", xff: "198.51.100.23:5555, 10.0.0.5", want: "198.51.100.23/32"},
+		// Envoy parses an entry as a bare address only (Utility::getLastAddressFromXFF,
+		// source/common/http/utility.cc): with a port it is no address, and the source decides.
+		{name: "a bracketed entry with a port is not an address", hops: 1, source: "10.0.0.5", xff: "[2001:db8::1]:443, 10.0.0.5", want: "10.0.0.5/32"},
+		{name: "an IPv4 entry with a port is not an address", hops: 1, source: "10.0.0.5", xff: "198.51.100.23:5555, 10.0.0.5", want: "10.0.0.5/32"},
+		{name: "a bare IPv6 entry", hops: 1, source: "10.0.0.5", xff: "2001:db8::1, 10.0.0.5", want: "2001:db8::/64"},
 		{name: "IPv6 clients are bucketed by /64", hops: 0, source: "2001:db8:1:2:aaaa::1", want: "2001:db8:1:2::/64"},
 		{name: "IPv4-mapped IPv6 reads as IPv4", hops: 0, source: "::ffff:198.51.100.9", want: "198.51.100.9/32"},
 		{name: "no address at all", hops: 0, source: "", want: "invalid Prefix"},
 		{name: "x-envoy-external-address is ignored unless trusted", hops: 0, source: "203.0.113.7", extHdr: "1.1.1.1", want: "203.0.113.7/32"},
 		{name: "x-envoy-external-address when trusted", hops: 0, source: "10.0.0.5", extAddr: true, extHdr: "198.51.100.23", want: "198.51.100.23/32"},
 		{name: "a forged external address that is not an IP is ignored", hops: 0, source: "10.0.0.5", extAddr: true, extHdr: "evil", want: "10.0.0.5/32"},
+		{name: "an external address with a port is not an address", hops: 0, source: "10.0.0.5", extAddr: true, extHdr: "198.51.100.23:80", want: "10.0.0.5/32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := map[string]string{}
@@ -61,6 +67,50 @@ func TestClientIPWithTrustedCIDRs(t *testing.T) {
 	} {
 		if got := c.Resolve(viewWith(tc.source, map[string]string{"x-forwarded-for": tc.xff})).String(); got != tc.want {
 			t.Errorf("source %s xff %q: client %s, want %s", tc.source, tc.xff, got, tc.want)
+		}
+	}
+}
+
+// TestClientIPMatchesEnvoysXFFVectors replays the X-Forwarded-For cases of
+// Envoy's own unit test (test/common/http/utility_test.cc,
+// TEST(HttpUtility, getLastAddressFromXFF), for Utility::getLastAddressFromXFF
+// in source/common/http/utility.cc), plus entries with ports, which
+// Network::Utility::parseInternetAddressNoThrow does not read as addresses.
+// A null client is Envoy falling back to the downstream peer.
+func TestClientIPMatchesEnvoysXFFVectors(t *testing.T) {
+	var vectors struct {
+		XFF struct {
+			Cases []struct {
+				XFF    string  `json:"xff"`
+				Skip   int     `json:"skip"`
+				Client *string `json:"client"`
+			} `json:"cases"`
+		} `json:"xff_last_address"`
+	}
+	b, err := os.ReadFile("testdata/envoy/envoy-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &vectors); err != nil {
+		t.Fatal(err)
+	}
+	if len(vectors.XFF.Cases) < 10 {
+		t.Fatalf("only %d XFF vectors read", len(vectors.XFF.Cases))
+	}
+	const peer = "203.0.113.250"
+	for _, tc := range vectors.XFF.Cases {
+		c := ClientIP{TrustedHops: tc.Skip, IPv4Prefix: 32, IPv6Prefix: 128}
+		h := map[string]string{}
+		if tc.XFF != "" {
+			h["x-forwarded-for"] = tc.XFF
+		}
+		want := peer
+		if tc.Client != nil {
+			want = *tc.Client
+		}
+		got := c.Resolve(viewWith(peer, h)).Addr().String()
+		if got != want {
+			t.Errorf("xff %q, %d trusted hops: client %s, Envoy's %s", tc.XFF, tc.Skip, got, want)
 		}
 	}
 }

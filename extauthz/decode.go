@@ -24,10 +24,12 @@ import (
 // wire type) is handed to protobuf-go on its own and merged into place,
 // exactly where proto.Unmarshal would put it.
 //
-// The result must be what proto.Unmarshal gives, or proto.Unmarshal must
+// The result must be what proto.Unmarshal gives, or protobuf-go must
 // decide: when the input is malformed (a bad tag or length) or a string is
 // not valid UTF-8, the decoder gives up, resets the message and calls
-// proto.Unmarshal, whose answer, error included, is then the answer.
+// lenientUnmarshal (lenient.go): proto.Unmarshal, and when that refuses a
+// string that is not valid UTF-8, proto.Unmarshal of the request with such
+// strings repaired. Its answer, error included, is then the answer.
 // TestTheDecoderIsProtoUnmarshal and FuzzDecoder check the two agree.
 
 // ServerCodec is the gRPC codec floodgate serves with: protobuf, with
@@ -62,14 +64,14 @@ func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return unmarshalCheckRequest(buf.ReadOnlyData(), req)
 }
 
-// unmarshalCheckRequest is proto.Unmarshal(b, req) for a new req.
+// unmarshalCheckRequest is lenientUnmarshal(b, req) for a new req.
 func unmarshalCheckRequest(b []byte, req *authv3.CheckRequest) error {
 	d := decoder{b: b, s: string(b)}
 	if d.checkRequest(req) {
 		return nil
 	}
 	proto.Reset(req)
-	return proto.Unmarshal(b, req)
+	return lenientUnmarshal(b, req)
 }
 
 // decoder reads one message. s is b as one string: every string decoded is

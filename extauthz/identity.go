@@ -20,6 +20,7 @@ const (
 	srcContext
 	srcMetadata
 	srcFingerprint
+	srcPrincipal
 )
 
 // keySource is one compiled entry of a policy's `key` list.
@@ -35,13 +36,16 @@ func parseKeySource(s string) (keySource, error) {
 	s = strings.TrimSpace(s)
 	kind, arg, _ := strings.Cut(s, ":")
 	switch kind {
-	case "client_ip", "fingerprint":
+	case "client_ip", "fingerprint", "source_principal":
 		if arg != "" {
 			return keySource{}, errors.New(kind + " takes no argument (got " + strconv.Quote(s) + ")")
 		}
 		k := srcClientIP
-		if kind == "fingerprint" {
+		switch kind {
+		case "fingerprint":
 			k = srcFingerprint
+		case "source_principal":
+			k = srcPrincipal
 		}
 		return keySource{kind: k, tag: kind}, nil
 	case "header":
@@ -62,7 +66,7 @@ func parseKeySource(s string) (keySource, error) {
 		}
 		return keySource{kind: srcMetadata, name: ns, path: strings.Split(path, "."), tag: s}, nil
 	}
-	return keySource{}, errors.New("unknown key source " + strconv.Quote(s) + " (want header:NAME, client_ip, context:NAME, metadata:NAMESPACE:PATH or fingerprint)")
+	return keySource{}, errors.New("unknown key source " + strconv.Quote(s) + " (want header:NAME, client_ip, context:NAME, metadata:NAMESPACE:PATH, fingerprint or source_principal)")
 }
 
 // MaxIdentityBytes bounds the value hashed into an identity: a megabyte
@@ -93,6 +97,8 @@ func (e *Engine) identity(p *Policy, v *View) (string, bool) {
 			val, _ = v.Metadata(k.name, k.path)
 		case srcFingerprint:
 			val = fingerprint(v, p.printHdrs)
+		case srcPrincipal:
+			val = v.Principal
 		}
 		if val != "" {
 			return e.hasher.id(k.tag, val), true

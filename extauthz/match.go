@@ -45,6 +45,15 @@ func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
 	if strings.ContainsAny(s.Path+s.PathPrefix, "?#") {
 		el.add(at, "paths are matched without the query string: remove ? and # from path/path_prefix")
 	}
+	// Requests are matched by their normalised path (NormalizePath): the
+	// rule's own path is read the same way, so /v1/./items or /v1//items in
+	// a rule means /v1/items. A prefix keeps its trailing slash.
+	if m.path != "" {
+		m.path = NormalizePath(m.path)
+	}
+	if m.pathPrefix != "" {
+		m.pathPrefix = NormalizePath(m.pathPrefix)
+	}
 	for i, meth := range s.Methods {
 		u := strings.ToUpper(strings.TrimSpace(meth))
 		if !methods[u] {
@@ -94,10 +103,10 @@ func (m *matcher) matches(v *View) bool {
 	if m.tcp != !v.HTTP {
 		return false
 	}
-	if m.pathPrefix != "" && !strings.HasPrefix(v.Path, m.pathPrefix) {
+	if m.pathPrefix != "" && !strings.HasPrefix(v.MatchPath(), m.pathPrefix) {
 		return false
 	}
-	if m.path != "" && v.Path != m.path {
+	if m.path != "" && v.MatchPath() != m.path {
 		return false
 	}
 	if len(m.methods) > 0 && !contains(m.methods, v.Method) {

@@ -18,8 +18,8 @@ type Metrics struct {
 	Latency prometheus.Histogram
 	// StoreErrors counts decisions the store could not make.
 	StoreErrors prometheus.Counter
-	// IdentityMissing counts, by policy, requests whose key sources were all
-	// empty, so they used the policy's shared bucket.
+	// IdentityMissing counts, by policy, requests a policy matched whose
+	// key sources were all empty: they shared the policy's one bucket.
 	IdentityMissing *prometheus.CounterVec
 }
 
@@ -72,10 +72,11 @@ type policyCounters struct {
 
 func (m *Metrics) forPolicy(name string) policyCounters {
 	return policyCounters{
-		allowed:         m.Decisions.WithLabelValues(name, "allowed"),
-		denied:          m.Decisions.WithLabelValues(name, "denied"),
-		shadowAllowed:   m.Decisions.WithLabelValues(name, "shadow_allowed"),
-		shadowDenied:    m.Decisions.WithLabelValues(name, "shadow_denied"),
+		allowed:       m.Decisions.WithLabelValues(name, "allowed"),
+		denied:        m.Decisions.WithLabelValues(name, "denied"),
+		shadowAllowed: m.Decisions.WithLabelValues(name, "shadow_allowed"),
+		shadowDenied:  m.Decisions.WithLabelValues(name, "shadow_denied"),
+
 		identityMissing: m.IdentityMissing.WithLabelValues(name),
 	}
 }

@@ -24,6 +24,9 @@ const (
 	HeaderRateLimit  = "ratelimit"
 	HeaderRetryAfter = "retry-after"
 	HeaderDegraded   = "x-ratelimit-degraded"
+	// For gRPC callers (see denyResponse).
+	HeaderGRPCStatus   = "grpc-status"
+	HeaderGRPCPushback = "grpc-retry-pushback-ms"
 )
 
 // seconds rounds a wait up to whole seconds, as headers carry it.
@@ -38,6 +41,7 @@ type outcome struct {
 	results  []limiter.Result
 	allowed  bool
 	degraded bool // the store failed; the failure mode decided
+	grpc     bool // the downstream request is gRPC (View.GRPC)
 }
 
 // Rendering. A response is built in two steps so that it costs few
@@ -50,8 +54,9 @@ type outcome struct {
 // their number). Nothing is shared between responses.
 
 // maxRendered is how many headers a response has at most: a deny with both
-// header families, Retry-After, the degraded mark and Content-Type.
-const maxRendered = 8
+// header families, Retry-After, the degraded mark, Content-Type and, for a
+// gRPC caller, grpc-status and grpc-retry-pushback-ms.
+const maxRendered = 10
 
 // headerPair is one response header: the option and the value it points to.
 type headerPair struct {
@@ -109,7 +114,8 @@ func (r *renderer) int(key string, n int64) {
 
 // options returns the headers as Envoy's options, each overwriting any value
 // already present: a client cannot smuggle its own RateLimit headers past
-// us, whatever Envoy version applies it (ENVOY_CONTRACT §2.3). text is the
+// us, whatever Envoy version applies it (an unset append_action meant
+// different things in different Envoy versions). text is the
 // buffer as a string; the options are appended to opts.
 func (r *renderer) options(text string, opts []*corev3.HeaderValueOption) []*corev3.HeaderValueOption {
 	pairs := make([]headerPair, len(r.hdrs))
@@ -240,6 +246,17 @@ type denyBlock struct {
 // denyResponse answers 429 with RateLimit headers, Retry-After and a JSON
 // body. The gRPC status is non-OK, which is what makes Envoy deny; the HTTP
 // status comes only from denied_response.
+//
+// A gRPC caller never sees that 429: Envoy turns a local reply to a gRPC
+// request into a trailers-only gRPC response and, unless the headers already
+// carry grpc-status, maps 429 to UNAVAILABLE (14), a code gRPC clients and
+// retry policies retry at once (Utility::prepareLocalReply and
+// Grpc::Utility::httpToGrpcStatus, source/common/http/utility.cc and
+// source/common/grpc/status.cc; the denied headers are applied before that
+// check). So for a gRPC caller the denial carries grpc-status 8
+// (RESOURCE_EXHAUSTED) and grpc-retry-pushback-ms, Retry-After in
+// milliseconds, which a gRPC client's retry policy waits for (gRFC A6); a
+// request that can never pass gets a negative pushback: do not retry.
 func (e *Engine) denyResponse(o *outcome, retryAfter time.Duration) *authv3.CheckResponse {
 	d := denying(o)
 	r := getRenderer()
@@ -252,6 +269,14 @@ func (e *Engine) denyResponse(o *outcome, retryAfter time.Duration) *authv3.Chec
 	}
 	if o.degraded {
 		r.fixed(HeaderDegraded, "true")
+	}
+	if o.grpc {
+		r.fixed(HeaderGRPCStatus, "8")
+		if exceeds {
+			r.fixed(HeaderGRPCPushback, "-1")
+		} else {
+			r.int(HeaderGRPCPushback, n*1000)
+		}
 	}
 	r.fixed("content-type", "application/json")
 	// The body goes last in the buffer.

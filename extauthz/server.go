@@ -48,6 +48,7 @@ type Server struct {
 	log     *zap.Logger
 	metrics *Metrics
 	opts    ServerOptions
+	missing missingReporter // identitymissing.go
 }
 
 // serverState is what a reload swaps: the engine and its policies' counters.
@@ -148,11 +149,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		s.metrics.Checks.WithLabelValues(outcomeUnmatched).Inc()
 		return plainOK(), nil
 	}
-	for _, p := range plan {
-		if p.req.ID == sharedID { // every key source empty: the policy's shared bucket
-			st.counters[p.policy].identityMissing.Inc()
-		}
-	}
+	s.noteMissing(st, plan, v)
 
 	// Enforced policies decide together; shadow policies decide on their own
 	// and never deny.
@@ -178,7 +175,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		return plainOK(), nil
 	}
 
-	o := outcome{policies: sc.policies[:0], results: sc.results[:0]}
+	o := outcome{policies: sc.policies[:0], results: sc.results[:0], grpc: v.GRPC}
 	reqs := sc.reqs[:0]
 	if n := len(enforced); n <= maxInline {
 		used = n

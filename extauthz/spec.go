@@ -12,7 +12,7 @@ type PolicySpec struct {
 	Match MatchSpec `yaml:"match"`
 	// Key lists identity sources, tried in order; the first non-empty wins:
 	// header:NAME, client_ip, context:NAME, metadata:NAMESPACE:PATH,
-	// fingerprint.
+	// fingerprint, source_principal.
 	Key []string `yaml:"key"`
 	// OnMissingKey decides a request for which no source yields a value:
 	// "shared" (one bucket for all such requests, the default) or "skip"

@@ -3,7 +3,9 @@
 // derives each policy's bucket identity, asks a limiter.Store for one
 // all-or-nothing decision and renders Envoy's CheckResponse.
 //
-// The Envoy contract it follows (see ENVOY_CONTRACT.md in the design notes):
+// The Envoy contract it follows (Envoy's ext_authz filter,
+// source/extensions/filters/http/ext_authz/ext_authz.cc, and its gRPC client,
+// source/extensions/filters/common/ext_authz/ext_authz_grpc_impl.cc):
 // a decision is never an RPC error; a deny is a non-OK status with a 429
 // denied_response; RateLimit headers on allow go to the client through
 // ok_response.response_headers_to_add; every returned header overwrites.
@@ -19,8 +21,9 @@ import (
 )
 
 // View is the part of a CheckRequest that policies look at, read once.
-// Headers come from the `headers` map or, in Envoy's encode_raw_headers mode,
-// from `header_map`, with names matched case-insensitively.
+// Headers come from the `headers` map and, in Envoy's encode_raw_headers
+// mode, from `header_map` (both are read when both are set), with names
+// matched case-insensitively.
 type View struct {
 	// HTTP is false for a check from Envoy's network (TCP) filter.
 	HTTP   bool
@@ -28,6 +31,15 @@ type View struct {
 	Path   string // without query string or fragment
 	Host   string // lower case, without port
 	Source string // the connection's remote address (IP, no port)
+	// Principal is the caller's authenticated identity as Envoy saw it
+	// (attributes.source.principal): the URI SAN, else the DNS SAN, else
+	// the subject of the peer's TLS certificate; under Istio mTLS the
+	// calling workload's SPIFFE ID. Empty without a client certificate.
+	Principal string
+	// GRPC is true when the downstream request is gRPC (its content-type
+	// starts with application/grpc): Envoy then answers a denial as a gRPC
+	// status (see denyResponse).
+	GRPC bool
 
 	headers map[string]string
 	raw     []*corev3.HeaderValue
@@ -35,6 +47,18 @@ type View struct {
 
 	context  map[string]string
 	metadata map[string]*structpb.Struct
+
+	normPath string // MatchPath, once computed
+	normDone bool
+}
+
+// MatchPath is Path as policies match it: NormalizePath(Path), computed
+// once per request.
+func (v *View) MatchPath() string {
+	if !v.normDone {
+		v.normPath, v.normDone = NormalizePath(v.Path), true
+	}
+	return v.normPath
 }
 
 // NewView reads req. It never fails: whatever is missing reads as empty.
@@ -49,12 +73,13 @@ func (v *View) Reset(req *authv3.CheckRequest) {
 	attrs := req.GetAttributes()
 	h := attrs.GetRequest().GetHttp()
 	*v = View{
-		HTTP:     h != nil,
-		headers:  h.GetHeaders(),
-		raw:      h.GetHeaderMap().GetHeaders(),
-		context:  attrs.GetContextExtensions(),
-		metadata: attrs.GetMetadataContext().GetFilterMetadata(),
-		Source:   attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
+		HTTP:      h != nil,
+		headers:   h.GetHeaders(),
+		raw:       h.GetHeaderMap().GetHeaders(),
+		context:   attrs.GetContextExtensions(),
+		metadata:  attrs.GetMetadataContext().GetFilterMetadata(),
+		Source:    attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
+		Principal: attrs.GetSource().GetPrincipal(),
 	}
 	for k := range v.headers {
 		if hasUpper(k) {
@@ -84,24 +109,62 @@ func (v *View) Reset(req *authv3.CheckRequest) {
 		}
 	}
 	v.Host = normalizeHost(host)
+	if ct, ok := v.Header("content-type"); ok {
+		v.GRPC = isGRPC(ct)
+	}
+}
+
+// isGRPC reports whether a content-type is gRPC's, as Envoy decides it
+// (Grpc::Common::isGrpcRequestHeaders, source/common/grpc/common.cc: the
+// value starts with application/grpc).
+func isGRPC(ct string) bool {
+	const p = "application/grpc"
+	return len(ct) >= len(p) && strings.EqualFold(ct[:len(p)], p)
 }
 
 // Header returns the value of the named header; name must be lower case.
 // Repeated headers read as Envoy joins them: values separated by ",".
+//
+// Envoy fills either `headers` or, with encode_raw_headers, `header_map`,
+// never both (CheckRequestUtils::setHttpRequest in
+// source/extensions/filters/common/ext_authz/check_request_utils.cc). A
+// request that carries both is read as one list: a name present in both
+// reads as its `headers` value, then its header_map values, joined by ",".
 func (v *View) Header(name string) (string, bool) {
-	if v.headers != nil {
-		if s, ok := v.headers[name]; ok {
-			return s, true
-		}
-		if v.folded {
-			for k, s := range v.headers {
-				if strings.EqualFold(k, name) {
-					return s, true
-				}
+	if len(v.raw) == 0 {
+		return v.mapHeader(name)
+	}
+	if len(v.headers) == 0 {
+		return v.rawHeader(name)
+	}
+	m, inMap := v.mapHeader(name)
+	r, inRaw := v.rawHeader(name)
+	switch {
+	case !inRaw:
+		return m, inMap
+	case !inMap:
+		return r, true
+	}
+	return m + "," + r, true
+}
+
+// mapHeader looks name up in the `headers` map.
+func (v *View) mapHeader(name string) (string, bool) {
+	if s, ok := v.headers[name]; ok {
+		return s, true
+	}
+	if v.folded {
+		for k, s := range v.headers {
+			if strings.EqualFold(k, name) {
+				return s, true
 			}
 		}
-		return "", false
 	}
+	return "", false
+}
+
+// rawHeader looks name up in header_map, joining repeated entries.
+func (v *View) rawHeader(name string) (string, bool) {
 	// One pass to find the entries; a single entry (the usual case) needs
 	// no joining, several are joined in one buffer (linear in their size).
 	first, n := -1, 0

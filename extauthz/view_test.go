@@ -110,3 +110,25 @@ func splitDots(s string) []string {
 	}
 	return out
 }
+
+// Envoy sends either `headers` or `header_map` (CheckRequestUtils::setHttpRequest,
+// source/extensions/filters/common/ext_authz/check_request_utils.cc), but a
+// request carrying both is read whole: each name from either, a name in both
+// joined, the map's value first.
+func TestViewReadsBothHeadersAndHeaderMap(t *testing.T) {
+	req := checkRequest("10.0.0.5", map[string]string{"x-api-key": "from-map", "x-tenant": "acme"})
+	req.Attributes.Request.Http.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: "x-user", RawValue: []byte("u1")},
+		{Key: "x-tenant", RawValue: []byte("acme-eu")},
+		{Key: "X-Tenant", Value: "acme-us"},
+	}}
+	v := NewView(req)
+	for name, want := range map[string]string{"x-api-key": "from-map", "x-user": "u1", "x-tenant": "acme,acme-eu,acme-us"} {
+		if got, ok := v.Header(name); !ok || got != want {
+			t.Errorf("%s = %q %v, want %q", name, got, ok, want)
+		}
+	}
+	if _, ok := v.Header("x-missing"); ok {
+		t.Error("a header in neither reads as present")
+	}
+}

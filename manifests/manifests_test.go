@@ -69,6 +69,9 @@ var kinds = map[string]func() metav1.Object{
 	},
 }
 
+// policyFiles are Floodgate policy lists, not Kubernetes objects (istio_test.go checks them).
+var policyFiles = map[string]bool{istioPoliciesFile: true}
+
 // kustomization is the part of kustomize's Kustomization these files use.
 type kustomization struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -153,6 +156,9 @@ func readFiles(t *testing.T) map[string][]byte {
 func load(files map[string][]byte) (*bundle, error) {
 	b := &bundle{files: map[string][]metav1.Object{}}
 	for name, data := range files {
+		if policyFiles[name] {
+			continue
+		}
 		if name == meshConfigFile {
 			if err := b.loadMesh(name, data); err != nil {
 				return nil, err
@@ -428,6 +434,10 @@ func problems(b *bundle) []string {
 	if err != nil {
 		return append(p, fmt.Sprintf("ConfigMap %s: %v", cm.Name, err))
 	}
+	// After SIGTERM Floodgate serves for listen.drain_delay, then drains: the kubelet must not kill it sooner.
+	if g := spec.TerminationGracePeriodSeconds; g != nil && time.Duration(*g)*time.Second <= preStop+cfg.Listen.DrainDelay.Duration+drainBound {
+		bad("floodgate terminationGracePeriodSeconds (%ds) must exceed preStop (%v) + listen.drain_delay (%v) + the drain bound (%v)", *g, preStop, cfg.Listen.DrainDelay.Duration, drainBound)
+	}
 	if portOf(cfg.Listen.GRPC) != grpcPort.ContainerPort || portOf(cfg.Listen.Admin) != adminPort.ContainerPort {
 		bad("floodgate.yaml listens on %s / %s, but the container ports are grpc %d / admin %d", cfg.Listen.GRPC, cfg.Listen.Admin, grpcPort.ContainerPort, adminPort.ContainerPort)
 	}
@@ -651,6 +661,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"redis service name", "configmap.yaml", "floodgate-redis-demo:6379", "redis:6379", "no Service redis"},
 		{"privilege escalation", "deployment.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "allowPrivilegeEscalation"},
 		{"one replica", "deployment.yaml", "replicas: 2", "replicas: 1", "2 or more replicas"},
+		{"drain delay beyond the grace period", "configmap.yaml", "admin: 0.0.0.0:9192", "admin: 0.0.0.0:9192\n      drain_delay: 20s", "listen.drain_delay"},
 		{"provider name", "istio/authorization-policy.yaml", "provider:\n    name: floodgate", "provider:\n    name: floodgat", "does not declare"},
 		{"provider port", meshConfigFile, "port: 9191", "port: 9192", "provider floodgate port"},
 		{"provider service", meshConfigFile, "floodgate.floodgate.svc", "floodgate.default.svc", "want our Service"},

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -32,6 +34,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	source := fs.String("source", "127.0.0.1", "the connection's source address")
 	count := fs.Int("count", 1, "how many requests to send")
 	raw := fs.Bool("raw", false, "send headers in header_map, as Envoy does with encode_raw_headers")
+	grpcCaller := fs.Bool("grpc", false, "play a gRPC client behind Envoy: send content-type application/grpc and print the gRPC status and trailers Envoy would answer with")
 	timeout := fs.Duration("timeout", time.Second, "deadline of each Check (Envoy's ext_authz timeout)")
 	var hdrs, ctxExt listFlag
 	fs.Var(&hdrs, "H", "request header 'name: value' (repeatable)")
@@ -42,6 +45,9 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *count < 1 || *count > 1_000_000 {
 		fmt.Fprintln(stderr, "floodgate check: --count must be between 1 and 1000000")
 		return 2
+	}
+	if *grpcCaller {
+		hdrs = append(listFlag{"content-type: application/grpc"}, hdrs...)
 	}
 	req, err := buildCheckRequest(*method, *host, *path, *source, hdrs, ctxExt, *raw)
 	if err != nil {
@@ -63,7 +69,11 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "#%d error: %v\n", i, err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "#%d %s\n", i, describe(resp))
+		if *grpcCaller {
+			fmt.Fprintf(stdout, "#%d %s\n", i, describeGRPC(resp))
+		} else {
+			fmt.Fprintf(stdout, "#%d %s\n", i, describe(resp))
+		}
 	}
 	return 0
 }
@@ -141,4 +151,68 @@ func describe(resp *authv3.CheckResponse) string {
 		b.WriteString(body)
 	}
 	return b.String()
+}
+
+// describeGRPC renders a decision as a gRPC client behind Envoy sees it.
+// Envoy answers a denial to a gRPC request with a trailers-only response:
+// the denied headers, grpc-status as they give it or else mapped from the
+// HTTP status, the body as grpc-message and content-type application/grpc
+// (Utility::prepareLocalReply, source/common/http/utility.cc;
+// Grpc::Utility::httpToGrpcStatus, source/common/grpc/status.cc).
+func describeGRPC(resp *authv3.CheckResponse) string {
+	if resp.GetStatus().GetCode() == 0 {
+		return describe(resp)
+	}
+	d := resp.GetDeniedResponse()
+	code := int64(httpToGRPCStatus(int(d.GetStatus().GetCode())))
+	var b strings.Builder
+	for _, h := range d.GetHeaders() {
+		switch k := h.GetHeader().GetKey(); k {
+		case "grpc-status":
+			if n, err := strconv.ParseInt(h.GetHeader().GetValue(), 10, 32); err == nil {
+				code = n
+			}
+		case "content-type":
+		default:
+			fmt.Fprintf(&b, "  %s: %s", k, h.GetHeader().GetValue())
+		}
+	}
+	if body := d.GetBody(); body != "" {
+		b.WriteString("  grpc-message: ")
+		b.WriteString(body)
+	}
+	return fmt.Sprintf("denied grpc-status: %d (%s)%s", code, grpcCodeName(codes.Code(code)), b.String())
+}
+
+// grpcCodeName spells a code as gRPC's documentation does: RESOURCE_EXHAUSTED.
+func grpcCodeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && 'A' <= r && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}
+
+// httpToGRPCStatus is Envoy's Grpc::Utility::httpToGrpcStatus
+// (source/common/grpc/status.cc): the gRPC status Envoy sends a gRPC caller
+// for a local reply whose headers carry none.
+func httpToGRPCStatus(code int) codes.Code {
+	switch code {
+	case 0:
+		return codes.PermissionDenied // a denial without a status is Envoy's 403
+	case 400:
+		return codes.Internal
+	case 401:
+		return codes.Unauthenticated
+	case 403:
+		return codes.PermissionDenied
+	case 404:
+		return codes.Unimplemented
+	case 429, 502, 503, 504:
+		return codes.Unavailable
+	}
+	return codes.Unknown
 }

@@ -142,6 +142,10 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		// Protobuf, with CheckRequests decoded without protobuf-go's
 		// reflection over the headers map (extauthz/decode.go).
 		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(extauthz.ServerCodec()))
+	} else {
+		// protobuf-go for every message; CheckRequests still decoded
+		// leniently, so invalid UTF-8 is decided, not an RPC error.
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(extauthz.ProtobufCodec()))
 	}
 	if cfg.Listen.TLS != nil {
 		src, err := newTLSSource(*cfg.Listen.TLS, log)

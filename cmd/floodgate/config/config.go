@@ -52,8 +52,13 @@ type Listen struct {
 
 	// TLS, when set, serves gRPC over TLS; with client_ca_file, mTLS.
 	TLS *ListenTLS `yaml:"tls"`
-	// MaxRequestBytes bounds one CheckRequest (default 1 MiB): a request
-	// larger than this is refused by gRPC before any work is done.
+	// MaxRequestBytes bounds one CheckRequest (default 32 MiB): a request
+	// larger than this is refused by gRPC before any work is done, and
+	// Envoy takes that refusal for an outage (failure_mode_allow lets the
+	// request through). The default exceeds the largest request Envoy can
+	// send without a body (max_request_headers_kb at its maximum, 8192 KiB,
+	// whose :path and :authority Envoy repeats as fields: about 16 MiB) with
+	// 15 MiB to spare for with_request_body; see the README to size it.
 	MaxRequestBytes int `yaml:"max_request_bytes"`
 	// MaxConcurrentStreams bounds Checks in flight per connection (default 1024).
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
@@ -61,8 +66,10 @@ type Listen struct {
 	KeepaliveMinTime Duration `yaml:"keepalive_min_time"`
 	// DrainDelay is how long, after SIGTERM, Floodgate keeps answering while
 	// reporting NOT_SERVING, so Envoy's health checks move traffic away
-	// before the listener closes (default 0: Kubernetes' preStop hook or
-	// endpoint removal usually does this job).
+	// before the listener closes: at least the health check's interval ×
+	// unhealthy_threshold + timeout. Default 0: that value belongs to the
+	// Envoy configuration, which Floodgate cannot see (the README says why;
+	// every shipped config beside an Envoy one sets it).
 	DrainDelay Duration `yaml:"drain_delay"`
 	// Decoder reads CheckRequests and writes CheckResponses: fast (default;
 	// extauthz/decode.go and encode.go, which hand anything unusual to
@@ -565,7 +572,8 @@ func (c *Config) RedisOptions() (redisstore.Options, error) {
 
 // Listener defaults.
 const (
-	DefaultMaxRequestBytes      = 1 << 20
+	DefaultMaxRequestBytes      = 32 << 20
+	MaxMaxRequestBytes          = 256 << 20
 	DefaultMaxConcurrentStreams = 1024
 	DefaultKeepaliveMinTime     = 10 * time.Second
 )
@@ -574,8 +582,8 @@ func (v *validator) checkListen(l *Listen) {
 	switch {
 	case l.MaxRequestBytes == 0:
 		l.MaxRequestBytes = DefaultMaxRequestBytes
-	case l.MaxRequestBytes < 4096 || l.MaxRequestBytes > 64<<20:
-		v.at("listen.max_request_bytes", "must be between 4096 and 67108864 (got %d)", l.MaxRequestBytes)
+	case l.MaxRequestBytes < 4096 || l.MaxRequestBytes > MaxMaxRequestBytes:
+		v.at("listen.max_request_bytes", "must be between 4096 and %d (got %d)", MaxMaxRequestBytes, l.MaxRequestBytes)
 	}
 	switch {
 	case l.MaxConcurrentStreams == 0:

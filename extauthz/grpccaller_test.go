@@ -1,0 +1,98 @@
+package extauthz
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/redistest"
+)
+
+// A gRPC downstream caller never sees the 429: Envoy turns a local reply to
+// a request whose content-type starts with application/grpc into a
+// trailers-only gRPC response, and unless the denied headers already carry
+// grpc-status it sets httpToGrpcStatus(429) = UNAVAILABLE (14), which gRPC
+// clients retry at once (Utility::prepareLocalReply, source/common/http/utility.cc;
+// Grpc::Utility::httpToGrpcStatus, source/common/grpc/status.cc; the vectors
+// in testdata/envoy/envoy-vectors.json, grpc_local_reply). So a denial for a
+// gRPC caller carries grpc-status 8 and a retry pushback of Retry-After.
+func TestAGRPCCallerIsToldResourceExhaustedAndWhenToRetry(t *testing.T) {
+	var vectors struct {
+		Reply struct {
+			When        string `json:"downstream_is_grpc_when"`
+			HTTPStatus  int    `json:"http_status"`
+			StatusIfNot int    `json:"grpc_status_if_headers_carry_none"`
+		} `json:"grpc_local_reply"`
+	}
+	b, err := os.ReadFile("testdata/envoy/envoy-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &vectors); err != nil || vectors.Reply.HTTPStatus != 429 || vectors.Reply.StatusIfNot != 14 {
+		t.Fatalf("vectors: %+v %v", vectors.Reply, err)
+	}
+
+	p := PolicySpec{Name: "rpc", Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/3"}
+	r := newRig(t, []PolicySpec{p}, Options{}, nil, ServerOptions{})
+	for _, ct := range []string{"application/grpc", "application/grpc+proto", "Application/GRPC-Web"} {
+		t.Run(ct, func(t *testing.T) {
+			src := "198.51.100.1"
+			if ct != "application/grpc" {
+				src = "198.51.100.2"
+				if ct == "Application/GRPC-Web" {
+					src = "198.51.100.3"
+				}
+			}
+			req := checkRequest(src, map[string]string{"content-type": ct})
+			if resp := r.check(t, req); !allowed(resp) || headerOf(resp, HeaderGRPCStatus) != "" {
+				t.Fatalf("first call: %v", resp)
+			}
+			resp := r.check(t, req)
+			if allowed(resp) || resp.GetDeniedResponse().GetStatus().GetCode() != 429 {
+				t.Fatalf("second call: %v", resp)
+			}
+			if got := headerOf(resp, HeaderGRPCStatus); got != "8" {
+				t.Errorf("grpc-status = %q, want 8 (RESOURCE_EXHAUSTED); without it Envoy sends 14 (UNAVAILABLE)", got)
+			}
+			if got, ra := headerOf(resp, HeaderGRPCPushback), headerOf(resp, HeaderRetryAfter); got != "3000" || ra != "3" {
+				t.Errorf("grpc-retry-pushback-ms = %q with retry-after %q, want 3000 and 3", got, ra)
+			}
+		})
+	}
+	r.clock.Advance(3 * time.Second)
+
+	// HTTP callers are unchanged.
+	http := checkRequest("198.51.100.9", map[string]string{"content-type": "application/json"})
+	r.check(t, http)
+	resp := r.check(t, http)
+	if allowed(resp) || headerOf(resp, HeaderGRPCStatus) != "" || headerOf(resp, HeaderGRPCPushback) != "" {
+		t.Errorf("an HTTP caller's denial carries gRPC headers: %v", resp)
+	}
+
+	// A request that can never pass: the client must not retry.
+	big := PolicySpec{Name: "big", Key: []string{"client_ip"}, Capacity: 2, RefillPerSecond: "1", CostHeader: "x-cost", MaxCost: 10}
+	r2 := newRig(t, []PolicySpec{big}, Options{}, nil, ServerOptions{})
+	resp = r2.check(t, checkRequest("198.51.100.1", map[string]string{"content-type": "application/grpc", "x-cost": "5"}))
+	if allowed(resp) || headerOf(resp, HeaderGRPCStatus) != "8" || headerOf(resp, HeaderGRPCPushback) != "-1" {
+		t.Errorf("an impossible gRPC request: grpc-status %q pushback %q, want 8 and -1", headerOf(resp, HeaderGRPCStatus), headerOf(resp, HeaderGRPCPushback))
+	}
+}
+
+// The failure mode's denial tells a gRPC caller the same.
+func TestAFailClosedDenialTellsAGRPCCallerWhenToRetry(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer c.Close()
+	r := newRig(t, []PolicySpec{apiPolicy}, Options{}, redisstore.New(c, ""), ServerOptions{OnError: FailClosed, ErrorRetryAfter: 2 * time.Second})
+	req := fixture(t, "checkrequest-get-apikey.json")
+	req.Attributes.Request.Http.Headers["content-type"] = "application/grpc"
+	resp := r.check(t, req)
+	if allowed(resp) || headerOf(resp, HeaderGRPCStatus) != "8" || headerOf(resp, HeaderGRPCPushback) != "2000" {
+		t.Errorf("fail closed, gRPC caller: %v", resp)
+	}
+}

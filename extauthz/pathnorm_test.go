@@ -1,0 +1,121 @@
+package extauthz
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestNormalizePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/v1/search":             "/v1/search",
+		"/v1%2Fsearch":           "/v1/search",
+		"/v1%2fsearch":           "/v1/search",
+		"/v1%5Csearch":           "/v1/search",
+		"/v1\\search":            "/v1/search",
+		"/v1//search":            "/v1/search",
+		"//v1///search/":         "/v1/search/",
+		"/v1/./search":           "/v1/search",
+		"/v1/x/../search":        "/v1/search",
+		"/v1/x/%2E%2e/search":    "/v1/search",
+		"/v1/x%2F..%2Fsearch":    "/v1/search",
+		"/%76%31/search":         "/v1/search", // unreserved characters decode
+		"/v1/search?q=%2F":       "/v1/search",
+		"/v1/search#frag":        "/v1/search",
+		"/caf%c3%a9":             "/caf%C3%A9", // other escapes stay, upper case
+		"/a%20b":                 "/a%20b",
+		"/100%":                  "/100%25",
+		"/%%32%46":               "/%252F", // decoding never forms a new escape
+		"/../../etc":             "/etc",
+		"":                       "/",
+		"v1/search":              "/v1/search",
+		"/a/b/..":                "/a/",
+		"/a/.":                   "/a/",
+		"/a/..b/.c":              "/a/..b/.c",
+		"/a//../b":               "/b", // slashes merge before dot segments resolve
+		"/%2e%2e/%2e%2e/%2fetc/": "/etc/",
+	} {
+		if got := NormalizePath(in); got != want {
+			t.Errorf("NormalizePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Whatever Envoy can be told to treat as one path, the normaliser treats as
+// one path: for each pair from Envoy's own tests, the input and Envoy's
+// output normalise alike (PathUtil::canonicalPath for normalize_path,
+// PathUtil::mergeSlashes for merge_slashes, PathUtil::unescapeSlashes for
+// path_with_escaped_slashes_action UNESCAPE_*, in
+// source/common/http/path_utility.cc; pairs from test/common/http/path_utility_test.cc).
+func TestNormalizePathIsAtLeastAsStrictAsEnvoy(t *testing.T) {
+	b, err := os.ReadFile("testdata/envoy/envoy-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type pairs struct {
+		Pairs [][2]string `json:"pairs"`
+	}
+	var vectors struct {
+		Normalize pairs `json:"normalize_path"`
+		Merge     pairs `json:"merge_slashes"`
+		Unescape  pairs `json:"unescape_slashes"`
+	}
+	if err := json.Unmarshal(b, &vectors); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for group, ps := range map[string]pairs{"normalize_path": vectors.Normalize, "merge_slashes": vectors.Merge, "unescape_slashes": vectors.Unescape} {
+		for _, p := range ps.Pairs {
+			n++
+			if a, b := NormalizePath(p[0]), NormalizePath(p[1]); a != b {
+				t.Errorf("%s: Envoy makes %q of %q; normalised, %q and %q", group, p[1], p[0], b, a)
+			}
+		}
+	}
+	if n < 30 {
+		t.Fatalf("only %d path vectors read", n)
+	}
+}
+
+// No encoding of a path dodges a policy written for it.
+func TestAnEncodedPathDoesNotDodgeAPolicy(t *testing.T) {
+	p := PolicySpec{Name: "search", Match: MatchSpec{Path: "/v1/search"}, Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/60"}
+	q := PolicySpec{Name: "admin", Match: MatchSpec{PathPrefix: "/admin/"}, Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/60"}
+	r := newRig(t, []PolicySpec{p, q}, Options{}, nil, ServerOptions{})
+	for i, path := range []string{"/v1/search", "/v1%2Fsearch", "/v1//search?x=1", "/v1/./x/../search", "/%76%31/search"} {
+		resp := r.check(t, checkRequest("198.51.100.1", map[string]string{":path": path}))
+		if allowed(resp) != (i == 0) {
+			t.Errorf("%s: allowed %v, want the search policy to apply (its one token spent by the first)", path, allowed(resp))
+		}
+	}
+	for i, path := range []string{"/admin/users", "/x/..%2Fadmin/users", "/Admin/../admin%5cusers"} {
+		resp := r.check(t, checkRequest("198.51.100.2", map[string]string{":path": path}))
+		if allowed(resp) != (i == 0) {
+			t.Errorf("%s: allowed %v, want the admin policy to apply", path, allowed(resp))
+		}
+	}
+}
+
+// FuzzNormalizePath: any path normalises without panicking, to a path that
+// starts with "/", has no repeated slash, backslash, dot segment or query,
+// and normalises to itself.
+func FuzzNormalizePath(f *testing.F) {
+	for _, s := range []string{"/v1%2Fsearch", "/a/b/../../../../c", "/%%32%46", "%2fa%5Cb%2fc%5c?%2fabcd%5C%%2f%", "//.././/a/.%2e/", "/caf%c3%a9", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		n := NormalizePath(p)
+		if again := NormalizePath(n); again != n {
+			t.Fatalf("NormalizePath(%q) = %q, normalised again %q", p, n, again)
+		}
+		if !strings.HasPrefix(n, "/") || strings.Contains(n, "//") || strings.ContainsAny(n, "\\?#") {
+			t.Fatalf("NormalizePath(%q) = %q", p, n)
+		}
+		for _, seg := range strings.Split(n, "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("NormalizePath(%q) = %q keeps a dot segment", p, n)
+			}
+		}
+	})
+}

@@ -1,0 +1,84 @@
+package manifests
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/limiter/memory"
+)
+
+const istioPoliciesFile = "istio/floodgate-policies.yaml"
+
+// TestIstioPoliciesKeyOnTheWorkloadIdentity loads istio/floodgate-policies.yaml and decides requests
+// shaped as an Istio sidecar sends them to a CUSTOM provider: the caller's SPIFFE ID in
+// attributes.source.principal (pilot/pkg/security/authz/builder/extauthz.go builds the filter; the
+// principal is the peer certificate's URI SAN, CheckRequestUtils::setAttrContextPeer in Envoy's
+// source/extensions/filters/common/ext_authz/check_request_utils.cc), no metadata_context, no
+// context_extensions.
+func TestIstioPoliciesKeyOnTheWorkloadIdentity(t *testing.T) {
+	example, err := os.ReadFile(istioPoliciesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(example), "source_principal") {
+		t.Fatalf("%s no longer keys on source_principal", istioPoliciesFile)
+	}
+	cfg, err := config.Parse(istioPoliciesFile, append([]byte("store: {backend: memory}\nclient_ip: {trusted_hops: 0}\n"), example...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := extauthz.NewServer(cfg.Engine, memory.New(memory.Options{}), extauthz.ServerOptions{})
+	check := func(principal, source string) (policy string, allowed bool) {
+		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+			Source: &authv3.AttributeContext_Peer{Principal: principal, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+				SocketAddress: &corev3.SocketAddress{Address: source, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 40000}}}}},
+			Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+				Method: "GET", Path: "/api/orders", Host: "orders.shop.svc.cluster.local",
+				Headers: map[string]string{":method": "GET", ":path": "/api/orders", ":authority": "orders.shop.svc.cluster.local", "x-forwarded-for": "6.6.6.6"},
+			}},
+		}}
+		resp, err := srv.Check(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range resp.GetOkResponse().GetResponseHeadersToAdd() {
+			if h.GetHeader().GetKey() == "ratelimit-policy" {
+				policy = h.GetHeader().GetValue()
+			}
+		}
+		return policy, resp.GetStatus().GetCode() == 0
+	}
+	cart, checkout := "spiffe://cluster.local/ns/shop/sa/cart", "spiffe://cluster.local/ns/shop/sa/checkout"
+	capacity := 0
+	for capacity < 1000 {
+		p, ok := check(cart, "10.0.0.7")
+		if !ok {
+			break
+		}
+		if !strings.Contains(p, "per-workload") {
+			t.Fatalf("policy %q answered, want per-workload", p)
+		}
+		capacity++
+	}
+	if capacity == 0 || capacity == 1000 {
+		t.Fatalf("the cart workload passed %d requests", capacity)
+	}
+	// Another workload on the same pod address, and outside traffic, have buckets of their own.
+	if _, ok := check(checkout, "10.0.0.7"); !ok {
+		t.Error("the checkout workload shares the cart workload's bucket")
+	}
+	if _, ok := check("", "10.0.0.7"); !ok {
+		t.Error("traffic without a principal shares the cart workload's bucket")
+	}
+	if n := testutil.ToFloat64(srv.Metrics().IdentityMissing.WithLabelValues("per-workload")); n != 0 {
+		t.Errorf("identity_missing = %v; every request had a principal or an address", n)
+	}
+}
