@@ -384,7 +384,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	sum := sha256.Sum256(data)
 	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:]), data: data}
 	root := doc.Content[0]
-	v.walk(root, reflect.TypeOf(c), "", false)
+	v.walk(root, reflect.TypeOf(c), "", nil)
 	if !v.unread {
 		v.decode(root, c)
 		v.check(c)

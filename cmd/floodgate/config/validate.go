@@ -80,6 +80,12 @@ func parent(path string) string {
 
 var durationType = reflect.TypeOf(Duration{})
 
+// alias is where the walk entered an alias: expansions are reported there.
+type alias struct {
+	line int
+	path string
+}
+
 // digits is a whole number yaml.v3 resolved as a float because it does not
 // fit in 64 bits.
 var digits = regexp.MustCompile(`^[-+]?[0-9]+$`)
@@ -88,7 +94,7 @@ var digits = regexp.MustCompile(`^[-+]?[0-9]+$`)
 // t: unknown keys (with the known ones listed), keys set twice, whole
 // numbers where whole numbers belong and within their type's range (yaml.v3
 // would silently truncate 1.5 to 1), and how far aliases expand.
-func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, viaAlias bool) {
+func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, via *alias) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -96,12 +102,15 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, viaAlias boo
 		if n.Alias == nil {
 			return
 		}
-		viaAlias, n = true, n.Alias
+		if via == nil {
+			via = &alias{line: n.Line, path: path}
+		}
+		n = n.Alias
 	}
-	if viaAlias {
+	if via != nil {
 		if v.aliased++; v.aliased > maxAliasedValues {
 			if v.aliased == maxAliasedValues+1 {
-				v.problem(n.Line, "%s: YAML aliases in this file expand to more than %d values; write the repeated parts out, or anchor less", orRoot(path), maxAliasedValues)
+				v.problem(via.line, "%s: YAML aliases in this file expand to more than %d values; write the repeated parts out, or anchor less", orRoot(via.path), maxAliasedValues)
 			}
 			v.unread = true
 			return
@@ -145,9 +154,10 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, viaAlias boo
 			if first, dup := v.lines[p]; dup {
 				v.problem(k.Line, "%s: is set twice (also on line %d); YAML reads neither", p, first)
 				v.unread = true
+				continue
 			}
 			v.lines[p] = k.Line
-			v.walk(val, f.Type, p, viaAlias)
+			v.walk(val, f.Type, p, via)
 		}
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
@@ -159,7 +169,7 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, viaAlias boo
 		for i, item := range n.Content {
 			p := fmt.Sprintf("%s[%d]", path, i)
 			v.lines[p] = item.Line
-			v.walk(item, t.Elem(), p, viaAlias)
+			v.walk(item, t.Elem(), p, via)
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
@@ -171,18 +181,23 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, viaAlias boo
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			p := join(path, n.Content[i].Value)
 			v.lines[p] = n.Content[i].Line
-			v.walk(n.Content[i+1], t.Elem(), p, viaAlias)
+			v.walk(n.Content[i+1], t.Elem(), p, via)
 		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		if null {
 			return
 		}
 		lo, hi := int64(math.MinInt64)>>(64-t.Bits()), int64(math.MaxInt64)>>(64-t.Bits())
+		// A whole number too long for 64 bits is resolved as a float.
+		long := n.Tag == "!!float" && digits.MatchString(n.Value)
 		switch {
-		case n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && !(n.Tag == "!!float" && digits.MatchString(n.Value))):
+		case n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && !long):
 			v.atLine(n.Line, path, "must be a whole number (got %q)", n.Value)
-		case n.Decode(reflect.New(t).Interface()) != nil:
-			v.atLine(n.Line, path, "must be a whole number from %d to %d (got %s)", lo, hi, n.Value)
+		case !long && n.Decode(reflect.New(t).Interface()) == nil:
+		case strings.HasPrefix(n.Value, "-"):
+			v.atLine(n.Line, path, "is too small: at least %d (got %s)", lo, n.Value)
+		default:
+			v.atLine(n.Line, path, "is too large: at most %d (got %s)", hi, n.Value)
 		}
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
