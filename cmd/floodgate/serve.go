@@ -61,7 +61,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer log.Sync()
-	gc := planGC(cfg.Runtime, os.LookupEnv, cgroupMemoryLimit)
+	gc := planGC(cfg.Runtime, storeBytes(cfg), os.LookupEnv, cgroupMemoryLimit)
 	gc.apply()
 	log.Info("garbage collector", gc.fields()...)
 	if *pprofAddr != "" {
