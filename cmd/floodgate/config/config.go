@@ -198,7 +198,7 @@ type RedisTLS struct {
 
 // Memory tunes the in-memory store.
 type Memory struct {
-	MaxBuckets int `yaml:"max_buckets"` // default 1048576
+	MaxBuckets int `yaml:"max_buckets"` // default memory.DefaultMaxBuckets
 }
 
 // Identity keys the hash that turns identities (API keys, IPs) into bucket
@@ -210,7 +210,7 @@ type Identity struct {
 
 // Runtime tunes Go's garbage collector, at start (a reload does not change
 // it). Floodgate's live heap is small and every Check allocates afresh, so
-// collecting less often saves CPU on every decision for a few tens of MB.
+// collecting less often saves CPU on every decision for a larger heap.
 type Runtime struct {
 	// GOGC is the collector's target heap growth in percent (default
 	// DefaultGOGC). The GOGC environment variable, when set, wins.
@@ -219,7 +219,9 @@ type Runtime struct {
 	// container's memory limit (its cgroup's), so the larger heap GOGC
 	// allows yields to the limit instead of meeting the OOM killer (default
 	// DefaultMemoryLimitRatio; 0 sets none). The GOMEMLIMIT environment
-	// variable, when set, wins; without a cgroup limit none is set.
+	// variable, when set, wins. Without a cgroup limit, a process with
+	// in-memory buckets sets its limit from store.memory.max_buckets
+	// instead, and one without sets none.
 	MemoryLimitRatio *float64 `yaml:"memory_limit_ratio"`
 }
 
