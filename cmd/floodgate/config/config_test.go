@@ -17,6 +17,24 @@ policies:
     refill_per_second: 2
 `
 
+// mustParse parses y, failing the test when it has problems.
+func mustParse(t *testing.T, y string) *Config {
+	t.Helper()
+	c, err := Parse("ok.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// wantProblem parses y and requires a problem containing want.
+func wantProblem(t *testing.T, y, want string) {
+	t.Helper()
+	if _, err := Parse("bad.yaml", []byte(y)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%q: got %v, want a problem containing %s", y, err, want)
+	}
+}
+
 func TestTheEmbeddedDefaultIsValid(t *testing.T) {
 	c := Default()
 	if c.Store.Backend != "memory" || c.Listen.GRPC != "127.0.0.1:9191" || len(c.Engine.Policies) != 1 {
@@ -25,10 +43,7 @@ func TestTheEmbeddedDefaultIsValid(t *testing.T) {
 }
 
 func TestDefaultsFillWhatTheFileLeavesOut(t *testing.T) {
-	c, err := Parse("min.yaml", []byte(goodPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, goodPolicy)
 	if c.Listen.GRPC != DefaultGRPC || c.Store.Backend != "memory" || c.Store.OnFailure != "allow" {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -66,10 +81,7 @@ policies:
     max_cost: 20
     mode: shadow
 `
-	c, err := Parse("full.yaml", []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, y)
 	if c.Store.Redis.Timeout.Duration != 30*time.Millisecond || c.Store.OnFailure != "deny" || len(c.Engine.Policies) != 1 || !c.Engine.Policies[0].Shadow {
 		t.Errorf("loaded: %+v", c.Store)
 	}
