@@ -128,11 +128,15 @@ func (p *proc) output() string {
 func (p *proc) wait(d time.Duration) (err error, exited bool) {
 	select {
 	case <-p.done:
-		p.waited = true
-		return p.exitErr, true
 	case <-time.After(d):
-		return nil, false
+		select { // both may be ready when d is short: the exit wins
+		case <-p.done:
+		default:
+			return nil, false
+		}
 	}
+	p.waited = true
+	return p.exitErr, true
 }
 
 // stop sends SIGTERM and requires a clean exit (status 0) within 15s. A

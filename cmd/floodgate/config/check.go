@@ -136,11 +136,10 @@ func (v *validator) checkRedis(r *Redis) {
 // secrets) and reports redisstore's own verdict on them, each problem at
 // the line of the setting it is about.
 func (v *validator) redisOptions(s *Store) {
-	c := &Config{Store: *s}
-	o, err := c.RedisOptions()
-	if err != nil {
-		path, msg, _ := strings.Cut(err.Error(), ": ")
-		v.at(path, "%s", msg)
+	o, err := s.Redis.options()
+	var se *settingError
+	if errors.As(err, &se) {
+		v.at(se.path, "%v", se.err)
 		return
 	}
 	var fes redisstore.FieldErrors

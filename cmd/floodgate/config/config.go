@@ -443,15 +443,24 @@ func yamlProblem(file, msg string) Problem {
 // RedisOptions returns the connection settings for redisstore.Dial, reading
 // the secrets now (a rotated password file takes effect on restart). Fields
 // the file leaves out stay zero: redisstore's defaults apply.
-func (c *Config) RedisOptions() (redisstore.Options, error) {
-	r := c.Store.Redis
+func (c *Config) RedisOptions() (redisstore.Options, error) { return c.Store.Redis.options() }
+
+// settingError is a problem with one setting, named by its path.
+type settingError struct {
+	path string
+	err  error
+}
+
+func (e *settingError) Error() string { return e.path + ": " + e.err.Error() }
+
+func (r Redis) options() (redisstore.Options, error) {
 	pw, err := redisstore.ReadSecret(r.PasswordFile, r.PasswordEnv)
 	if err != nil {
-		return redisstore.Options{}, fmt.Errorf("%s: %w", secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv), err)
+		return redisstore.Options{}, &settingError{secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv), err}
 	}
 	spw, err := redisstore.ReadSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv)
 	if err != nil {
-		return redisstore.Options{}, fmt.Errorf("%s: %w", secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv), err)
+		return redisstore.Options{}, &settingError{secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv), err}
 	}
 	o := redisstore.Options{
 		Addresses: r.Addresses, Cluster: r.Cluster, SentinelMaster: r.SentinelMaster,
