@@ -108,7 +108,7 @@ func (v *validator) checkStore(s *Store) {
 }
 
 // MaxBuckets bounds store.memory.max_buckets: 2^28 buckets is at most
-// 22 GiB of table.
+// 16 GiB of tables (memory.MaxTableBytes).
 const MaxBuckets = 1 << 28
 
 // checkRedis checks what store.redis holds for this package (pipelining);
