@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -150,13 +151,17 @@ func compilePolicy(s *PolicySpec, at string, el *errorList) *Policy {
 		el.add(at+".capacity", "must be a whole number > 0 (got %d)", s.Capacity)
 	}
 	rate, err := limiter.ParseRate(s.RefillPerSecond)
-	if s.RefillPerSecond == "" {
+	switch {
+	case s.RefillPerSecond == "":
 		el.add(at+".refill_per_second", "is required: tokens per second, e.g. 10, 0.5 or 1/60")
-	} else if err != nil {
+	case errors.Is(err, limiter.ErrRateRange):
+		el.add(at+".refill_per_second", "%v", err)
+	case err != nil:
 		el.add(at+".refill_per_second", "must be a number > 0 such as 10, 0.5 or 1/60 (got %q)", s.RefillPerSecond)
-	}
-	if s.Capacity > 0 && err == nil {
-		if p.Limit, err = limiter.NewLimit(s.Capacity, rate); err != nil {
+	case s.Capacity > 0:
+		if p.Limit, err = limiter.NewLimit(s.Capacity, rate); errors.Is(err, limiter.ErrRateRange) {
+			el.add(at+".refill_per_second", "%v", err)
+		} else if err != nil {
 			el.add(at+".capacity", "%v", err)
 		}
 	}

@@ -26,6 +26,7 @@ var (
 	ErrCapacity  = errors.New("limiter: capacity must be a whole number > 0")
 	ErrRate      = errors.New("limiter: refill rate must be a finite number > 0")
 	ErrPrecision = errors.New("limiter: capacity and refill rate too large or too fine for exact integer arithmetic")
+	ErrRateRange = errors.New("limiter: refill rate too large or too finely divided for exact integer arithmetic")
 	ErrCost      = errors.New("limiter: cost must be a whole number >= 1")
 	ErrKey       = errors.New("limiter: bucket name and identity must not be empty")
 	ErrNoBuckets = errors.New("limiter: a decision needs at least one bucket")
@@ -71,7 +72,7 @@ func ParseRate(s string) (Rate, error) {
 		return Rate{}, fmt.Errorf("%w (got %q)", ErrRate, s)
 	}
 	if !r.Num().IsInt64() || !r.Denom().IsInt64() {
-		return Rate{}, fmt.Errorf("%w (got %q)", ErrPrecision, s)
+		return Rate{}, fmt.Errorf("%w (got %q; %s)", ErrRateRange, s, exactRates)
 	}
 	return NewRate(r.Num().Int64(), r.Denom().Int64())
 }
@@ -127,6 +128,10 @@ type Limit struct {
 	g int64 // units gained per microsecond
 }
 
+// exactRates says which rates are exact for certain: a whole number n of
+// tokens a second gains at most n units a microsecond.
+var exactRates = fmt.Sprintf("a whole number of tokens a second up to %d is always exact", int64(MaxExact/1000))
+
 // NewLimit validates capacity and rate and derives the integer units.
 func NewLimit(capacity int64, rate Rate) (Limit, error) {
 	if capacity <= 0 {
@@ -136,12 +141,15 @@ func NewLimit(capacity int64, rate Rate) (Limit, error) {
 		return Limit{}, fmt.Errorf("%w (got the zero rate)", ErrRate)
 	}
 	if rate.den > MaxExact/microsPerSecond {
-		return Limit{}, fmt.Errorf("%w: rate %s has a denominator above %d", ErrPrecision, rate, int64(MaxExact/microsPerSecond))
+		return Limit{}, fmt.Errorf("%w (got %s, whose denominator is above %d; %s)", ErrRateRange, rate, int64(MaxExact/microsPerSecond), exactRates)
 	}
 	perSecondUnits := rate.den * microsPerSecond
 	g := gcd(rate.num, perSecondUnits)
 	l := Limit{Capacity: capacity, Rate: rate, k: perSecondUnits / g, g: rate.num / g}
-	if l.g > MaxExact/1000 || capacity > MaxExact/l.k {
+	if l.g > MaxExact/1000 {
+		return Limit{}, fmt.Errorf("%w (got %s; %s)", ErrRateRange, rate, exactRates)
+	}
+	if capacity > MaxExact/l.k {
 		return Limit{}, fmt.Errorf("%w: capacity %d at rate %s needs %d units per token (capacity × units must stay below 2^50)", ErrPrecision, capacity, rate, l.k)
 	}
 	return l, nil

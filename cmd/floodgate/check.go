@@ -39,7 +39,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var hdrs, ctxExt listFlag
 	fs.Var(&hdrs, "H", "request header 'name: value' (repeatable)")
 	fs.Var(&ctxExt, "context", "context extension key=value, as a route's check_settings sets (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if !parseArgs(fs, args) {
 		return 2
 	}
 	if *count < 1 || *count > 1_000_000 {

@@ -35,18 +35,16 @@ policies:
 	if !isAllowed(p.check(t, request(t, "/x", "203.0.113.1"))) {
 		t.Error("a Check during the drain delay was not answered normally")
 	}
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Fatalf("exit: %v", err)
-		}
-		if took := time.Since(start); took < time.Second {
-			t.Errorf("exited %v after SIGTERM, before the 1s drain delay", took)
-		}
-	case <-time.After(10 * time.Second):
+	err, ok := p.wait(10 * time.Second)
+	if !ok {
 		t.Fatal("did not exit")
 	}
-	p.stopped = true // the cleanup must not wait for a second exit
+	if err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+	if took := time.Since(start); took < time.Second {
+		t.Errorf("exited %v after SIGTERM, before the 1s drain delay", took)
+	}
 }
 
 // TestOversizedCheckRequestsAreRefusedByTheTransport: listen.max_request_bytes

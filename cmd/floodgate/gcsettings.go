@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/limiter/memory"
 )
 
 // gcPlan is what serve does to Go's collector at start, and why: the
@@ -26,9 +27,22 @@ type gcPlan struct {
 	limitFrom string // what decided the memory limit, for the log
 }
 
-// planGC decides from the configuration, the environment (getenv) and the
-// container's memory limit (cgroupLimit, 0 when there is none).
-func planGC(rt config.Runtime, getenv func(string) (string, bool), cgroupLimit func() int64) gcPlan {
+// heapHeadroom is what the process may hold besides its in-memory buckets
+// (gRPC's buffers, the policies, the garbage of the Checks in flight) under
+// the memory limit set from them.
+const heapHeadroom = 64 << 20
+
+// planGC decides from the configuration, the environment (getenv), the
+// container's memory limit (cgroupLimit, 0 when there is none) and the most
+// the in-memory buckets can hold (storeBytes, 0 without an in-memory store).
+//
+// The memory limit is what holds the process: GOGC lets the heap grow to
+// several times what is live, and under a flood of distinct callers what is
+// live is mostly the bucket tables, so without a limit the process would
+// grow to several times memory.max_buckets' worth. In a container the limit
+// is memory_limit_ratio of the container's; outside one, with an in-memory
+// store, it is storeBytes plus heapHeadroom.
+func planGC(rt config.Runtime, storeBytes int64, getenv func(string) (string, bool), cgroupLimit func() int64) gcPlan {
 	p := gcPlan{gcPercent: -1, gcFrom: "GOGC", limit: "unchanged"}
 	if v, ok := getenv("GOGC"); ok {
 		p.gogc = v
@@ -43,13 +57,18 @@ func planGC(rt config.Runtime, getenv func(string) (string, bool), cgroupLimit f
 		p.limitFrom = "none (runtime.memory_limit_ratio: 0)"
 		return p
 	}
-	if l := cgroupLimit(); l > 0 {
+	switch l := cgroupLimit(); {
+	case l > 0:
 		p.memLimit = int64(float64(l) * *rt.MemoryLimitRatio)
-		p.limit = strconv.FormatInt(p.memLimit, 10)
 		p.limitFrom = fmt.Sprintf("%.2f of the container's limit of %d bytes", *rt.MemoryLimitRatio, l)
-	} else {
+	case storeBytes > 0:
+		p.memLimit = storeBytes + heapHeadroom
+		p.limitFrom = fmt.Sprintf("the in-memory buckets at memory.max_buckets (%d bytes) + %d MiB (no container memory limit)", storeBytes, heapHeadroom>>20)
+	default:
 		p.limitFrom = "none (no container memory limit)"
+		return p
 	}
+	p.limit = strconv.FormatInt(p.memLimit, 10)
 	return p
 }
 
@@ -72,6 +91,16 @@ func (p gcPlan) apply() {
 // unlimited is where cgroup v1 reports "no limit" (a page-rounded
 // MaxInt64); anything this large is no limit.
 const unlimited = 1 << 60
+
+// storeBytes is the most the configuration's in-memory buckets can hold:
+// those of the memory store, or of the per-replica fallback of on_failure:
+// local; 0 when there are none.
+func storeBytes(cfg *config.Config) int64 {
+	if cfg.Store.Backend == "redis" && cfg.Store.OnFailure != "local" {
+		return 0
+	}
+	return memory.MaxTableBytes(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
+}
 
 // cgroupMemoryLimit is the memory limit of this process's cgroup in bytes,
 // 0 when there is none or it cannot be read. cgroup v2: memory.max under the

@@ -29,17 +29,20 @@ func TestPlanGC(t *testing.T) {
 		rt        config.Runtime
 		getenv    func(string) (string, bool)
 		cgroup    int64
+		store     int64
 		percent   int
 		memLimit  int64
 		limitFrom string
 	}{
-		{"defaults in a container", rt, env(), 1 << 30, 400, 966367641, "0.90 of the container's limit"},
-		{"no container limit", rt, env(), 0, 400, 0, "no container memory limit"},
-		{"GOGC wins", rt, env("GOGC=150"), 1 << 30, -1, 966367641, "0.90"},
-		{"GOMEMLIMIT wins", rt, env("GOMEMLIMIT=100MiB"), 1 << 30, 400, 0, "GOMEMLIMIT"},
-		{"ratio 0", config.Runtime{GOGC: &gogc, MemoryLimitRatio: &zero}, env(), 1 << 30, 400, 0, "memory_limit_ratio: 0"},
+		{"defaults in a container", rt, env(), 1 << 30, 0, 400, 966367641, "0.90 of the container's limit"},
+		{"no container limit", rt, env(), 0, 0, 400, 0, "no container memory limit"},
+		{"an in-memory store, no container limit", rt, env(), 0, 40 << 20, 400, 104 << 20, "the in-memory buckets at memory.max_buckets (41943040 bytes) + 64 MiB"},
+		{"an in-memory store in a container", rt, env(), 1 << 30, 40 << 20, 400, 966367641, "0.90 of the container's limit"},
+		{"GOGC wins", rt, env("GOGC=150"), 1 << 30, 0, -1, 966367641, "0.90"},
+		{"GOMEMLIMIT wins", rt, env("GOMEMLIMIT=100MiB"), 1 << 30, 40 << 20, 400, 0, "GOMEMLIMIT"},
+		{"ratio 0", config.Runtime{GOGC: &gogc, MemoryLimitRatio: &zero}, env(), 0, 40 << 20, 400, 0, "memory_limit_ratio: 0"},
 	} {
-		p := planGC(tc.rt, tc.getenv, limit(tc.cgroup))
+		p := planGC(tc.rt, tc.store, tc.getenv, limit(tc.cgroup))
 		if p.gcPercent != tc.percent || p.memLimit != tc.memLimit || !strings.Contains(p.limitFrom, tc.limitFrom) {
 			t.Errorf("%s: percent %d, limit %d (%s); want %d, %d (%s)", tc.name, p.gcPercent, p.memLimit, p.limitFrom, tc.percent, tc.memLimit, tc.limitFrom)
 		}
@@ -53,7 +56,7 @@ func TestPlanGC(t *testing.T) {
 		{env("GOGC=150"), "150", "966367641"},
 		{env("GOMEMLIMIT=100MiB"), "400", "100MiB"},
 	} {
-		if p := planGC(rt, tc.getenv, limit(1<<30)); p.gogc != tc.gogc || p.limit != tc.limit {
+		if p := planGC(rt, 0, tc.getenv, limit(1<<30)); p.gogc != tc.gogc || p.limit != tc.limit {
 			t.Errorf("logged gogc %q, memory_limit %q; want %q, %q", p.gogc, p.limit, tc.gogc, tc.limit)
 		}
 	}

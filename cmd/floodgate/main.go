@@ -5,10 +5,14 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -28,9 +32,7 @@ policy (5 requests, then 1 a second, per caller), loopback only.
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run is the whole program; tests call it in-process.
@@ -39,8 +41,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
+	if noArgs[args[0]] && !parseArgs(newFlagSet(args[0], stderr), args[1:]) {
+		return 2
+	}
 	switch args[0] {
 	case "serve":
+		// Only serve handles SIGINT and SIGTERM itself (to drain); the
+		// other commands are stopped by them as any program is.
+		ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
 		return serve(ctx, args[1:], stdout, stderr)
 	case "validate":
 		return validate(args[1:], stdout, stderr)
@@ -55,4 +64,55 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "floodgate: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// noArgs lists the subcommands that take neither flags nor arguments.
+var noArgs = map[string]bool{"version": true, "--version": true, "help": true, "-h": true, "--help": true}
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseArgs parses a subcommand's flags, and refuses what is left over:
+// no subcommand takes positional arguments, and one given by mistake
+// (`floodgate serve my.yaml`) must not be silently ignored. The error
+// suggests the flag the argument was probably meant for. It reports false
+// after writing the problem to fs.Output().
+func parseArgs(fs *flag.FlagSet, args []string) bool {
+	if err := fs.Parse(args); err != nil {
+		return false
+	}
+	if fs.NArg() == 0 {
+		return true
+	}
+	extra := fs.Arg(0)
+	msg := fmt.Sprintf("floodgate %s: unexpected argument %q", fs.Name(), extra)
+	if fs.NArg() > 1 {
+		msg = fmt.Sprintf("floodgate %s: unexpected arguments %q", fs.Name(), fs.Args())
+	}
+	if f := flagFor(fs, extra); f != "" {
+		msg += fmt.Sprintf(": did you mean --%s %s?", f, extra)
+	} else if slices.ContainsFunc(fs.Args(), func(a string) bool { return strings.HasPrefix(a, "-") }) {
+		msg += ": flags go before any other argument"
+	}
+	fmt.Fprintln(fs.Output(), msg)
+	return false
+}
+
+// flagFor guesses which of fs's flags a stray argument was meant for: a
+// file for --config, a path for --path.
+func flagFor(fs *flag.FlagSet, arg string) string {
+	switch {
+	case fs.Lookup("config") != nil && (strings.Contains(arg, string(filepath.Separator)) || strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml")):
+		return "config"
+	case fs.Lookup("config") != nil:
+		if fi, err := os.Stat(arg); err == nil && fi.Mode().IsRegular() {
+			return "config"
+		}
+	case fs.Lookup("path") != nil && strings.HasPrefix(arg, "/"):
+		return "path"
+	}
+	return ""
 }

@@ -47,8 +47,9 @@ type proc struct {
 	client  authv3.AuthorizationClient
 	mu      sync.Mutex
 	logs    []string
-	exited  chan error
-	stopped bool // the test saw the process exit itself
+	done    chan struct{} // closed when the process has exited
+	exitErr error         // the exit status, once done is closed
+	waited  bool          // the test saw the exit (through wait)
 }
 
 // startFloodgate runs `floodgate serve --config` on cfg (YAML) and waits for
@@ -62,9 +63,35 @@ func startFloodgate(t *testing.T, cfg string, extra ...string) *proc {
 	return startCommand(t, append([]string{"serve", "--config", path}, extra...)...)
 }
 
+// startCommand runs floodgate with args, waits for its "serving" line and
+// stops it when the test ends.
 func startCommand(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), exited: make(chan error, 1)}
+	p, serving := launch(t, args...)
+	t.Cleanup(func() { p.stop(t) })
+	select {
+	case m := <-serving:
+		p.grpc, _ = m["grpc"].(string)
+		p.admin, _ = m["admin"].(string)
+	case <-p.done:
+		p.waited = true
+		t.Fatalf("floodgate exited before serving: %v\n%s", p.exitErr, p.output())
+	case <-time.After(15 * time.Second):
+		t.Fatalf("floodgate did not report serving within 15s\n%s", p.output())
+	}
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	p.client = authv3.NewAuthorizationClient(conn)
+	return p
+}
+
+// launch starts floodgate with args, collecting its output; serving
+// receives its "serving" log line.
+func launch(t testing.TB, args ...string) (*proc, <-chan map[string]any) {
+	p := &proc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
 	stdout, _ := p.cmd.StdoutPipe()
 	p.cmd.Stderr = p.cmd.Stdout
 	if err := p.cmd.Start(); err != nil {
@@ -84,25 +111,10 @@ func startCommand(t *testing.T, args ...string) *proc {
 				serving <- m
 			}
 		}
-		p.exited <- p.cmd.Wait()
+		p.exitErr = p.cmd.Wait()
+		close(p.done)
 	}()
-	t.Cleanup(func() { p.stop(t) })
-	select {
-	case m := <-serving:
-		p.grpc, _ = m["grpc"].(string)
-		p.admin, _ = m["admin"].(string)
-	case err := <-p.exited:
-		t.Fatalf("floodgate exited before serving: %v\n%s", err, p.output())
-	case <-time.After(15 * time.Second):
-		t.Fatalf("floodgate did not report serving within 15s\n%s", p.output())
-	}
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	p.client = authv3.NewAuthorizationClient(conn)
-	return p
+	return p, serving
 }
 
 func (p *proc) output() string {
@@ -111,20 +123,43 @@ func (p *proc) output() string {
 	return strings.Join(p.logs, "\n")
 }
 
-// stop sends SIGTERM and requires a clean exit (status 0) within 15s.
-func (p *proc) stop(t *testing.T) {
-	if p.stopped {
+// wait waits up to d for the process to exit and returns its exit status;
+// exited is false when it is still running.
+func (p *proc) wait(d time.Duration) (err error, exited bool) {
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		select { // both may be ready when d is short: the exit wins
+		case <-p.done:
+		default:
+			return nil, false
+		}
+	}
+	p.waited = true
+	return p.exitErr, true
+}
+
+// stop sends SIGTERM and requires a clean exit (status 0) within 15s. A
+// process that has already exited is not signalled: if no test saw that
+// exit, a failed one is reported as what it was.
+func (p *proc) stop(t testing.TB) {
+	select {
+	case <-p.done:
+		if !p.waited && p.exitErr != nil {
+			t.Errorf("floodgate exited on its own with %v\n%s", p.exitErr, p.output())
+		}
+		p.waited = true
 		return
+	default:
 	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Errorf("floodgate exited with %v after SIGTERM\n%s", err, p.output())
-		}
-	case <-time.After(15 * time.Second):
+	err, ok := p.wait(15 * time.Second)
+	switch {
+	case !ok:
 		p.cmd.Process.Kill()
-		t.Errorf("floodgate did not exit within 15s of SIGTERM")
+		t.Errorf("floodgate did not exit within 15s of SIGTERM\n%s", p.output())
+	case err != nil:
+		t.Errorf("floodgate exited with %v after SIGTERM\n%s", err, p.output())
 	}
 }
 
@@ -165,3 +200,31 @@ func hdr(resp *authv3.CheckResponse, name string) string {
 }
 
 func isAllowed(resp *authv3.CheckResponse) bool { return resp.GetStatus().GetCode() == 0 }
+
+// recordTB is a testing.TB that keeps its errors, so a test can check what
+// a helper reports.
+type recordTB struct {
+	testing.TB
+	errs []string
+}
+
+func (r *recordTB) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+
+// TestTheProcessHelperReportsAnEarlyExitAsItWas: a floodgate that exited on
+// its own (here: its config file is missing) is reported as exited with its
+// status, at once, not as "did not exit within 15s of SIGTERM".
+func TestTheProcessHelperReportsAnEarlyExitAsItWas(t *testing.T) {
+	p, _ := launch(t, "serve", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
+	<-p.done // not through wait: as if no test had looked
+	rec := &recordTB{TB: t}
+	p.stop(rec)
+	if len(rec.errs) != 1 || !strings.HasPrefix(rec.errs[0], "floodgate exited on its own with exit status 1") {
+		t.Fatalf("stop reported %q, want one error saying it exited on its own with exit status 1", rec.errs)
+	}
+	p.stop(rec) // a second stop (the cleanup's, say) neither waits nor repeats the report
+	if _, exited := p.wait(0); !exited || len(rec.errs) != 1 {
+		t.Fatalf("after a second stop: %q", rec.errs)
+	}
+}

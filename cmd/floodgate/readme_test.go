@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/config"
 )
 
 // TestTheREADMEDemoWorksAsWritten runs the README's demo block: `make run`
@@ -38,8 +41,23 @@ func TestTheREADMEDemoWorksAsWritten(t *testing.T) {
 	}
 	want := lines[2:]
 
-	startCommand(t, "serve") // the embedded default, exactly as make run starts it
-	out, err := exec.Command(binary, strings.Fields(cmdLine)...).CombinedOutput()
+	// The embedded default, as make run starts it, but listening on free
+	// ports: a `make run` left running (or anything else on 9191/9192)
+	// must not fail the test. The check command is pointed at it with
+	// --addr, its default being the default listen address.
+	def := string(config.DefaultYAML())
+	cfg := strings.NewReplacer("grpc: "+config.DefaultGRPC, "grpc: 127.0.0.1:0", "admin: "+config.DefaultAdmin, "admin: 127.0.0.1:0").Replace(def)
+	if strings.Count(cfg, "127.0.0.1:0") != 2 {
+		t.Fatalf("the embedded default no longer lists listen.grpc %s and listen.admin %s:\n%s", config.DefaultGRPC, config.DefaultAdmin, def)
+	}
+	if help, _ := exec.Command(binary, "check", "-h").CombinedOutput(); !strings.Contains(string(help), fmt.Sprintf("(default %q)", config.DefaultGRPC)) {
+		t.Fatalf("check's --addr no longer defaults to the default listen address %s:\n%s", config.DefaultGRPC, help)
+	}
+	if strings.Contains(cmdLine, "--addr") {
+		t.Fatalf("the demo's check command names --addr: %s", cmdLine)
+	}
+	p := startFloodgate(t, cfg)
+	out, err := exec.Command(binary, append(strings.Fields(cmdLine), "--addr", p.grpc)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", cmdLine, err, out)
 	}

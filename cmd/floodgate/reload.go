@@ -1,10 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,23 +20,27 @@ import (
 // including Kubernetes' ConfigMap update, which swaps a `..data` symlink and
 // leaves the file's own path untouched. An invalid file changes nothing:
 // its problems are logged with file:line and the running policies stay.
-// Listen addresses and the store are read at start only.
+// Listen addresses, the store, the log, the runtime and reload settings are
+// read at start only: a reload that changes them says so.
 type reloader struct {
-	path   string
-	server *extauthz.Server
-	log    *zap.Logger
+	path    string
+	server  *extauthz.Server
+	log     *zap.Logger
+	started *config.Config // what the restart-only sections run with
 
 	mu       sync.Mutex
-	hash     string
+	data     []byte // the file's content when last read
 	info     *prometheus.GaugeVec
 	failures prometheus.Counter
 	reloads  prometheus.Counter
+	ignored  *prometheus.CounterVec
 }
 
-// newReloader starts from the configuration in use, cfg: a file changed
-// since it was read is reloaded at the first poll, however early.
+// newReloader starts from the configuration in use, cfg, read from path
+// ("" for the embedded default): a file changed since it was read is
+// reloaded at the first poll, however early.
 func newReloader(cfg *config.Config, path string, s *extauthz.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
-	r := &reloader{path: path, server: s, log: log,
+	r := &reloader{path: path, server: s, log: log, started: cfg,
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_config_info", Help: "The configuration in use: 1, labelled with the SHA-256 of its file (empty for the embedded default).",
 		}, []string{"sha256"}),
@@ -47,22 +50,18 @@ func newReloader(cfg *config.Config, path string, s *extauthz.Server, log *zap.L
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_config_reloads_total", Help: "Configuration reloads applied.",
 		}),
+		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_config_reload_ignored_total",
+			Help: "Applied reloads that changed a section read at start only (listen, store, log, runtime, reload), by section: the change waits for a restart.",
+		}, []string{"section"}),
 	}
-	reg.MustRegister(r.info, r.failures, r.reloads)
+	reg.MustRegister(r.info, r.failures, r.reloads, r.ignored)
+	hash := ""
 	if path != "" {
-		r.hash = cfg.Digest
+		hash, r.data = cfg.Digest, cfg.Bytes()
 	}
-	r.info.WithLabelValues(r.hash).Set(1)
+	r.info.WithLabelValues(hash).Set(1)
 	return r
-}
-
-func digest(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
-
-func (r *reloader) read() ([]byte, error) {
-	if r.path == "" {
-		return nil, os.ErrNotExist
-	}
-	return os.ReadFile(r.path)
 }
 
 // reload re-reads the file; force reloads even when the content is the
@@ -74,29 +73,35 @@ func (r *reloader) reload(force bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	data, err := r.read()
+	data, err := config.ReadFile(r.path)
 	if err != nil {
 		r.failures.Inc()
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
-	h := digest(data)
-	if h == r.hash && !force {
+	if bytes.Equal(data, r.data) && !force {
 		return
 	}
+	r.data = data // a broken file is reported once, not at every poll
 	cfg, err := config.Parse(r.path, data)
 	if err != nil {
 		r.failures.Inc()
-		r.hash = h // report a broken file once, not at every poll
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
 	r.server.SetEngine(cfg.Engine)
 	r.info.Reset()
-	r.info.WithLabelValues(h).Set(1)
-	r.hash = h
+	r.info.WithLabelValues(cfg.Digest).Set(1)
 	r.reloads.Inc()
-	r.log.Info("reloaded", zap.String("config", r.path), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", h))
+	fields := []zap.Field{zap.String("config", r.path), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest)}
+	if changed := r.started.RestartOnlyChanges(cfg); len(changed) > 0 {
+		for _, s := range changed {
+			r.ignored.WithLabelValues(s).Inc()
+		}
+		r.log.Warn("reloaded the policies; changes to "+strings.Join(changed, ", ")+" take effect on restart only", append(fields, zap.Strings("ignored_until_restart", changed))...)
+		return
+	}
+	r.log.Info("reloaded", fields...)
 }
 
 // watch polls the file every interval until ctx ends.

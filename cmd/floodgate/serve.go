@@ -44,7 +44,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	path := fs.String("config", "", "configuration file (default: the embedded default)")
 	logFormat := fs.String("log-format", "", "json or console (overrides log.format)")
 	pprofAddr := fs.String("pprof", "", "serve Go's /debug/pprof/ on this loopback address, e.g. 127.0.0.1:6060 (for profiling; off by default)")
-	if err := fs.Parse(args); err != nil {
+	if !parseArgs(fs, args) {
 		return 2
 	}
 	cfg, err := loadConfig(*path)
@@ -61,7 +61,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer log.Sync()
-	gc := planGC(cfg.Runtime, os.LookupEnv, cgroupMemoryLimit)
+	gc := planGC(cfg.Runtime, storeBytes(cfg), os.LookupEnv, cgroupMemoryLimit)
 	gc.apply()
 	log.Info("garbage collector", gc.fields()...)
 	if *pprofAddr != "" {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -12,10 +11,9 @@ import (
 // validate checks a configuration file: exit 0, or 1 with one
 // FILE:LINE: message per problem.
 func validate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("validate", stderr)
 	path := fs.String("config", "", "configuration file to check")
-	if err := fs.Parse(args); err != nil {
+	if !parseArgs(fs, args) {
 		return 2
 	}
 	if *path == "" {

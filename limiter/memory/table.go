@@ -1,5 +1,7 @@
 package memory
 
+import "unsafe"
+
 // table is an open-addressing hash table from key to bucket: linear probing,
 // 32-byte slots (key and state side by side, two to a cache line) and
 // backward-shift deletion, so there are no tombstones and a lookup in a large
@@ -17,6 +19,22 @@ type slot struct {
 }
 
 const minTable = 16
+
+// slotBytes is the size of a slot.
+const slotBytes = int64(unsafe.Sizeof(slot{}))
+
+// MaxTableBytes is the most memory the bucket tables of a Store made with o
+// hold: every shard's table at the size it grows to for its share of
+// MaxBuckets, and one shard's previous table while it grows. It is what a
+// flood of distinct callers costs, however long.
+func MaxTableBytes(o Options) int64 {
+	s := New(Options{MaxBuckets: o.MaxBuckets, Shards: o.Shards})
+	slots := int64(minTable)
+	for 4*int64(s.shardCap) > 3*slots { // insert's growth rule at shardCap buckets
+		slots *= 2
+	}
+	return int64(len(s.shards))*slots*slotBytes + slots/2*slotBytes
+}
 
 func newTable() table { return table{slots: make([]slot, minTable)} }
 

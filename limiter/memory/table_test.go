@@ -66,3 +66,32 @@ func TestEvictionKeepsEachShardUnderItsCap(t *testing.T) {
 		t.Errorf("shard holds %d, want it full at %d", sh.t.n, s.shardCap)
 	}
 }
+
+// TestMaxTableBytesBoundsAFlood: however many distinct callers arrive, the
+// tables never hold more than MaxTableBytes, and a flood fills them to the
+// size it predicts (it is the bound, not a guess).
+func TestMaxTableBytesBoundsAFlood(t *testing.T) {
+	for _, o := range []Options{{MaxBuckets: 1000, Shards: 16}, {MaxBuckets: 1 << 12, Shards: 8}, {MaxBuckets: 3000, Shards: 4}} {
+		s := New(o)
+		bound, peak := MaxTableBytes(o), int64(0)
+		for i := range 20 * o.MaxBuckets {
+			k := s.key("flood", string(rune('a'+i%26))+string(rune(i)))
+			sh := &s.shards[s.shard(k)]
+			if _, ok := sh.t.find(k); ok {
+				continue
+			}
+			s.insert(sh, k, bucket{full: 1 << 40}) // never full: nothing is reclaimed
+			held := int64(0)
+			for j := range s.shards {
+				held += int64(len(s.shards[j].t.slots)) * slotBytes
+			}
+			peak = max(peak, held)
+		}
+		if peak > bound {
+			t.Errorf("%+v: tables reached %d bytes, above MaxTableBytes %d", o, peak, bound)
+		}
+		if grow := bound - int64(len(s.shards[0].t.slots))/2*slotBytes; peak != grow {
+			t.Errorf("%+v: a flood filled the tables to %d bytes; MaxTableBytes %d predicts %d", o, peak, bound, grow)
+		}
+	}
+}

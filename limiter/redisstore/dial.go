@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -146,83 +144,6 @@ func withClientCertHint(err error) error {
 	return fmt.Errorf("%w (the server closed the TLS connection; a server that requires client certificates does so to a client without one: set store.redis.tls cert_file and key_file)", err)
 }
 
-// Validate reports the first problem with o that Dial would refuse, as an
-// error wrapping ErrOptions. It reads no files (Dial reads the TLS files).
-func (o Options) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrOptions, fmt.Sprintf(format, args...))
-	}
-	if len(o.Addresses) == 0 {
-		if o.SentinelMaster != "" {
-			return bad("sentinel master %q is set but no Sentinel address is given: list the Sentinels' host:port addresses", o.SentinelMaster)
-		}
-		return bad("no address: give one host:port for a standalone server, several for Redis Cluster, or the Sentinels' addresses with a sentinel master name")
-	}
-	seen := make(map[string]bool, len(o.Addresses))
-	for _, a := range o.Addresses {
-		if err := checkAddress(a); err != nil {
-			return bad("address %q: %v", a, err)
-		}
-		if seen[a] {
-			return bad("address %q is listed twice", a)
-		}
-		seen[a] = true
-	}
-	if o.SentinelMaster != "" && o.Cluster {
-		return bad("sentinel master %q and cluster mode are both set: Redis Cluster does not use Sentinel; choose one", o.SentinelMaster)
-	}
-	if strings.TrimSpace(o.SentinelMaster) != o.SentinelMaster {
-		return bad("sentinel master name %q has surrounding spaces", o.SentinelMaster)
-	}
-	if o.SentinelPassword != "" && o.SentinelMaster == "" {
-		return bad("a sentinel password is set but no sentinel master: it is only used to reach Sentinels")
-	}
-	if o.Username != "" && o.Password == "" {
-		return bad("username %q has no password: an ACL user authenticates with both", o.Username)
-	}
-	if o.Timeout < 0 {
-		return bad("timeout must not be negative (got %v)", o.Timeout)
-	}
-	if o.DialTimeout < 0 {
-		return bad("dial timeout must not be negative (got %v)", o.DialTimeout)
-	}
-	if o.PoolSize < 0 {
-		return bad("pool size must not be negative (got %d)", o.PoolSize)
-	}
-	if o.MinIdleConns < 0 {
-		return bad("min idle connections must not be negative (got %d)", o.MinIdleConns)
-	}
-	if o.PoolSize > 0 && o.MinIdleConns > o.PoolSize {
-		return bad("min idle connections (%d) exceed the pool size (%d)", o.MinIdleConns, o.PoolSize)
-	}
-	if strings.ContainsAny(o.Prefix, "{}") {
-		return bad("key prefix %q contains a brace: braces mark the Redis Cluster hash tag, which must be the identity alone", o.Prefix)
-	}
-	if t := o.TLS; t != nil {
-		if (t.CertFile == "") != (t.KeyFile == "") {
-			return bad("TLS client certificate and key go together: cert file %q, key file %q", t.CertFile, t.KeyFile)
-		}
-		if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
-			return bad("TLS: insecure_skip_verify turns off the verification that the CA file and server name configure; drop one or the other")
-		}
-	}
-	return nil
-}
-
-func checkAddress(a string) error {
-	host, port, err := net.SplitHostPort(a)
-	if err != nil {
-		return fmt.Errorf("want host:port (%v)", err)
-	}
-	if host == "" {
-		return errors.New("the host is empty")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
-	}
-	return nil
-}
-
 // Config builds the client TLS configuration: TLS 1.2 or later, the CA
 // file's certificates as the only roots when CAFile is set (otherwise the
 // system's), the client certificate when CertFile and KeyFile are set. It
@@ -258,35 +179,4 @@ func (t *TLSOptions) Config() (*tls.Config, error) {
 		c.Certificates = []tls.Certificate{pair}
 	}
 	return c, nil
-}
-
-// ReadSecret returns a secret given either in a file (its content, without
-// the trailing newline) or in an environment variable; at most one of file
-// and env may be set, and "", nil when neither is. An unreadable file, an
-// unset variable or an empty secret is an error that names its source.
-func ReadSecret(file, env string) (string, error) {
-	switch {
-	case file != "" && env != "":
-		return "", fmt.Errorf("%w: a secret is given both in file %s and in environment variable %s; give one", ErrOptions, file, env)
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("%w: secret file: %v", ErrOptions, err)
-		}
-		s := strings.TrimRight(string(b), "\r\n")
-		if s == "" {
-			return "", fmt.Errorf("%w: secret file %s is empty", ErrOptions, file)
-		}
-		return s, nil
-	case env != "":
-		s, ok := os.LookupEnv(env)
-		if !ok {
-			return "", fmt.Errorf("%w: environment variable %s is not set", ErrOptions, env)
-		}
-		if s == "" {
-			return "", fmt.Errorf("%w: environment variable %s is empty", ErrOptions, env)
-		}
-		return s, nil
-	}
-	return "", nil
 }

@@ -1,10 +1,19 @@
 package redisstore
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Options describe how to reach Redis: standalone, Redis Cluster or Sentinel,
 // with optional AUTH/ACL and TLS. The config loader fills it from
-// store.redis; Dial turns it into a client.
+// store.redis; Dial turns it into a client. A field left zero takes its
+// default.
 type Options struct {
 	// Addresses: one host:port for a standalone server; several for Redis
 	// Cluster seed nodes; with SentinelMaster, the Sentinels.
@@ -48,4 +57,151 @@ type TLSOptions struct {
 	CertFile, KeyFile  string // client certificate, for servers that require one
 	ServerName         string // expected name on the server certificate (default: the host dialled)
 	InsecureSkipVerify bool   // never in production
+}
+
+// FieldError is one problem with one field of Options. Field names the
+// field as Go spells it ("Addresses[1]", "TLS.CertFile"), so that a caller
+// that filled Options from elsewhere (a configuration file) can say where
+// the value came from.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return ErrOptions.Error() + ": " + e.Msg }
+
+// Unwrap makes every FieldError an ErrOptions.
+func (e *FieldError) Unwrap() error { return ErrOptions }
+
+// FieldErrors is every problem Validate found, in field order.
+type FieldErrors []*FieldError
+
+func (es FieldErrors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Unwrap exposes each problem to errors.Is and errors.As.
+func (es FieldErrors) Unwrap() []error {
+	errs := make([]error, len(es))
+	for i, e := range es {
+		errs[i] = e
+	}
+	return errs
+}
+
+// Validate reports every problem with o that Dial would refuse, as
+// FieldErrors (each an ErrOptions), or nil. It reads no files (Dial reads
+// the TLS files).
+func (o Options) Validate() error {
+	var es FieldErrors
+	bad := func(field, format string, args ...any) {
+		es = append(es, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if len(o.Addresses) == 0 {
+		if o.SentinelMaster != "" {
+			bad("Addresses", "sentinel master %q is set but no Sentinel address is given: list the Sentinels' host:port addresses", o.SentinelMaster)
+		} else {
+			bad("Addresses", "must list at least one host:port (there is no address): one for a standalone server, several for Redis Cluster, or the Sentinels' with a sentinel master name")
+		}
+	}
+	seen := make(map[string]bool, len(o.Addresses))
+	for i, a := range o.Addresses {
+		field := fmt.Sprintf("Addresses[%d]", i)
+		if err := checkAddress(a); err != nil {
+			bad(field, "address %q: %v", a, err)
+		} else if seen[a] {
+			bad(field, "address %q is listed twice", a)
+		}
+		seen[a] = true
+	}
+	if o.SentinelMaster != "" && o.Cluster {
+		bad("Cluster", "sentinel master %q and cluster mode are both set: Redis Cluster does not use Sentinel; choose one", o.SentinelMaster)
+	}
+	if strings.TrimSpace(o.SentinelMaster) != o.SentinelMaster {
+		bad("SentinelMaster", "sentinel master name %q has surrounding spaces", o.SentinelMaster)
+	}
+	if o.SentinelPassword != "" && o.SentinelMaster == "" {
+		bad("SentinelPassword", "a sentinel password is set but no sentinel master: it is only used to reach Sentinels")
+	}
+	if o.Username != "" && o.Password == "" {
+		bad("Username", "username %q has no password: an ACL user authenticates with both", o.Username)
+	}
+	if o.Timeout < 0 {
+		bad("Timeout", "timeout must not be negative (got %v)", o.Timeout)
+	}
+	if o.DialTimeout < 0 {
+		bad("DialTimeout", "dial timeout must not be negative (got %v)", o.DialTimeout)
+	}
+	if o.PoolSize < 0 {
+		bad("PoolSize", "pool size must not be negative (got %d)", o.PoolSize)
+	}
+	if o.MinIdleConns < 0 {
+		bad("MinIdleConns", "min idle connections must not be negative (got %d)", o.MinIdleConns)
+	} else if o.PoolSize > 0 && o.MinIdleConns > o.PoolSize {
+		bad("MinIdleConns", "min idle connections (%d) exceed the pool size (%d)", o.MinIdleConns, o.PoolSize)
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		bad("Prefix", "key prefix %q contains a brace: braces mark the Redis Cluster hash tag, which must be the identity alone", o.Prefix)
+	}
+	if t := o.TLS; t != nil {
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			bad("TLS.CertFile", "TLS client certificate and key go together: cert file %q, key file %q", t.CertFile, t.KeyFile)
+		}
+		if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
+			bad("TLS.InsecureSkipVerify", "TLS: insecure_skip_verify turns off the verification that the CA file and server name configure; drop one or the other")
+		}
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	return es
+}
+
+func checkAddress(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("want host:port (%v)", err)
+	}
+	if host == "" {
+		return errors.New("the host is empty")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// ReadSecret returns a secret given either in a file (its content, without
+// the trailing newline) or in an environment variable; at most one of file
+// and env may be set, and "", nil when neither is. An unreadable file, an
+// unset variable or an empty secret is an error that names its source.
+func ReadSecret(file, env string) (string, error) {
+	switch {
+	case file != "" && env != "":
+		return "", fmt.Errorf("a secret is given both in file %s and in environment variable %s; give one", file, env)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err // it names the file
+		}
+		s := strings.TrimRight(string(b), "\r\n")
+		if s == "" {
+			return "", fmt.Errorf("secret file %s is empty", file)
+		}
+		return s, nil
+	case env != "":
+		s, ok := os.LookupEnv(env)
+		if !ok {
+			return "", fmt.Errorf("environment variable %s is not set", env)
+		}
+		if s == "" {
+			return "", fmt.Errorf("environment variable %s is empty", env)
+		}
+		return s, nil
+	}
+	return "", nil
 }

@@ -4,17 +4,21 @@
 package config
 
 import (
+	"bytes"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -40,9 +44,41 @@ type Config struct {
 	Engine *extauthz.Engine `yaml:"-"`
 	// Source names where the configuration came from (a path, or "embedded default").
 	Source string `yaml:"-"`
-	// Digest is the SHA-256 (hex) of the bytes it was parsed from: a reload
-	// compares it with the file's content now.
+	// Digest is the SHA-256 (hex) of the bytes it was parsed from.
 	Digest string `yaml:"-"`
+	data   []byte // those bytes
+
+	// asRead keeps the sections a reload cannot change as the file set
+	// them (serve may override some, --log-format for one).
+	asRead restartOnly
+}
+
+// restartOnly is what a running server reads at start only.
+type restartOnly struct {
+	Listen  Listen
+	Store   Store
+	Log     Log
+	Runtime Runtime
+	Reload  Reload
+}
+
+// Bytes returns the content the configuration was parsed from (not to be
+// modified): a reload compares the file's content now with it.
+func (c *Config) Bytes() []byte { return c.data }
+
+// RestartOnlyChanges names the sections that next sets differently from c
+// and that a running server reads at start only (listen, store, log,
+// runtime, reload): a reload to next leaves them as they are until a
+// restart.
+func (c *Config) RestartOnlyChanges(next *Config) []string {
+	var changed []string
+	a, b := reflect.ValueOf(c.asRead), reflect.ValueOf(next.asRead)
+	for i := 0; i < a.NumField(); i++ {
+		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			changed = append(changed, strings.ToLower(a.Type().Field(i).Name))
+		}
+	}
+	return changed
 }
 
 // Listen is where the servers listen, and the gRPC server's limits.
@@ -169,7 +205,7 @@ type RedisTLS struct {
 
 // Memory tunes the in-memory store.
 type Memory struct {
-	MaxBuckets int `yaml:"max_buckets"` // default 1048576
+	MaxBuckets int `yaml:"max_buckets"` // default memory.DefaultMaxBuckets
 }
 
 // Identity keys the hash that turns identities (API keys, IPs) into bucket
@@ -181,7 +217,7 @@ type Identity struct {
 
 // Runtime tunes Go's garbage collector, at start (a reload does not change
 // it). Floodgate's live heap is small and every Check allocates afresh, so
-// collecting less often saves CPU on every decision for a few tens of MB.
+// collecting less often saves CPU on every decision for a larger heap.
 type Runtime struct {
 	// GOGC is the collector's target heap growth in percent (default
 	// DefaultGOGC). The GOGC environment variable, when set, wins.
@@ -190,12 +226,14 @@ type Runtime struct {
 	// container's memory limit (its cgroup's), so the larger heap GOGC
 	// allows yields to the limit instead of meeting the OOM killer (default
 	// DefaultMemoryLimitRatio; 0 sets none). The GOMEMLIMIT environment
-	// variable, when set, wins; without a cgroup limit none is set.
+	// variable, when set, wins. Without a cgroup limit, a process with
+	// in-memory buckets sets its limit from store.memory.max_buckets
+	// instead, and one without sets none.
 	MemoryLimitRatio *float64 `yaml:"memory_limit_ratio"`
 }
 
-// Runtime defaults: `make bench` measured about a fifth less CPU per decision
-// at GOGC 400 than at Go's 100, for peak RSS of about 42 MB instead of 31.
+// Runtime defaults (the README's Configuration section says what they cost
+// and save).
 const (
 	DefaultGOGC             = 400
 	DefaultMemoryLimitRatio = 0.9
@@ -225,11 +263,18 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // IsSet reports whether the file gave a value.
 func (d Duration) IsSet() bool { return d.set }
 
-// Defaults.
+// Defaults of the settings this package owns. Settings passed to a
+// library (store.redis to redisstore, store.memory to memory) are left zero
+// when the file leaves them out: the library's default applies.
 const (
-	DefaultGRPC         = "127.0.0.1:9191"
-	DefaultAdmin        = "127.0.0.1:9192"
-	DefaultRedisTimeout = 50 * time.Millisecond
+	DefaultGRPC                 = "127.0.0.1:9191"
+	DefaultAdmin                = "127.0.0.1:9192"
+	DefaultReloadInterval       = 2 * time.Second
+	DefaultFailureRetryAfter    = time.Second
+	DefaultMaxRequestBytes      = 32 << 20
+	MaxMaxRequestBytes          = 256 << 20
+	DefaultMaxConcurrentStreams = 1024
+	DefaultKeepaliveMinTime     = 10 * time.Second
 )
 
 //go:embed default.yaml
@@ -250,11 +295,44 @@ func Default() *Config {
 
 // Load reads, validates and compiles the configuration file at path.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// MaxFileBytes bounds a configuration file: 1 MiB, what one Kubernetes
+// ConfigMap holds, and far more than any set of policies needs.
+const MaxFileBytes = 1 << 20
+
+// ReadFile reads a configuration file: a regular file (symlinks followed)
+// of at most MaxFileBytes. A device, FIFO or directory is refused without
+// reading from it, so /dev/zero or a pipe nobody writes cannot exhaust
+// memory or hang the caller (validate, serve, or a reload in a running
+// server).
+func ReadFile(path string) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO without a writer would otherwise block.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%v): a configuration is read from a file", path, fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return Parse(path, data)
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes (1 MiB), the most a configuration file may hold", path, MaxFileBytes)
+	}
+	return data, nil
 }
 
 // Problem is one thing wrong with a configuration.
@@ -284,36 +362,77 @@ func (ps Problems) Error() string {
 }
 
 // Parse validates and compiles a configuration read from file (the name is
-// used in messages only).
+// used in messages only). The shape of the file (keys, types, whole
+// numbers and their ranges, aliases, documents) is checked first; when it
+// is broken in a way that leaves parts of the file unread (a key set twice,
+// aliases expanding too far), the settings are not checked further, since
+// they would be checked against values the file does not hold.
 func Parse(file string, data []byte) (*Config, error) {
+	v := &validator{file: file, lines: map[string]int{}, reported: map[string]bool{}}
+	if !utf8.Valid(data) {
+		line := 1 + bytes.Count(data[:firstInvalidUTF8(data)], []byte("\n"))
+		v.problem(line, "is not UTF-8 text: save the file as UTF-8")
+		return nil, v.problems
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := dec.Decode(&doc); err != nil && err != io.EOF {
 		return nil, Problems{yamlProblem(file, err.Error())}
 	}
-	sum := sha256.Sum256(data)
-	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:])}
-	v := &validator{file: file, lines: map[string]int{}}
+	var next yaml.Node
+	if err := dec.Decode(&next); err != io.EOF {
+		line := next.Line
+		if err != nil {
+			line = 0
+		}
+		v.problem(line, "a second YAML document (after ---) is not read: put the whole configuration in one document")
+	}
 	if len(doc.Content) == 0 {
 		v.problem(0, "is empty: a configuration needs at least policies")
 		return nil, v.problems
 	}
+	sum := sha256.Sum256(data)
+	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:]), data: data}
 	root := doc.Content[0]
-	v.walk(root, reflect.TypeOf(c), "")
-	if err := root.Decode(c); err != nil {
-		if te, ok := err.(*yaml.TypeError); ok {
-			for _, e := range te.Errors {
-				v.problems = append(v.problems, yamlProblem(file, e))
-			}
-		} else {
-			v.problems = append(v.problems, yamlProblem(file, err.Error()))
-		}
+	v.walk(root, reflect.TypeOf(c), "", nil)
+	if !v.unread {
+		v.decode(root, c)
+		v.check(c)
+		c.asRead = restartOnly{Listen: c.Listen, Store: c.Store, Log: c.Log, Runtime: c.Runtime, Reload: c.Reload}
 	}
-	v.check(c)
 	if len(v.problems) > 0 {
 		sort.SliceStable(v.problems, func(i, j int) bool { return v.problems[i].Line < v.problems[j].Line })
 		return nil, v.problems
 	}
 	return c, nil
+}
+
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// decode fills c from the file. The walk has already reported, with their
+// paths, the type mistakes yaml.v3 reports again; its messages are kept
+// only for lines the walk found nothing wrong on.
+func (v *validator) decode(root *yaml.Node, c *Config) {
+	err := root.Decode(c)
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		for _, e := range te.Errors {
+			if p := yamlProblem(v.file, e); !v.lineReported(p.Line) {
+				v.problems = append(v.problems, p)
+			}
+		}
+	} else if err != nil {
+		v.problems = append(v.problems, yamlProblem(v.file, err.Error()))
+	}
 }
 
 // yamlProblem turns yaml.v3's "line N: msg" (or "yaml: line N: msg") into a Problem.
@@ -329,234 +448,27 @@ func yamlProblem(file, msg string) Problem {
 	return Problem{File: file, Msg: msg}
 }
 
-// check validates what the YAML types cannot, and compiles the policies.
-func (v *validator) check(c *Config) {
-	if c.Listen.GRPC == "" {
-		c.Listen.GRPC = DefaultGRPC
-	} else if err := checkHostPort(c.Listen.GRPC); err != nil {
-		v.at("listen.grpc", "%v", err)
-	}
-	if c.Listen.Admin != "" {
-		if err := checkHostPort(c.Listen.Admin); err != nil {
-			v.at("listen.admin", "%v", err)
-		}
-	}
-	v.checkListen(&c.Listen)
-	if !c.Reload.Interval.IsSet() {
-		c.Reload.Interval.Duration = 2 * time.Second
-	} else if d := c.Reload.Interval.Duration; d < 100*time.Millisecond || d > time.Hour {
-		v.at("reload.interval", "must be between 100ms and 1h (got %v)", d)
-	}
-	if c.Reload.Watch == nil {
-		on := true
-		c.Reload.Watch = &on
-	}
-	switch c.Store.Backend {
-	case "":
-		c.Store.Backend = "memory"
-	case "memory":
-	case "redis":
-		if len(c.Store.Redis.Addresses) == 0 {
-			v.at("store.redis.addresses", "must list at least one host:port when store.backend is redis")
-		}
-		for i, a := range c.Store.Redis.Addresses {
-			if err := checkHostPort(a); err != nil {
-				v.at(fmt.Sprintf("store.redis.addresses[%d]", i), "%v", err)
-			}
-		}
-	default:
-		v.at("store.backend", "must be redis or memory (got %q)", c.Store.Backend)
-	}
-	switch c.Store.OnFailure {
-	case "":
-		c.Store.OnFailure = "allow"
-	case "allow", "deny", "local":
-	default:
-		v.at("store.on_failure", "must be allow, deny or local (got %q)", c.Store.OnFailure)
-	}
-	if s := c.Store.LocalShare; s != nil && (!(*s > 0) || *s > 1) {
-		v.at("store.local_share", "must be a fraction in (0, 1], e.g. 0.5 for two replicas (got %v)", *s)
-	}
-	if c.Store.LocalShare != nil && c.Store.OnFailure != "local" {
-		v.at("store.local_share", "only applies with on_failure: local")
-	}
-	if !c.Store.FailureRetryAfter.IsSet() {
-		c.Store.FailureRetryAfter.Duration = time.Second
-	} else if d := c.Store.FailureRetryAfter.Duration; d < time.Second || d > time.Hour {
-		v.at("store.failure_retry_after", "must be between 1s and 1h (got %v)", d)
-	}
-	if c.Store.Breaker.Failures < 0 {
-		v.at("store.breaker.failures", "must be >= 1 (got %d)", c.Store.Breaker.Failures)
-	}
-	if d := c.Store.Breaker.OpenFor; d.IsSet() && (d.Duration < time.Millisecond || d.Duration > time.Minute) {
-		v.at("store.breaker.open_for", "must be between 1ms and 1m (got %v)", d.Duration)
-	}
-	if m := c.Store.OverLimitCache.MaxEntries; m != nil && *m < 0 {
-		v.at("store.over_limit_cache.max_entries", "must be >= 0 (got %d)", *m)
-	}
-	v.checkRedis(&c.Store.Redis, c.Store.Backend == "redis")
-	if c.Store.Memory.MaxBuckets < 0 {
-		v.at("store.memory.max_buckets", "must be > 0 (got %d)", c.Store.Memory.MaxBuckets)
-	}
-	switch c.Log.Format {
-	case "", "json", "console":
-	default:
-		v.at("log.format", "must be json or console (got %q)", c.Log.Format)
-	}
-	switch c.Log.Level {
-	case "", "debug", "info", "warn", "error":
-	default:
-		v.at("log.level", "must be debug, info, warn or error (got %q)", c.Log.Level)
-	}
-	if g := c.Runtime.GOGC; g == nil {
-		d := DefaultGOGC
-		c.Runtime.GOGC = &d
-	} else if *g < 10 || *g > 10000 {
-		v.at("runtime.gogc", "must be between 10 and 10000 percent (got %d; set GOGC=off in the environment to turn the collector off)", *g)
-	}
-	if r := c.Runtime.MemoryLimitRatio; r == nil {
-		d := DefaultMemoryLimitRatio
-		c.Runtime.MemoryLimitRatio = &d
-	} else if !(*r >= 0 && *r <= 1) {
-		v.at("runtime.memory_limit_ratio", "must be a fraction in [0, 1], e.g. 0.9; 0 sets no limit (got %v)", *r)
-	}
-	secret, err := c.Identity.secret()
-	if err != nil {
-		v.at("identity", "%v", err)
-	}
-	if len(c.Policies) == 0 {
-		v.at("policies", "must list at least one policy")
-	}
-	eng, err := extauthz.Compile(c.Policies, extauthz.Options{ClientIP: c.ClientIP, Headers: c.Headers, HashSecret: secret})
-	if errs, ok := err.(extauthz.Errors); ok {
-		for _, e := range errs {
-			v.at(e.Path, "%s", e.Msg)
-		}
-	} else if err != nil {
-		v.at("policies", "%v", err)
-	}
-	c.Engine = eng
-}
-
-// secret reads the identity hash secret from its file or environment
-// variable; it must be long enough to resist guessing.
-func (id Identity) secret() ([]byte, error) {
-	var s string
-	switch {
-	case id.HashSecretFile != "" && id.HashSecretEnv != "":
-		return nil, fmt.Errorf("set hash_secret_file or hash_secret_env, not both")
-	case id.HashSecretFile != "":
-		b, err := os.ReadFile(id.HashSecretFile)
-		if err != nil {
-			return nil, fmt.Errorf("hash_secret_file: %v", err)
-		}
-		s = string(b)
-	case id.HashSecretEnv != "":
-		v, ok := os.LookupEnv(id.HashSecretEnv)
-		if !ok {
-			return nil, fmt.Errorf("hash_secret_env: environment variable %s is not set", id.HashSecretEnv)
-		}
-		s = v
-	default:
-		return nil, nil
-	}
-	if s = strings.TrimSpace(s); len(s) < 16 {
-		return nil, fmt.Errorf("the hash secret holds %d characters; use at least 16", len(s))
-	}
-	return []byte(s), nil
-}
-
-func checkHostPort(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return fmt.Errorf("must be host:port (got %q)", s)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("has an invalid port in %q", s)
-	}
-	if host == "" {
-		return fmt.Errorf("must name a host or address, as in 127.0.0.1:9191 (got %q)", s)
-	}
-	return nil
-}
-
-// checkRedis validates store.redis (credentials and TLS files only when the
-// backend is redis: an unused block is not read).
-func (v *validator) checkRedis(r *Redis, used bool) {
-	if !r.Timeout.IsSet() {
-		r.Timeout.Duration = DefaultRedisTimeout
-	} else if t := r.Timeout.Duration; t < time.Millisecond || t > 10*time.Second {
-		v.at("store.redis.timeout", "must be between 1ms and 10s, and well under Envoy's ext_authz timeout (got %v)", t)
-	}
-	if d := r.DialTimeout; d.IsSet() && (d.Duration < time.Millisecond || d.Duration > time.Minute) {
-		v.at("store.redis.dial_timeout", "must be between 1ms and 1m (got %v)", d.Duration)
-	}
-	if r.PoolSize < 0 {
-		v.at("store.redis.pool_size", "must be >= 1 (got %d)", r.PoolSize)
-	}
-	if r.MinIdleConns < 0 {
-		v.at("store.redis.min_idle_conns", "must be >= 0 (got %d)", r.MinIdleConns)
-	}
-	if r.SentinelMaster != "" && len(r.Addresses) == 0 {
-		v.at("store.redis.sentinel_master", "needs the Sentinels' host:port in store.redis.addresses")
-	}
-	if r.Pipeline == nil {
-		on := true
-		r.Pipeline = &on
-	}
-	if n := r.PipelineMaxBatch; n < 0 || n > MaxPipelineBatch {
-		v.at("store.redis.pipeline_max_batch", "must be between 1 and %d (got %d)", MaxPipelineBatch, n)
-	} else if n > 0 && !*r.Pipeline {
-		v.at("store.redis.pipeline_max_batch", "only applies with pipeline: true")
-	}
-	if n := r.PipelineFlushers; n < 0 || n > MaxPipelineFlushers {
-		v.at("store.redis.pipeline_flushers", "must be between 1 and %d (got %d)", MaxPipelineFlushers, n)
-	} else if n > 0 && !*r.Pipeline {
-		v.at("store.redis.pipeline_flushers", "only applies with pipeline: true")
-	}
-	if !used {
-		return
-	}
-	if _, err := redisstore.ReadSecret(r.PasswordFile, r.PasswordEnv); err != nil {
-		v.at("store.redis.password_file", "%v", err)
-	}
-	if _, err := redisstore.ReadSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv); err != nil {
-		v.at("store.redis.sentinel_password_file", "%v", err)
-	}
-	if t := r.TLS; t != nil {
-		for path, f := range map[string]string{"ca_file": t.CAFile, "cert_file": t.CertFile, "key_file": t.KeyFile} {
-			if f == "" {
-				continue
-			}
-			if _, err := os.Stat(f); err != nil {
-				v.at("store.redis.tls."+path, "%v", err)
-			}
-		}
-		if (t.CertFile == "") != (t.KeyFile == "") {
-			v.at("store.redis.tls", "cert_file and key_file go together")
-		}
-	}
-}
-
-// MaxPipelineBatch bounds store.redis.pipeline_max_batch: a batch of this
-// many script calls is tens of milliseconds of Redis' time.
-const MaxPipelineBatch = 4096
-
-// MaxPipelineFlushers bounds store.redis.pipeline_flushers: each flusher
-// holds a connection while its batch is on the wire.
-const MaxPipelineFlushers = 64
-
 // RedisOptions returns the connection settings for redisstore.Dial, reading
-// the secrets now (a rotated password file takes effect on restart).
-func (c *Config) RedisOptions() (redisstore.Options, error) {
-	r := c.Store.Redis
+// the secrets now (a rotated password file takes effect on restart). Fields
+// the file leaves out stay zero: redisstore's defaults apply.
+func (c *Config) RedisOptions() (redisstore.Options, error) { return c.Store.Redis.options() }
+
+// settingError is a problem with one setting, named by its path.
+type settingError struct {
+	path string
+	err  error
+}
+
+func (e *settingError) Error() string { return e.path + ": " + e.err.Error() }
+
+func (r Redis) options() (redisstore.Options, error) {
 	pw, err := redisstore.ReadSecret(r.PasswordFile, r.PasswordEnv)
 	if err != nil {
-		return redisstore.Options{}, fmt.Errorf("store.redis password: %w", err)
+		return redisstore.Options{}, &settingError{secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv), err}
 	}
 	spw, err := redisstore.ReadSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv)
 	if err != nil {
-		return redisstore.Options{}, fmt.Errorf("store.redis sentinel password: %w", err)
+		return redisstore.Options{}, &settingError{secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv), err}
 	}
 	o := redisstore.Options{
 		Addresses: r.Addresses, Cluster: r.Cluster, SentinelMaster: r.SentinelMaster,
@@ -570,56 +482,25 @@ func (c *Config) RedisOptions() (redisstore.Options, error) {
 	return o, nil
 }
 
-// Listener defaults.
-const (
-	DefaultMaxRequestBytes      = 32 << 20
-	MaxMaxRequestBytes          = 256 << 20
-	DefaultMaxConcurrentStreams = 1024
-	DefaultKeepaliveMinTime     = 10 * time.Second
-)
+// secretPath names the key a secret was read from: base_file or base_env
+// (base_file when both are set, the first of the two).
+func secretPath(base, file, env string) string {
+	if env != "" && file == "" {
+		return base + "_env"
+	}
+	return base + "_file"
+}
 
-func (v *validator) checkListen(l *Listen) {
-	switch {
-	case l.MaxRequestBytes == 0:
-		l.MaxRequestBytes = DefaultMaxRequestBytes
-	case l.MaxRequestBytes < 4096 || l.MaxRequestBytes > MaxMaxRequestBytes:
-		v.at("listen.max_request_bytes", "must be between 4096 and %d (got %d)", MaxMaxRequestBytes, l.MaxRequestBytes)
+// hashSecret reads the identity hash secret from its file or environment
+// variable; it must be long enough to resist guessing. Nil when neither is
+// set.
+func (id Identity) hashSecret() ([]byte, error) {
+	s, err := redisstore.ReadSecret(id.HashSecretFile, id.HashSecretEnv)
+	if err != nil || s == "" {
+		return nil, err
 	}
-	switch {
-	case l.MaxConcurrentStreams == 0:
-		l.MaxConcurrentStreams = DefaultMaxConcurrentStreams
-	case l.MaxConcurrentStreams < 1:
-		v.at("listen.max_concurrent_streams", "must be >= 1 (got %d)", l.MaxConcurrentStreams)
+	if s = strings.TrimSpace(s); len(s) < 16 {
+		return nil, fmt.Errorf("the hash secret holds %d characters; use at least 16", len(s))
 	}
-	if !l.KeepaliveMinTime.IsSet() {
-		l.KeepaliveMinTime.Duration = DefaultKeepaliveMinTime
-	} else if l.KeepaliveMinTime.Duration < time.Second {
-		v.at("listen.keepalive_min_time", "must be at least 1s (got %v)", l.KeepaliveMinTime.Duration)
-	}
-	switch l.Decoder {
-	case "":
-		l.Decoder = "fast"
-	case "fast", "protobuf":
-	default:
-		v.at("listen.decoder", "must be fast or protobuf (got %q)", l.Decoder)
-	}
-	if d := l.DrainDelay.Duration; d < 0 || d > 5*time.Minute {
-		v.at("listen.drain_delay", "must be between 0s and 5m (got %v)", d)
-	}
-	if t := l.TLS; t != nil {
-		if t.CertFile == "" || t.KeyFile == "" {
-			v.at("listen.tls", "needs cert_file and key_file")
-		}
-		for path, f := range map[string]string{"cert_file": t.CertFile, "key_file": t.KeyFile, "client_ca_file": t.ClientCAFile} {
-			if f == "" {
-				continue
-			}
-			if _, err := os.Stat(f); err != nil {
-				v.at("listen.tls."+path, "%v", err)
-			}
-		}
-		if len(t.AllowedSANs) > 0 && t.ClientCAFile == "" {
-			v.at("listen.tls.allowed_sans", "needs client_ca_file: without mTLS there is no client identity to check")
-		}
-	}
+	return []byte(s), nil
 }

@@ -17,6 +17,24 @@ policies:
     refill_per_second: 2
 `
 
+// mustParse parses y, failing the test when it has problems.
+func mustParse(t *testing.T, y string) *Config {
+	t.Helper()
+	c, err := Parse("ok.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// wantProblem parses y and requires a problem containing want.
+func wantProblem(t *testing.T, y, want string) {
+	t.Helper()
+	if _, err := Parse("bad.yaml", []byte(y)); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%q: got %v, want a problem containing %s", y, err, want)
+	}
+}
+
 func TestTheEmbeddedDefaultIsValid(t *testing.T) {
 	c := Default()
 	if c.Store.Backend != "memory" || c.Listen.GRPC != "127.0.0.1:9191" || len(c.Engine.Policies) != 1 {
@@ -25,12 +43,14 @@ func TestTheEmbeddedDefaultIsValid(t *testing.T) {
 }
 
 func TestDefaultsFillWhatTheFileLeavesOut(t *testing.T) {
-	c, err := Parse("min.yaml", []byte(goodPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Listen.GRPC != DefaultGRPC || c.Store.Backend != "memory" || c.Store.OnFailure != "allow" || c.Store.Redis.Timeout.Duration != 50*time.Millisecond {
+	c := mustParse(t, goodPolicy)
+	if c.Listen.GRPC != DefaultGRPC || c.Store.Backend != "memory" || c.Store.OnFailure != "allow" {
 		t.Errorf("defaults: %+v", c)
+	}
+	// Settings a library reads are left zero: the library's default applies
+	// (one home per default).
+	if o, err := c.RedisOptions(); err != nil || o.Timeout != 0 || o.DialTimeout != 0 || o.Prefix != "" || c.Store.Memory.MaxBuckets != 0 {
+		t.Errorf("library settings filled by the config: redis %+v (%v), memory %+v", o, err, c.Store.Memory)
 	}
 }
 
@@ -61,10 +81,7 @@ policies:
     max_cost: 20
     mode: shadow
 `
-	c, err := Parse("full.yaml", []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustParse(t, y)
 	if c.Store.Redis.Timeout.Duration != 30*time.Millisecond || c.Store.OnFailure != "deny" || len(c.Engine.Policies) != 1 || !c.Engine.Policies[0].Shadow {
 		t.Errorf("loaded: %+v", c.Store)
 	}
@@ -140,7 +157,7 @@ func TestBrokenConfigsNameFileAndLine(t *testing.T) {
 			[]string{`bad.yaml:3:`}},
 		{"broken YAML", "policies:\n  - name: a\n   key: [client_ip\n", []string{`bad.yaml:1: did not find expected`}},
 		{"a missing hash secret file", "identity: {hash_secret_file: /nonexistent/secret}\n" + goodPolicy,
-			[]string{`bad.yaml:1: identity: hash_secret_file: open /nonexistent/secret`}},
+			[]string{`bad.yaml:1: identity.hash_secret_file: open /nonexistent/secret`}},
 		{"several mistakes at once", "store:\n  backend: etcd\npolicies:\n  - name: a\n    key: [nope]\n    capacity: -1\n    refill_per_second: 1\n",
 			[]string{"bad.yaml:2: store.backend", "bad.yaml:5: policies[0].key[0]", "bad.yaml:6: policies[0].capacity"}},
 	} {

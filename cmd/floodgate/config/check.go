@@ -1,0 +1,263 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+)
+
+// check validates what the YAML types cannot, fills the defaults of the
+// settings this package owns, and compiles the policies. A setting handed
+// to a library is checked by the library's own Validate, reported here at
+// its line.
+func (v *validator) check(c *Config) {
+	v.checkListen(&c.Listen)
+	v.durationIn("reload.interval", &c.Reload.Interval, DefaultReloadInterval, 100*time.Millisecond, time.Hour)
+	if c.Reload.Watch == nil {
+		on := true
+		c.Reload.Watch = &on
+	}
+	v.checkStore(&c.Store)
+	v.oneOf("log.format", &c.Log.Format, "", "json", "console")
+	v.oneOf("log.level", &c.Log.Level, "", "debug", "info", "warn", "error")
+	if c.Runtime.GOGC == nil {
+		d := DefaultGOGC
+		c.Runtime.GOGC = &d
+	} else if g := *c.Runtime.GOGC; g < 10 || g > 10000 {
+		v.at("runtime.gogc", "must be between 10 and 10000 percent (got %d; set GOGC=off in the environment to turn the collector off)", g)
+	}
+	if c.Runtime.MemoryLimitRatio == nil {
+		d := DefaultMemoryLimitRatio
+		c.Runtime.MemoryLimitRatio = &d
+	} else if r := *c.Runtime.MemoryLimitRatio; !(r >= 0 && r <= 1) {
+		v.at("runtime.memory_limit_ratio", "must be a fraction in [0, 1], e.g. 0.9; 0 sets no limit (got %v)", r)
+	}
+	secret, err := c.Identity.hashSecret()
+	if err != nil {
+		v.at(secretPath("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv), "%v", err)
+	}
+	if len(c.Policies) == 0 {
+		v.at("policies", "must list at least one policy")
+	}
+	eng, err := extauthz.Compile(c.Policies, extauthz.Options{ClientIP: c.ClientIP, Headers: c.Headers, HashSecret: secret})
+	var errs extauthz.Errors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			v.at(e.Path, "%s", e.Msg)
+		}
+	} else if err != nil {
+		v.at("policies", "%v", err)
+	}
+	c.Engine = eng
+}
+
+func (v *validator) checkListen(l *Listen) {
+	if l.GRPC == "" {
+		l.GRPC = DefaultGRPC
+	}
+	v.hostPort("listen.grpc", l.GRPC)
+	if l.Admin != "" {
+		v.hostPort("listen.admin", l.Admin)
+	}
+	v.intIn("listen.max_request_bytes", &l.MaxRequestBytes, DefaultMaxRequestBytes, 4096, MaxMaxRequestBytes)
+	// gRPC takes the limit as a uint32.
+	v.intIn("listen.max_concurrent_streams", &l.MaxConcurrentStreams, DefaultMaxConcurrentStreams, 1, math.MaxUint32)
+	v.durationIn("listen.keepalive_min_time", &l.KeepaliveMinTime, DefaultKeepaliveMinTime, time.Second, 24*time.Hour)
+	v.oneOf("listen.decoder", &l.Decoder, "fast", "fast", "protobuf")
+	v.durationIn("listen.drain_delay", &l.DrainDelay, 0, 0, 5*time.Minute)
+	if t := l.TLS; t != nil {
+		if t.CertFile == "" || t.KeyFile == "" {
+			v.at("listen.tls", "needs cert_file and key_file")
+		}
+		v.filesExist("listen.tls", map[string]string{"cert_file": t.CertFile, "key_file": t.KeyFile, "client_ca_file": t.ClientCAFile})
+		if len(t.AllowedSANs) > 0 && t.ClientCAFile == "" {
+			v.at("listen.tls.allowed_sans", "needs client_ca_file: without mTLS there is no client identity to check")
+		}
+	}
+}
+
+func (v *validator) checkStore(s *Store) {
+	v.oneOf("store.backend", &s.Backend, "memory", "redis", "memory")
+	v.oneOf("store.on_failure", &s.OnFailure, "allow", "allow", "deny", "local")
+	if p := s.LocalShare; p != nil {
+		if !(*p > 0) || *p > 1 {
+			v.at("store.local_share", "must be a fraction in (0, 1], e.g. 0.5 for two replicas (got %v)", *p)
+		} else if s.OnFailure != "local" {
+			v.at("store.local_share", "only applies with on_failure: local")
+		}
+	}
+	v.durationIn("store.failure_retry_after", &s.FailureRetryAfter, DefaultFailureRetryAfter, time.Second, time.Hour)
+	v.intIn("store.breaker.failures", &s.Breaker.Failures, 0, 1, math.MaxInt32)
+	v.durationIn("store.breaker.open_for", &s.Breaker.OpenFor, 0, time.Millisecond, time.Minute)
+	if m := s.OverLimitCache.MaxEntries; m != nil && *m < 0 {
+		v.at("store.over_limit_cache.max_entries", "must be >= 0 (got %d)", *m)
+	}
+	v.intIn("store.memory.max_buckets", &s.Memory.MaxBuckets, 0, 1, MaxBuckets)
+	v.checkRedis(&s.Redis)
+	if s.Backend == "redis" {
+		v.redisOptions(s)
+	}
+}
+
+// MaxBuckets bounds store.memory.max_buckets: 2^28 buckets is at most
+// 16 GiB of tables (memory.MaxTableBytes).
+const MaxBuckets = 1 << 28
+
+// checkRedis checks what store.redis holds for this package (pipelining);
+// the connection settings are redisstore's, checked by redisOptions.
+func (v *validator) checkRedis(r *Redis) {
+	v.durationIn("store.redis.timeout", &r.Timeout, 0, time.Millisecond, 10*time.Second, "and well under Envoy's ext_authz timeout")
+	v.durationIn("store.redis.dial_timeout", &r.DialTimeout, 0, time.Millisecond, time.Minute)
+	if r.Pipeline == nil {
+		on := true
+		r.Pipeline = &on
+	}
+	v.intIn("store.redis.pipeline_max_batch", &r.PipelineMaxBatch, 0, 1, MaxPipelineBatch)
+	v.intIn("store.redis.pipeline_flushers", &r.PipelineFlushers, 0, 1, MaxPipelineFlushers)
+	for _, k := range []struct {
+		path string
+		n    int
+	}{{"store.redis.pipeline_max_batch", r.PipelineMaxBatch}, {"store.redis.pipeline_flushers", r.PipelineFlushers}} {
+		if k.n > 0 && !*r.Pipeline {
+			v.at(k.path, "only applies with pipeline: true")
+		}
+	}
+}
+
+// redisOptions builds the options serve will dial with (reading the
+// secrets) and reports redisstore's own verdict on them, each problem at
+// the line of the setting it is about.
+func (v *validator) redisOptions(s *Store) {
+	o, err := s.Redis.options()
+	var se *settingError
+	if errors.As(err, &se) {
+		v.at(se.path, "%v", se.err)
+		return
+	}
+	var fes redisstore.FieldErrors
+	if errors.As(o.Validate(), &fes) {
+		for _, fe := range fes {
+			v.at(redisPath(fe.Field, &s.Redis), "%s", fe.Msg)
+		}
+	}
+	if _, err := o.TLS.Config(); err != nil {
+		v.at("store.redis.tls", "%v", strings.TrimPrefix(err.Error(), redisstore.ErrOptions.Error()+": "))
+	}
+}
+
+// redisPath is the configuration key of a redisstore.Options field.
+func redisPath(field string, r *Redis) string {
+	name, index, _ := strings.Cut(field, "[")
+	key, ok := map[string]string{
+		"Addresses": "addresses", "SentinelMaster": "sentinel_master", "Cluster": "cluster",
+		"Username": "username", "Timeout": "timeout", "DialTimeout": "dial_timeout",
+		"PoolSize": "pool_size", "MinIdleConns": "min_idle_conns", "Prefix": "prefix",
+		"TLS.CAFile": "tls.ca_file", "TLS.CertFile": "tls.cert_file", "TLS.KeyFile": "tls.key_file",
+		"TLS.ServerName": "tls.server_name", "TLS.InsecureSkipVerify": "tls.insecure_skip_verify",
+	}[name]
+	switch {
+	case name == "Password":
+		return secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv)
+	case name == "SentinelPassword":
+		return secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv)
+	case !ok:
+		return "store.redis"
+	case index != "":
+		return "store.redis." + key + "[" + index
+	}
+	return "store.redis." + key
+}
+
+// MaxPipelineBatch bounds store.redis.pipeline_max_batch: a batch of this
+// many script calls is tens of milliseconds of Redis' time.
+const MaxPipelineBatch = 4096
+
+// MaxPipelineFlushers bounds store.redis.pipeline_flushers: each flusher
+// holds a connection while its batch is on the wire.
+const MaxPipelineFlushers = 64
+
+// oneOf checks that *s is one of choices; empty, it becomes def.
+func (v *validator) oneOf(path string, s *string, def string, choices ...string) {
+	if *s == "" {
+		*s = def
+		return
+	}
+	for _, c := range choices {
+		if *s == c {
+			return
+		}
+	}
+	v.at(path, "must be %s or %s (got %q)", strings.Join(choices[:len(choices)-1], ", "), choices[len(choices)-1], *s)
+}
+
+// intIn checks that *n is within [lo, hi]; 0 (left out) becomes def, and
+// stays 0 when def is 0 (the library's default applies).
+func (v *validator) intIn(path string, n *int, def, lo, hi int) {
+	if *n == 0 {
+		*n = def
+		return
+	}
+	if *n < lo || *n > hi {
+		v.at(path, "must be between %d and %d (got %d)", lo, hi, *n)
+	}
+}
+
+// durationIn checks that a duration the file sets is within [lo, hi]; left
+// out, it becomes def (0: the library's default applies). why, if given,
+// is added to the range.
+func (v *validator) durationIn(path string, d *Duration, def, lo, hi time.Duration, why ...string) {
+	if !d.IsSet() {
+		d.Duration = def
+		return
+	}
+	if d.Duration < lo || d.Duration > hi {
+		v.at(path, "must be between %s and %s%s (got %v)", short(lo), short(hi), strings.Join(append([]string{""}, why...), ", "), d.Duration)
+	}
+}
+
+// short writes whole hours and minutes as 1h and 5m, not 1h0m0s.
+func short(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0s"
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return d.String()
+}
+
+// hostPort checks a listen address: host:port with a port from 0 (any
+// free port) to 65535 and a host (an empty one would listen on every
+// interface, which must be said as 0.0.0.0 or [::]).
+func (v *validator) hostPort(path, s string) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		v.at(path, "must be host:port (got %q)", s)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.at(path, "has an invalid port in %q", s)
+	} else if host == "" {
+		v.at(path, "must name a host or address, as in 127.0.0.1:9191 or 0.0.0.0:9191 (got %q)", s)
+	}
+}
+
+// filesExist reports, under base, each named file that cannot be found.
+func (v *validator) filesExist(base string, files map[string]string) {
+	for key, f := range files {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			v.at(base+"."+key, "%v", err)
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package config
+
+import (
+	"testing"
+)
+
+func TestRedisPipeliningIsOnByDefaultAndConfigurable(t *testing.T) {
+	c := mustParse(t, goodPolicy)
+	if c.Store.Redis.Pipeline == nil || !*c.Store.Redis.Pipeline || c.Store.Redis.PipelineMaxBatch != 0 {
+		t.Errorf("default: pipeline %v, max batch %d; want on, 0 (the store's default)", c.Store.Redis.Pipeline, c.Store.Redis.PipelineMaxBatch)
+	}
+	c = mustParse(t, "store:\n  backend: redis\n  redis: {addresses: [\"r:6379\"], pipeline: true, pipeline_max_batch: 32, pipeline_flushers: 3}\n"+goodPolicy)
+	if r := c.Store.Redis; !*r.Pipeline || r.PipelineMaxBatch != 32 || r.PipelineFlushers != 3 {
+		t.Errorf("pipeline %v, max batch %d, flushers %d; want on, 32, 3", *r.Pipeline, r.PipelineMaxBatch, r.PipelineFlushers)
+	}
+	c = mustParse(t, "store:\n  backend: redis\n  redis: {addresses: [\"r:6379\"], pipeline: false}\n"+goodPolicy)
+	if *c.Store.Redis.Pipeline {
+		t.Error("pipeline: false read as on")
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"store:\n  redis:\n    pipeline_max_batch: -1\n", `bad.yaml:3: store.redis.pipeline_max_batch: must be between 1 and 4096 (got -1)`},
+		{"store:\n  redis:\n    pipeline_max_batch: 100000\n", `bad.yaml:3: store.redis.pipeline_max_batch: must be between 1 and 4096 (got 100000)`},
+		{"store:\n  redis:\n    pipeline: false\n    pipeline_max_batch: 8\n", `bad.yaml:4: store.redis.pipeline_max_batch: only applies with pipeline: true`},
+		{"store:\n  redis:\n    pipeline_flushers: 65\n", `bad.yaml:3: store.redis.pipeline_flushers: must be between 1 and 64 (got 65)`},
+		{"store:\n  redis:\n    pipeline: false\n    pipeline_flushers: 2\n", `bad.yaml:4: store.redis.pipeline_flushers: only applies with pipeline: true`},
+		{"store:\n  redis:\n    pipeline: maybe\n", `bad.yaml:3:`},
+	} {
+		wantProblem(t, tc.yaml+goodPolicy, tc.want)
+	}
+}
+
+func TestRuntimeDefaultsAndBounds(t *testing.T) {
+	c := mustParse(t, goodPolicy)
+	if r := c.Runtime; r.GOGC == nil || *r.GOGC != DefaultGOGC || r.MemoryLimitRatio == nil || *r.MemoryLimitRatio != DefaultMemoryLimitRatio {
+		t.Fatalf("defaults: gogc %v, ratio %v; want %d, %v", r.GOGC, r.MemoryLimitRatio, DefaultGOGC, DefaultMemoryLimitRatio)
+	}
+	c = mustParse(t, "runtime: {gogc: 150, memory_limit_ratio: 0}\n"+goodPolicy)
+	if *c.Runtime.GOGC != 150 || *c.Runtime.MemoryLimitRatio != 0 {
+		t.Errorf("gogc %d ratio %v; want 150, 0", *c.Runtime.GOGC, *c.Runtime.MemoryLimitRatio)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"runtime:\n  gogc: 5\n", `bad.yaml:2: runtime.gogc: must be between 10 and 10000 percent (got 5`},
+		{"runtime:\n  gogc: off\n", `bad.yaml:2:`},
+		{"runtime:\n  memory_limit_ratio: 1.5\n", `bad.yaml:2: runtime.memory_limit_ratio: must be a fraction in [0, 1]`},
+		{"runtime:\n  memory_limit_ratio: -0.1\n", `bad.yaml:2: runtime.memory_limit_ratio: must be a fraction in [0, 1]`},
+	} {
+		wantProblem(t, tc.yaml+goodPolicy, tc.want)
+	}
+}
+
+func TestListenDecoder(t *testing.T) {
+	c := mustParse(t, goodPolicy)
+	if c.Listen.Decoder != "fast" {
+		t.Errorf("default decoder %q, want fast", c.Listen.Decoder)
+	}
+	if c = mustParse(t, "listen: {decoder: protobuf}\n"+goodPolicy); c.Listen.Decoder != "protobuf" {
+		t.Fatalf("decoder %q", c.Listen.Decoder)
+	}
+	wantProblem(t, "listen:\n  decoder: slow\n"+goodPolicy, `bad.yaml:2: listen.decoder: must be fast or protobuf (got "slow")`)
+}
