@@ -1,0 +1,261 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/valyala/fastjson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/floodgate/floodgate/extauthz"
+)
+
+// entry is one log line, parsed and planned: everything the in-order stage
+// needs, and nothing that refers to the line's bytes.
+type entry struct {
+	line int64  // 1-based
+	at   int64  // start_time, microseconds since the Unix epoch
+	err  string // why the line was skipped; "" for a good line
+	// plan is the buckets the request draws from (extauthz.Engine.Plan);
+	// callers[i] names plan[i]'s caller in the clear ("client_ip 203.0.113.5").
+	plan    []extauthz.Bucket
+	callers []caller
+	ua, key uint64 // hashes of the user agent and the API key, 0 when absent
+}
+
+// caller is a bucket's caller as a report shows it.
+type caller struct {
+	source, value string
+}
+
+// parser turns log lines into entries. It reuses one CheckRequest, so a
+// line becomes exactly the view a CheckRequest would (extauthz.View.Reset
+// reads it), and it is for one goroutine.
+type parser struct {
+	engine  *extauthz.Engine
+	keyHdrs []string // header key sources: the API keys of the collateral report
+	seed    maphash.Seed
+
+	p       fastjson.Parser
+	req     authv3.CheckRequest
+	http    authv3.AttributeContext_HttpRequest
+	sock    corev3.SocketAddress
+	headers map[string]string
+	view    extauthz.View
+	plan    []extauthz.Bucket
+}
+
+func newParser(e *extauthz.Engine, keyHdrs []string, seed maphash.Seed) *parser {
+	ps := &parser{engine: e, keyHdrs: keyHdrs, seed: seed, headers: map[string]string{}}
+	ps.req.Attributes = &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{
+			Address: &corev3.Address_SocketAddress{SocketAddress: &ps.sock}}},
+		Request: &authv3.AttributeContext_Request{Http: &ps.http},
+	}
+	return ps
+}
+
+// parse reads line b into e. plan and callers are appended to the batch's
+// shared storage, which parse returns grown.
+func (ps *parser) parse(b []byte, e *entry, plan []extauthz.Bucket, callers []caller) ([]extauthz.Bucket, []caller) {
+	if err := ps.read(b, e); err != nil {
+		e.err = err.Error()
+		return plan, callers
+	}
+	ps.view.Reset(&ps.req)
+	ps.plan = ps.engine.Plan(&ps.view, ps.plan[:0])
+	start := len(plan)
+	for _, bk := range ps.plan {
+		src, val := ps.engine.Caller(bk.Policy, &ps.view)
+		plan = append(plan, bk)
+		callers = append(callers, caller{source: src, value: strings.Clone(val)})
+	}
+	e.plan, e.callers = plan[start:len(plan):len(plan)], callers[start:len(callers):len(callers)]
+	if len(e.plan) > 0 {
+		if ua, ok := ps.view.Header("user-agent"); ok {
+			e.ua = maphash.String(ps.seed, ua) | 1
+		}
+		for _, h := range ps.keyHdrs {
+			if k, ok := ps.view.Header(h); ok && strings.TrimSpace(k) != "" {
+				e.key = maphash.String(ps.seed, h+"\x00"+strings.TrimSpace(k)) | 1
+				break
+			}
+		}
+	}
+	return plan, callers
+}
+
+var errNotObject = errors.New("not a JSON object")
+
+// read fills the reusable CheckRequest from one line.
+func (ps *parser) read(b []byte, e *entry) error {
+	v, err := ps.p.ParseBytes(b)
+	if err != nil {
+		return fmt.Errorf("not JSON: %v", err)
+	}
+	o, err := v.Object()
+	if err != nil {
+		return errNotObject
+	}
+	st := o.Get("start_time")
+	if st == nil || st.Type() != fastjson.TypeString {
+		return errors.New(`start_time is missing (Envoy's "%START_TIME%")`)
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(st.GetStringBytes()))
+	if err != nil {
+		return fmt.Errorf("start_time %q is not an RFC 3339 time such as 2026-11-30T12:00:01.250Z", st.GetStringBytes())
+	}
+	e.at = t.UnixMicro()
+
+	clear(ps.headers)
+	ps.http.Headers = ps.headers
+	ps.req.Attributes.ContextExtensions = nil
+	ps.req.Attributes.MetadataContext = nil
+	ps.req.Attributes.Source.Principal = ""
+	ps.sock.Address = ""
+	for _, f := range [...]struct {
+		name string
+		dst  *string
+	}{{"method", &ps.http.Method}, {"path", &ps.http.Path}, {"authority", &ps.http.Host}} {
+		s, err := optString(o, f.name)
+		if err != nil {
+			return err
+		}
+		*f.dst = s
+	}
+	if ps.http.Method == "" {
+		return errors.New(`method is missing (Envoy's "%REQ(:METHOD)%")`)
+	}
+	ps.headers[":method"], ps.headers[":path"], ps.headers[":authority"] = ps.http.Method, ps.http.Path, ps.http.Host
+
+	addr, err := optString(o, "downstream_remote_address")
+	if err != nil {
+		return err
+	}
+	// The CheckRequest carries the address and the port apart; View.Source
+	// is the address.
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		ps.sock.Address = ap.Addr().String()
+	} else {
+		ps.sock.Address = addr
+	}
+	if ps.req.Attributes.Source.Principal, err = optString(o, "source_principal"); err != nil {
+		return err
+	}
+
+	if hv := o.Get("request_headers"); hv != nil && hv.Type() != fastjson.TypeNull {
+		ho, err := hv.Object()
+		if err != nil {
+			return errors.New("request_headers is not an object of header names and values")
+		}
+		var bad error
+		ho.Visit(func(k []byte, v *fastjson.Value) {
+			switch v.Type() {
+			case fastjson.TypeNull: // Envoy's %REQ(...)% for a header the request lacked
+			case fastjson.TypeString:
+				ps.headers[strings.ToLower(string(k))] = string(v.GetStringBytes())
+			default:
+				bad = fmt.Errorf("request_headers.%s is not a string or null", k)
+			}
+		})
+		if bad != nil {
+			return bad
+		}
+	}
+	if cv := o.Get("context_extensions"); cv != nil && cv.Type() != fastjson.TypeNull {
+		co, err := cv.Object()
+		if err != nil {
+			return errors.New("context_extensions is not an object")
+		}
+		ctx := map[string]string{}
+		var bad error
+		co.Visit(func(k []byte, v *fastjson.Value) {
+			switch v.Type() {
+			case fastjson.TypeNull:
+			case fastjson.TypeString:
+				ctx[string(k)] = string(v.GetStringBytes())
+			default:
+				bad = fmt.Errorf("context_extensions.%s is not a string", k)
+			}
+		})
+		if bad != nil {
+			return bad
+		}
+		ps.req.Attributes.ContextExtensions = ctx
+	}
+	if mv := o.Get("metadata"); mv != nil && mv.Type() != fastjson.TypeNull {
+		mo, err := mv.Object()
+		if err != nil {
+			return errors.New("metadata is not an object of namespaces")
+		}
+		md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+		var bad error
+		mo.Visit(func(k []byte, v *fastjson.Value) {
+			switch v.Type() {
+			case fastjson.TypeNull: // %DYNAMIC_METADATA(ns)% of a namespace the request had not
+			case fastjson.TypeObject:
+				s, err := structpb.NewStruct(toGo(v).(map[string]any))
+				if err != nil {
+					bad = fmt.Errorf("metadata.%s: %v", k, err)
+					return
+				}
+				md.FilterMetadata[string(k)] = s
+			default:
+				bad = fmt.Errorf("metadata.%s is not an object", k)
+			}
+		})
+		if bad != nil {
+			return bad
+		}
+		ps.req.Attributes.MetadataContext = md
+	}
+	return nil
+}
+
+// optString reads an optional string field: absent and null read as "".
+func optString(o *fastjson.Object, name string) (string, error) {
+	v := o.Get(name)
+	if v == nil {
+		return "", nil
+	}
+	switch v.Type() {
+	case fastjson.TypeNull:
+		return "", nil
+	case fastjson.TypeString:
+		return string(v.GetStringBytes()), nil
+	}
+	return "", fmt.Errorf("%s is not a string", name)
+}
+
+// toGo converts a JSON value to what structpb.NewValue takes.
+func toGo(v *fastjson.Value) any {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		m := map[string]any{}
+		o, _ := v.Object()
+		o.Visit(func(k []byte, x *fastjson.Value) { m[string(k)] = toGo(x) })
+		return m
+	case fastjson.TypeArray:
+		a, _ := v.Array()
+		out := make([]any, len(a))
+		for i, x := range a {
+			out[i] = toGo(x)
+		}
+		return out
+	case fastjson.TypeString:
+		return string(v.GetStringBytes())
+	case fastjson.TypeNumber:
+		return v.GetFloat64()
+	case fastjson.TypeTrue:
+		return true
+	case fastjson.TypeFalse:
+		return false
+	}
+	return nil
+}
