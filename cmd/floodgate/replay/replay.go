@@ -50,6 +50,9 @@ type Options struct {
 	ShowMalformed int
 	// MaxLineBytes bounds one line (default 1 MiB); a longer one is skipped.
 	MaxLineBytes int
+	// OnDecision, when set, hears every decided line in decision order:
+	// whether the request would have passed (shadow policies aside).
+	OnDecision func(line int64, allowed bool)
 }
 
 // DefaultReorderWindow is the default of Options.ReorderWindow.
@@ -297,6 +300,9 @@ func (d *decider) add(e *entry) {
 	}
 	if len(e.plan) == 0 {
 		d.count(e) // no bucket: its place in the order changes nothing
+		if d.o.OnDecision != nil {
+			d.o.OnDecision(e.line, true)
+		}
 	} else {
 		d.pending.push(e)
 	}
@@ -340,6 +346,9 @@ func (d *decider) decide(e *entry) {
 			fmt.Fprintf(d.o.Malformed, "line %d: %v\n", e.line, err)
 		}
 		return
+	}
+	if d.o.OnDecision != nil {
+		d.o.OnDecision(e.line, allowed)
 	}
 	for i := range e.plan {
 		b := &e.plan[i]
