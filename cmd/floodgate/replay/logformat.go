@@ -15,7 +15,9 @@ import (
 // Envoy's json_format writes a missing header (%REQ(...)% with nothing to
 // show) as null unless omit_empty_values is set, and nested objects as
 // nested JSON (api/envoy/config/core/v3/substitution_format_string.proto,
-// SubstitutionFormatString.json_format and omit_empty_values).
+// SubstitutionFormatString.json_format and omit_empty_values); route
+// metadata is printed by the METADATA(ROUTE:NAMESPACE:KEY) operator
+// (api/envoy/extensions/formatter/metadata/v3/metadata.proto).
 func LogFormat(e *extauthz.Engine, configName string) string {
 	in := e.Inputs()
 	var b strings.Builder
