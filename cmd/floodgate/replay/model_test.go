@@ -151,7 +151,7 @@ func generate(rng *rand.Rand, n int) []*mreq {
 	for range n {
 		ms += int64(rng.IntN(900))
 		r := &mreq{ms: ms, method: []string{"GET", "GET", "POST", "DELETE"}[rng.IntN(4)],
-			path: []string{"/api/items?page=2", "/api/x", "/other", "/api"}[rng.IntN(4)],
+			path:   []string{"/api/items?page=2", "/api/x", "/other", "/api"}[rng.IntN(4)],
 			source: fmt.Sprintf("10.0.0.%d:4%04d", 1+rng.IntN(3), rng.IntN(10000)), headers: map[string]*string{}}
 		str := func(s string) *string { return &s }
 		switch k := keys[rng.IntN(len(keys)+2)%len(keys)]; {
@@ -233,7 +233,7 @@ type model struct {
 	buckets map[string]*mbucket
 	stats   map[string]*mstats
 	// decisions[i] is line i+1's decision, for decided lines.
-	decisions map[int64]bool
+	decisions                     map[int64]bool
 	lines, decided, skipped, late int64
 }
 
