@@ -102,6 +102,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 2
 		}
 	}
+	// A batch job with a heap of callers: the collector as serve tunes it.
+	planGC(cfg.Runtime, os.LookupEnv, cgroupMemoryLimit).apply()
 	// The store as serve would run it: the memory backend with its cap; for
 	// a Redis configuration no cap (Redis keeps every live bucket).
 	maxBuckets := 1 << 40

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -26,6 +27,10 @@ type entry struct {
 	// callers[i] names plan[i]'s caller in the clear ("client_ip 203.0.113.5").
 	plan    []extauthz.Bucket
 	callers []caller
+	// ids[i] is a 64-bit keyed hash of plan[i]'s bucket identity: the
+	// caller tables' key (a collision among n callers has probability about
+	// n²/2⁶⁵, as for limiter/memory's own keys).
+	ids     []uint64
 	ua, key uint64 // hashes of the user agent and the API key, 0 when absent
 }
 
@@ -63,20 +68,22 @@ func newParser(e *extauthz.Engine, keyHdrs []string, seed maphash.Seed) *parser 
 
 // parse reads line b into e. plan and callers are appended to the batch's
 // shared storage, which parse returns grown.
-func (ps *parser) parse(b []byte, e *entry, plan []extauthz.Bucket, callers []caller) ([]extauthz.Bucket, []caller) {
+func (ps *parser) parse(b []byte, e *entry, st *batchStore) {
 	if err := ps.read(b, e); err != nil {
 		e.err = err.Error()
-		return plan, callers
+		return
 	}
 	ps.view.Reset(&ps.req)
 	ps.plan = ps.engine.Plan(&ps.view, ps.plan[:0])
-	start := len(plan)
+	start := len(st.plan)
 	for _, bk := range ps.plan {
 		src, val := ps.engine.Caller(bk.Policy, &ps.view)
-		plan = append(plan, bk)
-		callers = append(callers, caller{source: src, value: strings.Clone(val)})
+		st.plan = append(st.plan, bk)
+		st.callers = append(st.callers, caller{source: src, value: strings.Clone(val)})
+		st.ids = append(st.ids, maphash.String(ps.seed, bk.Request.ID))
 	}
-	e.plan, e.callers = plan[start:len(plan):len(plan)], callers[start:len(callers):len(callers)]
+	end := len(st.plan)
+	e.plan, e.callers, e.ids = st.plan[start:end:end], st.callers[start:end:end], st.ids[start:end:end]
 	if len(e.plan) > 0 {
 		if ua, ok := ps.view.Header("user-agent"); ok {
 			e.ua = maphash.String(ps.seed, ua) | 1
@@ -88,7 +95,13 @@ func (ps *parser) parse(b []byte, e *entry, plan []extauthz.Bucket, callers []ca
 			}
 		}
 	}
-	return plan, callers
+}
+
+// batchStore holds a batch's plans, callers and ids in three allocations.
+type batchStore struct {
+	plan    []extauthz.Bucket
+	callers []caller
+	ids     []uint64
 }
 
 var errNotObject = errors.New("not a JSON object")
@@ -107,7 +120,7 @@ func (ps *parser) read(b []byte, e *entry) error {
 	if st == nil || st.Type() != fastjson.TypeString {
 		return errors.New(`start_time is missing (Envoy's "%START_TIME%")`)
 	}
-	t, err := time.Parse(time.RFC3339Nano, string(st.GetStringBytes()))
+	t, err := time.Parse(time.RFC3339Nano, str(st))
 	if err != nil {
 		return fmt.Errorf("start_time %q is not an RFC 3339 time such as 2026-11-30T12:00:01.250Z", st.GetStringBytes())
 	}
@@ -159,7 +172,7 @@ func (ps *parser) read(b []byte, e *entry) error {
 			switch v.Type() {
 			case fastjson.TypeNull: // Envoy's %REQ(...)% for a header the request lacked
 			case fastjson.TypeString:
-				ps.headers[strings.ToLower(string(k))] = string(v.GetStringBytes())
+				ps.headers[lowerName(k)] = str(v)
 			default:
 				bad = fmt.Errorf("request_headers.%s is not a string or null", k)
 			}
@@ -218,6 +231,19 @@ func (ps *parser) read(b []byte, e *entry) error {
 	return nil
 }
 
+// str reads a JSON string without copying it: the string lives in the
+// parser's buffer, valid until the next line is parsed. Only the request
+// being planned refers to it (View, match and identity keep nothing; the
+// caller's value is cloned, identities are fresh hashes), and parsing a line
+// without a copy of every header is a good part of replay's speed.
+func str(v *fastjson.Value) string {
+	b := v.GetStringBytes()
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
 // optString reads an optional string field: absent and null read as "".
 func optString(o *fastjson.Object, name string) (string, error) {
 	v := o.Get(name)
@@ -228,7 +254,7 @@ func optString(o *fastjson.Object, name string) (string, error) {
 	case fastjson.TypeNull:
 		return "", nil
 	case fastjson.TypeString:
-		return string(v.GetStringBytes()), nil
+		return str(v), nil
 	}
 	return "", fmt.Errorf("%s is not a string", name)
 }
@@ -258,4 +284,18 @@ func toGo(v *fastjson.Value) any {
 		return false
 	}
 	return nil
+}
+
+// lowerName returns a header name in lower case, without copying a name
+// that already is (the usual case: Envoy's names are lower case).
+func lowerName(k []byte) string {
+	for _, c := range k {
+		if 'A' <= c && c <= 'Z' {
+			return strings.ToLower(string(k))
+		}
+	}
+	if len(k) == 0 {
+		return ""
+	}
+	return unsafe.String(&k[0], len(k))
 }

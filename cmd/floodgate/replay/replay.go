@@ -209,8 +209,8 @@ const tooLongMark = "\x00too long"
 
 func parseBatch(ps *parser, b *batch) {
 	b.entries = make([]entry, len(b.ends))
-	plan := make([]extauthz.Bucket, 0, len(b.ends)*len(ps.engine.Policies)/2+1)
-	callers := make([]caller, 0, cap(plan))
+	n := len(b.ends)*len(ps.engine.Policies)/2 + 1
+	st := batchStore{plan: make([]extauthz.Bucket, 0, n), callers: make([]caller, 0, n), ids: make([]uint64, 0, n)}
 	start := 0
 	for i, end := range b.ends {
 		e := &b.entries[i]
@@ -224,7 +224,7 @@ func parseBatch(ps *parser, b *batch) {
 		case string(ln) == tooLongMark:
 			e.err = "longer than the line limit"
 		default:
-			plan, callers = ps.parse(ln, e, plan, callers)
+			ps.parse(ln, e, &st)
 		}
 	}
 	b.data = nil

@@ -14,7 +14,7 @@ import (
 type policyStats struct {
 	p                          *extauthz.Policy
 	requests, allowed, denied  int64
-	callers                    map[string]*callerStats
+	callers                    map[uint64]*callerStats
 	series                     series
 	collateral                 bool // keyed by client_ip: count who was behind each address
 	limit                      limiter.Limit
@@ -24,6 +24,7 @@ type policyStats struct {
 // callerStats is one bucket's caller.
 type callerStats struct {
 	caller
+	id               string // the bucket identity (a keyed hash; --redact shows it)
 	requests, denied int64
 	// backlog is the caller's peak-backlog recurrence in the limit's units:
 	// B ← max(0, B − G·Δt) + cost·K at each request; peak is its maximum.
@@ -33,7 +34,7 @@ type callerStats struct {
 
 func newPolicyStats(p *extauthz.Policy) *policyStats {
 	k, g := p.Limit.Units()
-	return &policyStats{p: p, callers: map[string]*callerStats{}, collateral: p.KeyedByClientIP(),
+	return &policyStats{p: p, callers: map[uint64]*callerStats{}, collateral: p.KeyedByClientIP(),
 		limit: p.Limit, unitsPerToken: k, unitsPerMic: g}
 }
 
@@ -48,11 +49,10 @@ func (s *policyStats) record(e *entry, i int, allowed, short bool) {
 	}
 	s.series.add(e.at, short)
 
-	id := e.plan[i].Request.ID
-	c := s.callers[id]
+	c := s.callers[e.ids[i]]
 	if c == nil {
-		c = &callerStats{caller: e.callers[i], last: e.at}
-		s.callers[id] = c
+		c = &callerStats{caller: e.callers[i], id: e.plan[i].Request.ID, last: e.at}
+		s.callers[e.ids[i]] = c
 	}
 	c.requests++
 	if short {
@@ -269,11 +269,11 @@ func (r *Result) Report(o ReportOptions) *Result {
 		}
 		var denied []kv
 		pr.needs = make([]int64, 0, len(s.callers))
-		for id, c := range s.callers {
+		for _, c := range s.callers {
 			pr.needs = append(pr.needs, s.needed(c))
 			if c.denied > 0 {
 				pr.CallersDenied++
-				denied = append(denied, kv{id, c})
+				denied = append(denied, kv{c.id, c})
 			}
 		}
 		slices.Sort(pr.needs)
