@@ -130,7 +130,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 1
 		}
 		if res.Skipped > 0 && i == 0 {
-			fmt.Fprintf(stderr, "floodgate replay: %d lines skipped (malformed or blank)\n", res.Skipped)
+			fmt.Fprintf(stderr, "floodgate replay: %d %s skipped (malformed or blank)\n", res.Skipped, plural(res.Skipped, "line", "lines"))
 		}
 		results[i] = res.Report(replay.ReportOptions{Top: *top, Redact: *redact})
 	}
@@ -210,4 +210,11 @@ func writeComparison(stdout, stderr io.Writer, runs []replay.Set, results []*rep
 	}
 	tw.Flush()
 	return 0
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -110,7 +110,7 @@ var errNotObject = errors.New("not a JSON object")
 func (ps *parser) read(b []byte, e *entry) error {
 	v, err := ps.p.ParseBytes(b)
 	if err != nil {
-		return fmt.Errorf("not JSON: %v", err)
+		return fmt.Errorf("not JSON: %s", strings.TrimPrefix(err.Error(), "cannot parse JSON: "))
 	}
 	o, err := v.Object()
 	if err != nil {

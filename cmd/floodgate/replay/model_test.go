@@ -439,7 +439,7 @@ func (m *model) policy(p *mpolicy) PolicyResult {
 		needs = append(needs, ceilRat(c.peak))
 		if c.denied > 0 {
 			pr.CallersDenied++
-			pr.TopDenied = append(pr.TopDenied, TopCaller{Caller: id, Requests: c.requests, Denied: c.denied})
+			pr.TopDenied = append(pr.TopDenied, TopCaller{Caller: id, Requests: c.requests, Denied: c.denied, CapacityNeeded: ceilRat(c.peak)})
 		}
 	}
 	slices.Sort(needs)

@@ -40,18 +40,18 @@ func (r *Result) WriteTable(w io.Writer) error {
 		if len(p.TopDenied) > 0 {
 			fmt.Fprintf(w, "\n%s: callers with the most denials\n", p.Name)
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  caller\trequests\tdenied")
+			fmt.Fprintln(tw, "  caller\trequests\tdenied\tcapacity needed")
 			for _, c := range p.TopDenied {
-				fmt.Fprintf(tw, "  %s\t%d\t%d\n", c.Caller, c.Requests, c.Denied)
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\n", c.Caller, c.Requests, c.Denied, c.CapacityNeeded)
 			}
 			tw.Flush()
 		}
 		if len(p.Collateral) > 0 {
 			fmt.Fprintf(w, "\n%s: denied client addresses and who was behind them (many: a NAT or proxy, collateral damage)\n", p.Name)
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  caller\trequests\tdenied\tuser agents\tAPI keys")
+			fmt.Fprintln(tw, "  caller\trequests\tdenied\tcapacity needed\tuser agents\tAPI keys")
 			for _, c := range p.Collateral {
-				fmt.Fprintf(tw, "  %s\t%d\t%d\t%s\t%s\n", c.Caller, c.Requests, c.Denied, atLeast(c.UserAgents), atLeast(c.APIKeys))
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%s\n", c.Caller, c.Requests, c.Denied, c.CapacityNeeded, atLeast(c.UserAgents), atLeast(c.APIKeys))
 			}
 			tw.Flush()
 		}

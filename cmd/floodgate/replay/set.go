@@ -83,10 +83,20 @@ func (s Set) Apply(specs []extauthz.PolicySpec, opts extauthz.Options) (*extauth
 	e, err := extauthz.Compile(specs, opts)
 	if err != nil {
 		var es extauthz.Errors
-		if errors.As(err, &es) && s.Text != "" {
-			return nil, fmt.Errorf("--set %s: %w", s.Text, err)
+		if !errors.As(err, &es) || s.Text == "" {
+			return nil, err
 		}
-		return nil, err
+		// Name the policy as --set did: policies[2].capacity → api.capacity.
+		var msgs []string
+		for _, fe := range es {
+			path := fe.Path
+			var i int
+			if _, err := fmt.Sscanf(path, "policies[%d]", &i); err == nil && i >= 0 && i < len(specs) {
+				path = specs[i].Name + path[strings.IndexByte(path, ']')+1:]
+			}
+			msgs = append(msgs, path+": "+fe.Msg)
+		}
+		return nil, fmt.Errorf("--set %s: %s", s.Text, strings.Join(msgs, "; "))
 	}
 	return e, nil
 }

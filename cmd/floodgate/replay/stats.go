@@ -222,15 +222,18 @@ type TopCaller struct {
 	Caller   string `json:"caller"`
 	Requests int64  `json:"requests"`
 	Denied   int64  `json:"denied"`
+	// CapacityNeeded is this caller's own capacity_needed.
+	CapacityNeeded int64 `json:"capacity_needed"`
 }
 
 // Collateral is one denied client address and who was behind it.
 type Collateral struct {
-	Caller     string `json:"caller"`
-	Requests   int64  `json:"requests"`
-	Denied     int64  `json:"denied"`
-	UserAgents int    `json:"user_agents"`
-	APIKeys    int    `json:"api_keys"`
+	Caller         string `json:"caller"`
+	Requests       int64  `json:"requests"`
+	Denied         int64  `json:"denied"`
+	CapacityNeeded int64  `json:"capacity_needed"`
+	UserAgents     int    `json:"user_agents"`
+	APIKeys        int    `json:"api_keys"`
 }
 
 // ReportOptions shape the callers a Result shows.
@@ -291,7 +294,8 @@ func (r *Result) Report(o ReportOptions) *Result {
 			return strings.Compare(a.id, b.id)
 		})
 		for _, x := range denied[:min(o.Top, len(denied))] {
-			pr.TopDenied = append(pr.TopDenied, TopCaller{Caller: show(x.c.caller, x.id, o.Redact), Requests: x.c.requests, Denied: x.c.denied})
+			pr.TopDenied = append(pr.TopDenied, TopCaller{Caller: show(x.c.caller, x.id, o.Redact), Requests: x.c.requests, Denied: x.c.denied,
+				CapacityNeeded: s.needed(x.c)})
 		}
 		if s.collateral {
 			pr.Collateral = []Collateral{}
@@ -305,7 +309,7 @@ func (r *Result) Report(o ReportOptions) *Result {
 				}
 				n++
 				pr.Collateral = append(pr.Collateral, Collateral{Caller: show(x.c.caller, x.id, o.Redact), Requests: x.c.requests,
-					Denied: x.c.denied, UserAgents: x.c.userAgents.len(), APIKeys: x.c.apiKeys.len()})
+					Denied: x.c.denied, CapacityNeeded: s.needed(x.c), UserAgents: x.c.userAgents.len(), APIKeys: x.c.apiKeys.len()})
 			}
 		}
 		r.Policies = append(r.Policies, pr)
