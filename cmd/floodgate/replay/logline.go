@@ -54,10 +54,13 @@ type parser struct {
 	headers map[string]string
 	view    extauthz.View
 	plan    []extauthz.Bucket
+	// names caches the callers this parser has named, by identity hash:
+	// a caller is named once, not on each of its lines.
+	names map[uint64]caller
 }
 
 func newParser(e *extauthz.Engine, keyHdrs []string, seed maphash.Seed) *parser {
-	ps := &parser{engine: e, keyHdrs: keyHdrs, seed: seed, headers: map[string]string{}}
+	ps := &parser{engine: e, keyHdrs: keyHdrs, seed: seed, headers: map[string]string{}, names: map[uint64]caller{}}
 	ps.req.Attributes = &authv3.AttributeContext{
 		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{
 			Address: &corev3.Address_SocketAddress{SocketAddress: &ps.sock}}},
@@ -77,10 +80,18 @@ func (ps *parser) parse(b []byte, e *entry, st *batchStore) {
 	ps.plan = ps.engine.Plan(&ps.view, ps.plan[:0])
 	start := len(st.plan)
 	for _, bk := range ps.plan {
-		src, val := ps.engine.Caller(bk.Policy, &ps.view)
+		// The identity is a keyed hash of the key source and its value, so
+		// one identity has one name, whichever policy it is in.
+		id := maphash.String(ps.seed, bk.Request.ID)
+		name, ok := ps.names[id]
+		if !ok {
+			src, val := ps.engine.Caller(bk.Policy, &ps.view)
+			name = caller{source: src, value: strings.Clone(val)}
+			ps.names[id] = name
+		}
 		st.plan = append(st.plan, bk)
-		st.callers = append(st.callers, caller{source: src, value: strings.Clone(val)})
-		st.ids = append(st.ids, maphash.String(ps.seed, bk.Request.ID))
+		st.callers = append(st.callers, name)
+		st.ids = append(st.ids, id)
 	}
 	end := len(st.plan)
 	e.plan, e.callers, e.ids = st.plan[start:end:end], st.callers[start:end:end], st.ids[start:end:end]

@@ -152,17 +152,23 @@ func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
 	return d.result(), nil
 }
 
+// dataPool recycles the batches' line buffers.
+var dataPool = sync.Pool{New: func() any { return make([]byte, 0, 256<<10) }}
+
 // readBatches splits r into batches of lines and hands each to send.
 func readBatches(ctx context.Context, r io.Reader, maxLine int, send func(*batch) bool) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	line := int64(0)
-	b := &batch{first: 1, done: make(chan struct{})}
+	newBatch := func() *batch {
+		return &batch{first: line + 1, done: make(chan struct{}), data: dataPool.Get().([]byte), ends: make([]int, 0, batchLines)}
+	}
+	b := newBatch()
 	flush := func() bool {
 		if len(b.ends) == 0 {
 			return true
 		}
 		ok := send(b)
-		b = &batch{first: line + 1, done: make(chan struct{})}
+		b = newBatch()
 		return ok
 	}
 	for {
@@ -209,7 +215,7 @@ const tooLongMark = "\x00too long"
 
 func parseBatch(ps *parser, b *batch) {
 	b.entries = make([]entry, len(b.ends))
-	n := len(b.ends)*len(ps.engine.Policies)/2 + 1
+	n := len(b.ends) * len(ps.engine.Policies) // at most a bucket per policy a line
 	st := batchStore{plan: make([]extauthz.Bucket, 0, n), callers: make([]caller, 0, n), ids: make([]uint64, 0, n)}
 	start := 0
 	for i, end := range b.ends {
@@ -227,6 +233,7 @@ func parseBatch(ps *parser, b *batch) {
 			ps.parse(ln, e, &st)
 		}
 	}
+	dataPool.Put(b.data[:0])
 	b.data = nil
 	close(b.done)
 }
@@ -266,16 +273,28 @@ type decider struct {
 	lines, decided, skipped, late int64
 	from, to                      int64
 	shown                         int
-	stats                         map[*extauthz.Policy]*policyStats
+	policies                      []*extauthz.Policy
+	stats                         []*policyStats // stats[i] is policies[i]'s
+	callers                       callerTable
 }
 
 func newDecider(o Options) *decider {
-	d := &decider{o: o, window: o.ReorderWindow.Microseconds(), stats: map[*extauthz.Policy]*policyStats{},
-		from: math.MaxInt64, to: math.MinInt64}
+	d := &decider{o: o, window: o.ReorderWindow.Microseconds(), policies: o.Engine.Policies,
+		from: math.MaxInt64, to: math.MinInt64, callers: callerTable{index: map[uint64]int32{}}}
 	for _, p := range o.Engine.Policies {
-		d.stats[p] = newPolicyStats(p)
+		d.stats = append(d.stats, newPolicyStats(p))
 	}
 	return d
+}
+
+// statsOf returns p's counts (a handful of policies: a scan beats a map).
+func (d *decider) statsOf(p *extauthz.Policy) *policyStats {
+	for i, q := range d.policies {
+		if q == p {
+			return d.stats[i]
+		}
+	}
+	panic("replay: a plan names a policy of another engine")
 }
 
 // add takes the next line in file order.
@@ -350,25 +369,42 @@ func (d *decider) decide(e *entry) {
 	if d.o.OnDecision != nil {
 		d.o.OnDecision(e.line, allowed)
 	}
+	g, last, counted := int32(-1), uint64(0), false
 	for i := range e.plan {
 		b := &e.plan[i]
 		ok := allowed
 		if b.Policy.Shadow {
 			ok = shadowAllowed
 		}
-		d.stats[b.Policy].record(e, i, ok, !ok && !res[i].Allowed)
+		// A line's buckets often share an identity (per key, per address):
+		// look it up once.
+		if g < 0 || e.ids[i] != last {
+			g, last = d.callers.of(e, i), e.ids[i]
+		}
+		s := d.statsOf(b.Policy)
+		s.record(e, i, g, ok, !ok && !res[i].Allowed)
+		if s.collateral && !counted && e.callers[i].source == "client_ip" {
+			d.callers.behind(g, e.ua, e.key) // once a line, whichever policies count it
+			counted = true
+		}
 	}
 }
 
-// entryHeap orders entries by start_time, then line number.
-type entryHeap []*entry
+// entryHeap orders entries by start_time, then line number. It holds the
+// keys beside the pointers, so comparing two never reads an entry.
+type entryHeap []heapItem
+
+type heapItem struct {
+	at, line int64
+	e        *entry
+}
 
 func (h entryHeap) less(i, j int) bool {
 	return h[i].at < h[j].at || (h[i].at == h[j].at && h[i].line < h[j].line)
 }
 
 func (h *entryHeap) push(e *entry) {
-	*h = append(*h, e)
+	*h = append(*h, heapItem{e.at, e.line, e})
 	s := *h
 	for i := len(s) - 1; i > 0; {
 		p := (i - 1) / 2
@@ -382,10 +418,10 @@ func (h *entryHeap) push(e *entry) {
 
 func (h *entryHeap) pop() *entry {
 	s := *h
-	top := s[0]
+	top := s[0].e
 	n := len(s) - 1
 	s[0] = s[n]
-	s[n] = nil
+	s[n] = heapItem{}
 	s = s[:n]
 	for i := 0; ; {
 		l, r, m := 2*i+1, 2*i+2, i

@@ -10,37 +10,80 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
+// callerTable names every caller seen, once, whatever policies it met:
+// an identity is a keyed hash of a key source and its value, so it is the
+// same caller in every policy keyed alike. Its index and rows hold no
+// pointers (the names and identities apart), so the collector never walks
+// them: a replay holds hundreds of thousands of callers while it allocates
+// for every line.
+type callerTable struct {
+	index    map[uint64]int32 // identity hash → row
+	names    []caller
+	ids      []string // the bucket identity (a keyed hash; --redact shows it)
+	sets     []int32  // 1 + index into behindOf, for a client address
+	behindOf []collateralSets
+	overflow []map[uint64]struct{}
+}
+
+// of returns the row of e's i-th caller, adding it when new.
+func (t *callerTable) of(e *entry, i int) int32 {
+	g, ok := t.index[e.ids[i]]
+	if !ok {
+		g = int32(len(t.names))
+		t.index[e.ids[i]] = g
+		t.names = append(t.names, e.callers[i])
+		t.ids = append(t.ids, e.plan[i].Request.ID)
+		t.sets = append(t.sets, 0)
+	}
+	return g
+}
+
+// collateralSets counts who was behind one client address.
+type collateralSets struct {
+	userAgents, apiKeys hashSet
+}
+
+// behind counts a user agent and an API key seen behind client address g.
+func (t *callerTable) behind(g int32, ua, key uint64) {
+	if t.sets[g] == 0 {
+		t.behindOf = append(t.behindOf, collateralSets{})
+		t.sets[g] = int32(len(t.behindOf))
+	}
+	cs := &t.behindOf[t.sets[g]-1]
+	t.add(&cs.userAgents, ua)
+	t.add(&cs.apiKeys, key)
+}
+
 // policyStats counts one policy's decisions.
 type policyStats struct {
 	p                          *extauthz.Policy
 	requests, allowed, denied  int64
-	callers                    map[uint64]*callerStats
+	local                      []int32 // caller row → 1 + index into callers
+	callers                    []callerStats
 	series                     series
 	collateral                 bool // keyed by client_ip: count who was behind each address
 	limit                      limiter.Limit
 	unitsPerToken, unitsPerMic int64
 }
 
-// callerStats is one bucket's caller.
+// callerStats is one caller at one policy.
 type callerStats struct {
-	caller
-	id               string // the bucket identity (a keyed hash; --redact shows it)
+	g                int32 // the caller's row in the callerTable
 	requests, denied int64
 	// backlog is the caller's peak-backlog recurrence in the limit's units:
 	// B ← max(0, B − G·Δt) + cost·K at each request; peak is its maximum.
 	backlog, last, peak int64
-	userAgents, apiKeys hashSet
 }
 
 func newPolicyStats(p *extauthz.Policy) *policyStats {
 	k, g := p.Limit.Units()
-	return &policyStats{p: p, callers: map[uint64]*callerStats{}, collateral: p.KeyedByClientIP(),
-		limit: p.Limit, unitsPerToken: k, unitsPerMic: g}
+	return &policyStats{p: p, collateral: p.KeyedByClientIP(), limit: p.Limit, unitsPerToken: k, unitsPerMic: g}
 }
 
-// record counts e's i-th bucket: allowed is whether its side of the decision
-// (enforced or shadow) passed, short whether this bucket could not pay.
-func (s *policyStats) record(e *entry, i int, allowed, short bool) {
+// record counts e's i-th bucket, whose caller is row g: allowed is whether
+// its side of the decision (enforced or shadow) passed, short whether this
+// bucket could not pay.
+func (s *policyStats) record(e *entry, i int, g int32, allowed, short bool) {
 	s.requests++
 	if allowed {
 		s.allowed++
@@ -49,11 +92,14 @@ func (s *policyStats) record(e *entry, i int, allowed, short bool) {
 	}
 	s.series.add(e.at, short)
 
-	c := s.callers[e.ids[i]]
-	if c == nil {
-		c = &callerStats{caller: e.callers[i], id: e.plan[i].Request.ID, last: e.at}
-		s.callers[e.ids[i]] = c
+	for int(g) >= len(s.local) {
+		s.local = append(s.local, 0)
 	}
+	if s.local[g] == 0 {
+		s.callers = append(s.callers, callerStats{g: g, last: e.at})
+		s.local[g] = int32(len(s.callers))
+	}
+	c := &s.callers[s.local[g]-1]
 	c.requests++
 	if short {
 		c.denied++
@@ -63,10 +109,6 @@ func (s *policyStats) record(e *entry, i int, allowed, short bool) {
 	c.backlog = satAdd(c.backlog, satMul(e.plan[i].Request.Cost, s.unitsPerToken))
 	c.last = e.at
 	c.peak = max(c.peak, c.backlog)
-	if s.collateral && c.source == "client_ip" {
-		c.userAgents.add(e.ua)
-		c.apiKeys.add(e.key)
-	}
 }
 
 func satMul(a, b int64) int64 {
@@ -94,42 +136,46 @@ func (s *policyStats) needed(c *callerStats) int64 {
 // maxHashSet bounds the distinct values a hashSet counts.
 const maxHashSet = 1000
 
-// hashSet counts distinct non-zero hashes, up to maxHashSet.
+// hashSet counts distinct non-zero hashes, up to maxHashSet: a few inline,
+// more in one of its callerTable's overflow maps.
 type hashSet struct {
-	few  []uint64
-	many map[uint64]struct{}
+	few  [4]uint64
+	n    int32
+	many int32 // 1 + index into overflow; 0 while few suffice
 }
 
-func (h *hashSet) add(x uint64) {
+func (s *callerTable) add(h *hashSet, x uint64) {
 	if x == 0 {
 		return
 	}
-	if h.many != nil {
-		if len(h.many) < maxHashSet {
-			h.many[x] = struct{}{}
+	if h.many > 0 {
+		if m := s.overflow[h.many-1]; len(m) < maxHashSet {
+			m[x] = struct{}{}
 		}
 		return
 	}
-	if slices.Contains(h.few, x) {
+	if slices.Contains(h.few[:h.n], x) {
 		return
 	}
-	if len(h.few) < 8 {
-		h.few = append(h.few, x)
+	if int(h.n) < len(h.few) {
+		h.few[h.n] = x
+		h.n++
 		return
 	}
-	h.many = make(map[uint64]struct{}, 16)
+	m := make(map[uint64]struct{}, 2*len(h.few))
 	for _, y := range h.few {
-		h.many[y] = struct{}{}
+		m[y] = struct{}{}
 	}
-	h.many[x] = struct{}{}
-	h.few = nil
+	m[x] = struct{}{}
+	s.overflow = append(s.overflow, m)
+	h.many = int32(len(s.overflow))
 }
 
-func (h *hashSet) len() int {
-	if h.many != nil {
-		return len(h.many)
+func (s *callerTable) distinct(h *hashSet) int {
+	if h.many > 0 {
+		return len(s.overflow[h.many-1])
 	}
-	return len(h.few)
+	return int(h.n)
 }
 
 // maxBins bounds a series: when time runs past it, bins double in width.
@@ -179,7 +225,8 @@ type Result struct {
 	To       string         `json:"to"`
 	Policies []PolicyResult `json:"policies"`
 
-	stats []*policyStats
+	stats   []*policyStats
+	callers *callerTable
 }
 
 // PolicyResult is one policy's part of a Result.
@@ -247,9 +294,7 @@ func (d *decider) result() *Result {
 	if d.decided > 0 {
 		r.From, r.To = formatTime(d.from), formatTime(d.to)
 	}
-	for _, p := range d.o.Engine.Policies {
-		r.stats = append(r.stats, d.stats[p])
-	}
+	r.stats, r.callers = d.stats, &d.callers
 	return r
 }
 
@@ -269,14 +314,17 @@ func (r *Result) Report(o ReportOptions) *Result {
 		type kv struct {
 			id string
 			c  *callerStats
+			n  caller
 		}
 		var denied []kv
 		pr.needs = make([]int64, 0, len(s.callers))
-		for _, c := range s.callers {
+		t := r.callers
+		for j := range s.callers {
+			c := &s.callers[j]
 			pr.needs = append(pr.needs, s.needed(c))
 			if c.denied > 0 {
 				pr.CallersDenied++
-				denied = append(denied, kv{c.id, c})
+				denied = append(denied, kv{t.ids[c.g], c, t.names[c.g]})
 			}
 		}
 		slices.Sort(pr.needs)
@@ -294,7 +342,7 @@ func (r *Result) Report(o ReportOptions) *Result {
 			return strings.Compare(a.id, b.id)
 		})
 		for _, x := range denied[:min(o.Top, len(denied))] {
-			pr.TopDenied = append(pr.TopDenied, TopCaller{Caller: show(x.c.caller, x.id, o.Redact), Requests: x.c.requests, Denied: x.c.denied,
+			pr.TopDenied = append(pr.TopDenied, TopCaller{Caller: show(x.n, x.id, o.Redact), Requests: x.c.requests, Denied: x.c.denied,
 				CapacityNeeded: s.needed(x.c)})
 		}
 		if s.collateral {
@@ -304,12 +352,13 @@ func (r *Result) Report(o ReportOptions) *Result {
 				if n == o.Top {
 					break
 				}
-				if x.c.source != "client_ip" {
+				if x.n.source != "client_ip" || t.sets[x.c.g] == 0 {
 					continue
 				}
+				cs := &t.behindOf[t.sets[x.c.g]-1]
 				n++
-				pr.Collateral = append(pr.Collateral, Collateral{Caller: show(x.c.caller, x.id, o.Redact), Requests: x.c.requests,
-					Denied: x.c.denied, CapacityNeeded: s.needed(x.c), UserAgents: x.c.userAgents.len(), APIKeys: x.c.apiKeys.len()})
+				pr.Collateral = append(pr.Collateral, Collateral{Caller: show(x.n, x.id, o.Redact), Requests: x.c.requests,
+					Denied: x.c.denied, CapacityNeeded: s.needed(x.c), UserAgents: t.distinct(&cs.userAgents), APIKeys: t.distinct(&cs.apiKeys)})
 			}
 		}
 		r.Policies = append(r.Policies, pr)
