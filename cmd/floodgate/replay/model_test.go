@@ -233,7 +233,11 @@ type model struct {
 	buckets map[string]*mbucket
 	stats   map[string]*mstats
 	// decisions[i] is line i+1's decision, for decided lines.
-	decisions                     map[int64]bool
+	decisions map[int64]bool
+	// agents and keys count the distinct user agents and API keys seen
+	// behind each client address (by its caller name), on lines a
+	// client_ip policy keyed by it.
+	agents, keys                  map[string]map[string]bool
 	lines, decided, skipped, late int64
 }
 
@@ -254,7 +258,8 @@ type mstats struct {
 }
 
 func newModel(window time.Duration) *model {
-	m := &model{window: window.Milliseconds(), buckets: map[string]*mbucket{}, stats: map[string]*mstats{}, decisions: map[int64]bool{}}
+	m := &model{window: window.Milliseconds(), buckets: map[string]*mbucket{}, stats: map[string]*mstats{}, decisions: map[int64]bool{},
+		agents: map[string]map[string]bool{}, keys: map[string]map[string]bool{}}
 	for _, p := range modelPolicies {
 		m.stats[p.name] = &mstats{callers: map[string]*mcaller{}}
 	}
@@ -352,6 +357,20 @@ func (m *model) run(lines []mline) {
 	for _, it := range items {
 		m.decided++
 		plan := m.plan(it.r)
+		for _, x := range plan {
+			if slices.Contains(x.p.keys, "client_ip") && strings.HasPrefix(x.id, "client_ip ") {
+				if m.agents[x.id] == nil {
+					m.agents[x.id], m.keys[x.id] = map[string]bool{}, map[string]bool{}
+				}
+				if ua, ok := it.r.header("user-agent"); ok {
+					m.agents[x.id][ua] = true
+				}
+				if k, ok := it.r.header("x-api-key"); ok && strings.TrimSpace(k) != "" {
+					m.keys[x.id][strings.TrimSpace(k)] = true
+				}
+				break
+			}
+		}
 		allowed := true
 		short := make([]bool, len(plan))
 		for _, shadow := range []bool{false, true} {
@@ -440,6 +459,10 @@ func (m *model) policy(p *mpolicy) PolicyResult {
 		if c.denied > 0 {
 			pr.CallersDenied++
 			pr.TopDenied = append(pr.TopDenied, TopCaller{Caller: id, Requests: c.requests, Denied: c.denied, CapacityNeeded: ceilRat(c.peak)})
+			if slices.Contains(p.keys, "client_ip") && strings.HasPrefix(id, "client_ip ") {
+				pr.Collateral = append(pr.Collateral, Collateral{Caller: id, Requests: c.requests, Denied: c.denied,
+					CapacityNeeded: ceilRat(c.peak), UserAgents: len(m.agents[id]), APIKeys: len(m.keys[id])})
+			}
 		}
 	}
 	slices.Sort(needs)
@@ -530,6 +553,14 @@ func TestReplayMatchesTheRationalModel(t *testing.T) {
 				}
 				if !slices.Equal(g.TopDenied, want.TopDenied) {
 					t.Errorf("%s: denied callers\n got   %v\n model %v", want.Name, g.TopDenied, want.TopDenied)
+				}
+				slices.SortFunc(g.Collateral, func(a, b Collateral) int { return strings.Compare(a.Caller, b.Caller) })
+				slices.SortFunc(want.Collateral, func(a, b Collateral) int { return strings.Compare(a.Caller, b.Caller) })
+				if !slices.Equal(g.Collateral, want.Collateral) {
+					t.Errorf("%s: collateral\n got   %v\n model %v", want.Name, g.Collateral, want.Collateral)
+				}
+				if (want.Name == "ip" || want.Name == "shadow-ip") && len(want.Collateral) == 0 {
+					t.Errorf("%s: no denied client address to check the collateral report on", want.Name)
 				}
 				if g.Denied == 0 || g.Allowed == 0 {
 					t.Errorf("%s: the log should both allow and deny (allowed %d, denied %d)", g.Name, g.Allowed, g.Denied)
