@@ -137,7 +137,11 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *htmlPath != "" {
 		f, err := os.Create(*htmlPath)
 		if err == nil {
-			err = replay.WriteHTML(f, results[len(results)-1], *path)
+			var rs []replay.Labeled
+			for i, r := range results {
+				rs = append(rs, replay.Labeled{Label: runs[i].Text, Result: r})
+			}
+			err = replay.WriteHTML(f, *path, rs)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}

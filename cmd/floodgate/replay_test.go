@@ -70,6 +70,7 @@ func TestReplayCommandLine(t *testing.T) {
 	const cfg = "../../cmd/floodgate/replay/testdata/example.yaml"
 	const log = "../../cmd/floodgate/replay/testdata/example.log"
 	html := filepath.Join(t.TempDir(), "report.html")
+	compared := filepath.Join(t.TempDir(), "compared.html")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -91,6 +92,8 @@ func TestReplayCommandLine(t *testing.T) {
 		{"--redact hides the callers' keys", []string{"--config", cfg, "--log", log, "--redact"}, 0, "header:x-api-key #"},
 		{"--print-log-format prints the headers the policies read", []string{"--config", cfg, "--print-log-format"}, 0, `x-api-key: "%REQ(X-API-KEY)%"`},
 		{"--html writes a report", []string{"--config", cfg, "--log", log, "--html", html}, 0, "api-per-key"},
+		{"--compare prints a row per policy and run", []string{"--config", cfg, "--log", log, "--compare", "--set", "api-per-key.capacity=30",
+			"--set", "api-per-key.mode=shadow", "--html", compared}, 0, "api-per-key  api-per-key.mode=shadow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -103,8 +106,11 @@ func TestReplayCommandLine(t *testing.T) {
 			}
 		})
 	}
-	if b, err := os.ReadFile(html); err != nil || !bytes.Contains(b, []byte("<svg")) {
-		t.Errorf("--html wrote no chart (%v)", err)
+	if b, err := os.ReadFile(html); err != nil || bytes.Count(b, []byte("<svg")) != 1 {
+		t.Errorf("--html should write one chart for the one policy (%v)", err)
+	}
+	if b, err := os.ReadFile(compared); err != nil || bytes.Count(b, []byte("<svg")) != 3 {
+		t.Errorf("--compare --html should write a chart per policy and run: 3 (%v)", err)
 	}
 
 	// Standard input, --top and --json together.

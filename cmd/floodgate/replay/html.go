@@ -8,12 +8,18 @@ import (
 	"time"
 )
 
-// WriteHTML writes r as one self-contained page: no scripts, no styles or
-// images fetched, one inline SVG chart per policy (requests and would-be
-// denials over time; the distribution of capacity_needed over callers with
-// the configured capacity marked). The page is also well-formed XML, so it
-// can be checked with any XML parser.
-func WriteHTML(w io.Writer, r *Result, configName string) error {
+// Labeled is one replay of a log, as a report shows it.
+type Labeled struct {
+	Label  string // the --set overrides; "" for the configuration as it is
+	Result *Result
+}
+
+// WriteHTML writes runs as one self-contained page: no scripts, no styles or
+// images fetched, one inline SVG chart per policy and run (requests and
+// would-be denials over time; the distribution of capacity_needed over
+// callers with the configured capacity marked). The page is also
+// well-formed XML, so it can be checked with any XML parser.
+func WriteHTML(w io.Writer, configName string, runs []Labeled) error {
 	var b strings.Builder
 	esc := html.EscapeString
 	b.WriteString(`<!DOCTYPE html>
@@ -31,25 +37,42 @@ td.name { text-align: left; }
 </head>
 <body>
 `)
-	fmt.Fprintf(&b, "<h1>floodgate replay of %s</h1>\n", esc(configName))
-	fmt.Fprintf(&b, "<p>%d lines: %d decided, %d skipped, %d late", r.Lines, r.Decided, r.Skipped, r.Late)
+	fmt.Fprintf(&b, "<h1>floodgate replay with %s</h1>\n", esc(configName))
+	for _, run := range runs {
+		if len(runs) > 1 {
+			label := run.Label
+			if label == "" {
+				label = "the configuration as it is"
+			}
+			fmt.Fprintf(&b, "<h2>%s</h2>\n", esc(label))
+		}
+		writeRun(&b, run.Result)
+	}
+	b.WriteString("</body>\n</html>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeRun(b *strings.Builder, r *Result) {
+	esc := html.EscapeString
+	fmt.Fprintf(b, "<p>%d lines: %d decided, %d skipped, %d late", r.Lines, r.Decided, r.Skipped, r.Late)
 	if r.From != "" {
-		fmt.Fprintf(&b, "; from %s to %s", esc(r.From), esc(r.To))
+		fmt.Fprintf(b, "; from %s to %s", esc(r.From), esc(r.To))
 	}
 	b.WriteString(".</p>\n<table>\n<tr><th>policy</th><th>mode</th><th>capacity</th><th>refill/s</th><th>requests</th><th>allowed</th><th>denied</th><th>denied by other</th><th>callers</th><th>denied callers</th><th>capacity needed p50</th><th>p90</th><th>p99</th><th>max</th></tr>\n")
 	for _, p := range r.Policies {
-		fmt.Fprintf(&b, "<tr><td class=\"name\">%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td></tr>\n",
+		fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td></tr>\n",
 			esc(p.Name), p.Mode, p.Capacity, esc(p.RefillPerSecond), p.Requests, p.Allowed, p.Denied, p.DeniedByOther, p.Callers,
 			p.CallersDenied, p.CapacityNeeded.P50, p.CapacityNeeded.P90, p.CapacityNeeded.P99, p.CapacityNeeded.Max)
 	}
 	b.WriteString("</table>\n")
 	for _, p := range r.Policies {
-		fmt.Fprintf(&b, "<h2>%s</h2>\n", esc(p.Name))
-		chart(&b, &p)
+		fmt.Fprintf(b, "<h3>%s</h3>\n", esc(p.Name))
+		chart(b, &p)
 		if len(p.TopDenied) > 0 {
 			b.WriteString("<table>\n<tr><th>caller</th><th>requests</th><th>denied</th></tr>\n")
 			for _, c := range p.TopDenied {
-				fmt.Fprintf(&b, "<tr><td class=\"name\">%s</td><td>%d</td><td>%d</td></tr>\n", esc(c.Caller), c.Requests, c.Denied)
+				fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%d</td><td>%d</td></tr>\n", esc(c.Caller), c.Requests, c.Denied)
 			}
 			b.WriteString("</table>\n")
 		}
@@ -57,15 +80,12 @@ td.name { text-align: left; }
 			b.WriteString("<p>Denied client addresses and who was behind them (many user agents or API keys behind one address: a NAT or a proxy).</p>\n")
 			b.WriteString("<table>\n<tr><th>caller</th><th>requests</th><th>denied</th><th>user agents</th><th>API keys</th></tr>\n")
 			for _, c := range p.Collateral {
-				fmt.Fprintf(&b, "<tr><td class=\"name\">%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
+				fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
 					esc(c.Caller), c.Requests, c.Denied, atLeast(c.UserAgents), atLeast(c.APIKeys))
 			}
 			b.WriteString("</table>\n")
 		}
 	}
-	b.WriteString("</body>\n</html>\n")
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 // Chart geometry: two panels side by side.

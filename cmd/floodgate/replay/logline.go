@@ -128,8 +128,11 @@ func (ps *parser) read(b []byte, e *entry) error {
 		return errNotObject
 	}
 	st := o.Get("start_time")
-	if st == nil || st.Type() != fastjson.TypeString {
+	if st == nil || st.Type() == fastjson.TypeNull {
 		return errors.New(`start_time is missing (Envoy's "%START_TIME%")`)
+	}
+	if st.Type() != fastjson.TypeString {
+		return errors.New(`start_time is not a string: log Envoy's "%START_TIME%", an RFC 3339 time such as 2026-11-30T12:00:01.250Z`)
 	}
 	t, err := time.Parse(time.RFC3339Nano, str(st))
 	if err != nil {

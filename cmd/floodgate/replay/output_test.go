@@ -44,7 +44,7 @@ func modelResult(t *testing.T) *Result {
 func TestTheHTMLReportIsWellFormedWithOneChartPerPolicy(t *testing.T) {
 	res := modelResult(t)
 	var buf bytes.Buffer
-	if err := WriteHTML(&buf, res, "model.yaml"); err != nil {
+	if err := WriteHTML(&buf, "model.yaml", []Labeled{{Result: res}}); err != nil {
 		t.Fatal(err)
 	}
 	dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
