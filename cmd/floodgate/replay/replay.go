@@ -58,8 +58,12 @@ type Options struct {
 // DefaultReorderWindow is the default of Options.ReorderWindow.
 const DefaultReorderWindow = 60 * time.Second
 
-// batchLines is how many lines travel together between the stages.
-const batchLines = 512
+// A batch of lines travels between the stages once it holds batchLines
+// lines or batchBytes bytes.
+const (
+	batchLines = 512
+	batchBytes = 4 << 20
+)
 
 // batch is a run of consecutive lines and, once done is closed, their entries.
 type batch struct {
@@ -86,6 +90,7 @@ func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
 	if o.MaxLineBytes <= 0 {
 		o.MaxLineBytes = 1 << 20
 	}
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -142,11 +147,11 @@ func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
 	for range order { // let the reader stop
 	}
 	wg.Wait()
+	if err := parent.Err(); err != nil {
+		return nil, fmt.Errorf("replay interrupted: %w", err)
+	}
 	if readErr != nil && !errors.Is(readErr, context.Canceled) {
 		return nil, readErr
-	}
-	if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
-		return nil, err
 	}
 	d.flush()
 	return d.result(), nil
@@ -190,7 +195,7 @@ func readBatches(ctx context.Context, r io.Reader, maxLine int, send func(*batch
 				b.data = append(b.data[:start], tooLongMark...)
 			}
 			b.ends = append(b.ends, len(b.data))
-			if len(b.ends) == batchLines {
+			if len(b.ends) == batchLines || len(b.data) >= batchBytes {
 				if !flush() {
 					return ctx.Err()
 				}
