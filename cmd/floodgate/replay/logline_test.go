@@ -28,7 +28,7 @@ func TestLinesBecomeTheRequestsEnvoyChecked(t *testing.T) {
 		{name: "X-Forwarded-For too short for trusted_hops: the connection's address", key: "client_ip",
 			rest: `,"request_headers":{"x-forwarded-for":"203.0.113.9"}}`, caller: "client_ip 10.0.0.7"},
 		{name: "dynamic metadata as %DYNAMIC_METADATA(ns)% writes it", key: "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub",
-			rest: `,"metadata":{"envoy.filters.http.jwt_authn":{"jwt_payload":{"sub":"alice","exp":1796040000}}}}`,
+			rest:   `,"metadata":{"envoy.filters.http.jwt_authn":{"jwt_payload":{"sub":"alice","exp":1796040000}}}}`,
 			caller: "metadata:envoy.filters.http.jwt_authn:jwt_payload.sub alice"},
 		{name: "context_extensions", key: "context:tenant",
 			rest: `,"context_extensions":{"tenant":"acme"}}`, caller: "context:tenant acme"},
