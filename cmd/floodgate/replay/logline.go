@@ -117,11 +117,32 @@ type batchStore struct {
 
 var errNotObject = errors.New("not a JSON object")
 
+// notJSON words a parse error: fastjson's own, without its nesting, or
+// the likely cause of a line that ends inside a value.
+func notJSON(err error) error {
+	msg, _, _ := strings.Cut(err.Error(), "; unparsed tail")
+	if strings.Contains(msg, "unexpected end") || strings.Contains(msg, "missing closing") || strings.HasSuffix(msg, "empty string") {
+		return errors.New("not JSON: the line ends inside a value (cut short?)")
+	}
+	for {
+		rest, ok := strings.CutPrefix(msg, "cannot parse ")
+		if !ok {
+			break
+		}
+		_, after, ok := strings.Cut(rest, ": ")
+		if !ok || !strings.HasPrefix(after, "cannot parse ") {
+			break
+		}
+		msg = after
+	}
+	return errors.New("not JSON: " + msg)
+}
+
 // read fills the reusable CheckRequest from one line.
 func (ps *parser) read(b []byte, e *entry) error {
 	v, err := ps.p.ParseBytes(b)
 	if err != nil {
-		return fmt.Errorf("not JSON: %s", strings.TrimPrefix(err.Error(), "cannot parse JSON: "))
+		return notJSON(err)
 	}
 	o, err := v.Object()
 	if err != nil {
