@@ -15,6 +15,9 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 )
 
+// replayGOGC is replay's collector target (GOGC) unless GOGC is set.
+const replayGOGC = 200
+
 // setFlags collects repeated --set values.
 type setFlags []string
 
@@ -102,8 +105,16 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 2
 		}
 	}
-	// A batch job with a heap of callers: the collector as serve tunes it.
-	planGC(cfg.Runtime, os.LookupEnv, cgroupMemoryLimit).apply()
+	// Replay holds every caller while it allocates for every line: a
+	// collector that waits for the heap to triple costs it no more CPU
+	// than serve's setting and much less peak memory (make bench-replay
+	// measures both). GOGC, when set, wins; the container's memory limit
+	// applies as for serve.
+	gc := planGC(config.Runtime{MemoryLimitRatio: cfg.Runtime.MemoryLimitRatio}, os.LookupEnv, cgroupMemoryLimit)
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		gc.gcPercent = replayGOGC
+	}
+	gc.apply()
 	// The store as serve would run it: the memory backend with its cap; for
 	// a Redis configuration no cap (Redis keeps every live bucket).
 	maxBuckets := 1 << 40
