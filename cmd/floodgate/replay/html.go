@@ -122,7 +122,9 @@ func chart(b *strings.Builder, p *PolicyResult) {
 			}
 		}
 		binWidth := time.Duration(s.width) * time.Microsecond
-		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">requests (grey) and denied (red) per %s, up to %d</text>\n", x0, y0+h+20, binWidth, top)
+		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", x0, y0+h+12, clock(s.origin))
+		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", x0+w, y0+h+12, clock(s.origin+int64(n)*s.width))
+		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">requests (grey) and denied (red) per %s, up to %d</text>\n", x0, y0+h+26, binWidth, top)
 	} else {
 		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">no requests</text>\n", x0+10, y0+h/2)
 	}
@@ -149,12 +151,17 @@ func chart(b *strings.Builder, p *PolicyResult) {
 		ch := h * float64(c) / float64(ctop)
 		fmt.Fprintf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#48c\"/>\n", x0+float64(i)*bw, y0+h-ch, max(bw-0.5, 0.5), ch)
 	}
-	cx := x0 + (float64(p.Capacity)/float64(width)+0.5)*bw
+	// Bar i holds needs [i·width, (i+1)·width): the line parts the callers
+	// that fit (need ≤ capacity) from those that do not.
+	cx := x0 + float64(p.Capacity+1)/float64(width)*bw
 	fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d33\" stroke-width=\"2\"/>\n", cx, y0, cx, y0+h)
 	fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d33\">capacity %d</text>\n", cx+3, y0+10, p.Capacity)
-	fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">callers by capacity needed (0 to %d tokens, %d a bar), up to %d</text>\n", x0, y0+h+20, hi, width, ctop)
+	fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">callers by capacity needed (0 to %d tokens, %d a bar), up to %d</text>\n", x0, y0+h+26, hi, width, ctop)
 	b.WriteString("</svg>\n")
 }
+
+// clock renders a time of day (UTC) for an axis.
+func clock(us int64) string { return time.UnixMicro(us).UTC().Format("15:04:05") }
 
 func axes(b *strings.Builder, x, y, w, h float64) {
 	fmt.Fprintf(b, "<polyline points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"none\" stroke=\"#444\"/>\n", x, y, x, y+h, x+w, y+h)
