@@ -11,6 +11,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -122,5 +123,28 @@ func TestReplayAgreesWithServe(t *testing.T) {
 	}
 	if wrong > 0 {
 		t.Errorf("%d of %d decisions differ", wrong, len(lines))
+	}
+
+	// Policy by policy, serve's own counters (floodgate_decisions_total)
+	// and replay's: an enforced policy counts a denial when its bucket was
+	// short; a shadow policy counts shadow_denied whenever the shadow
+	// policies could not all pay.
+	res.Report(ReportOptions{})
+	for _, p := range res.Policies {
+		count := func(result string) int64 {
+			return int64(testutil.ToFloat64(srv.Metrics().Decisions.WithLabelValues(p.Name, result)))
+		}
+		allowed, denied := count("allowed"), count("denied")
+		wantDenied := p.Denied
+		if p.Mode == "shadow" {
+			allowed, denied = count("shadow_allowed"), count("shadow_denied")
+			wantDenied = p.Denied + p.DeniedByOther
+		}
+		if allowed != p.Allowed || denied != wantDenied {
+			t.Errorf("%s: serve counted %d allowed, %d denied; replay %d allowed, %d denied", p.Name, allowed, denied, p.Allowed, wantDenied)
+		}
+		if denied == 0 {
+			t.Errorf("%s: serve denied nothing: the comparison needs denials", p.Name)
+		}
 	}
 }
