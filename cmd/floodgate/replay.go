@@ -1,6 +1,7 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"flag"
@@ -30,7 +31,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "configuration whose policies decide the log")
-	logPath := fs.String("log", "", "Envoy JSON access log, one object a line (- for standard input)")
+	logPath := fs.String("log", "", "Envoy JSON access log, one object a line (FILE.gz is read compressed; - reads standard input)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	top := fs.Int("top", 10, "callers listed with the most denials")
 	redact := fs.Bool("redact", false, "show callers as a hash of their bucket identity, not their key in the clear")
@@ -177,6 +178,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
+// openLog opens the log: a file, gzip-compressed when its name ends in .gz
+// (as logrotate leaves old logs), or standard input for "-".
 func openLog(path string) (io.Reader, func(), error) {
 	if path == "-" {
 		return os.Stdin, func() {}, nil
@@ -185,7 +188,15 @@ func openLog(path string) (io.Reader, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return f, func() { f.Close() }, nil
+	if !strings.HasSuffix(path, ".gz") {
+		return f, func() { f.Close() }, nil
+	}
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return z, func() { z.Close(); f.Close() }, nil
 }
 
 // writeComparison prints one row per policy and run.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -106,6 +108,25 @@ func TestReplayCommandLine(t *testing.T) {
 			}
 		})
 	}
+	// A rotated, compressed log reads as the plain one.
+	plain, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz := filepath.Join(t.TempDir(), "access.log.gz")
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	zw.Write(plain)
+	zw.Close()
+	if err := os.WriteFile(gz, zb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	if run(context.Background(), []string{"replay", "--config", cfg, "--log", log, "--json"}, &a, io.Discard) != 0 ||
+		run(context.Background(), []string{"replay", "--config", cfg, "--log", gz, "--json"}, &b, io.Discard) != 0 || a.String() != b.String() {
+		t.Errorf("the .gz log replays differently:\n%s\n%s", a.String(), b.String())
+	}
+
 	if b, err := os.ReadFile(html); err != nil || bytes.Count(b, []byte("<svg")) != 1 {
 		t.Errorf("--html should write one chart for the one policy (%v)", err)
 	}
