@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"net/netip"
 	"strings"
 	"time"
 	"unsafe"
@@ -187,12 +186,9 @@ func (ps *parser) read(b []byte, e *entry) error {
 		return err
 	}
 	// The CheckRequest carries the address and the port apart; View.Source
-	// is the address.
-	if ap, err := netip.ParseAddrPort(addr); err == nil {
-		ps.sock.Address = ap.Addr().String()
-	} else {
-		ps.sock.Address = addr
-	}
+	// is the address, as Envoy's %DOWNSTREAM_REMOTE_ADDRESS% writes it
+	// before the port ("10.0.0.7:40000", "[2001:db8::1]:40000").
+	ps.sock.Address = hostOf(addr)
 	if ps.req.Attributes.Source.Principal, err = optString(o, "source_principal"); err != nil {
 		return err
 	}
@@ -333,4 +329,18 @@ func lowerName(k []byte) string {
 		return ""
 	}
 	return unsafe.String(&k[0], len(k))
+}
+
+// hostOf drops the port (and an IPv6 address's brackets) from an address.
+func hostOf(addr string) string {
+	if strings.HasPrefix(addr, "[") {
+		if i := strings.IndexByte(addr, ']'); i > 0 {
+			return addr[1:i]
+		}
+		return addr
+	}
+	if i := strings.LastIndexByte(addr, ':'); i >= 0 && strings.IndexByte(addr, ':') == i {
+		return addr[:i]
+	}
+	return addr
 }

@@ -15,10 +15,11 @@ import (
 // json_format access logger writes, and checks which caller the second one
 // was denied as: the identity replay read from the line.
 func TestLinesBecomeTheRequestsEnvoyChecked(t *testing.T) {
-	const head = `{"start_time":"2026-11-30T12:00:0%d.250Z","method":"GET","path":"/api/items?page=2","authority":"Api.Example.com:443","downstream_remote_address":"10.0.0.7:40000"`
+	const head = `{"start_time":"2026-11-30T12:00:0%d.250Z","method":"GET","path":"/api/items?page=2","authority":"Api.Example.com:443","downstream_remote_address":"ADDR"`
 	for _, tc := range []struct {
 		name, key, rest string
 		match           string
+		addr            string // downstream_remote_address, 10.0.0.7:40000 when ""
 		caller          string // the denied caller, "" when none is denied
 	}{
 		{name: "a header, its name in any case", key: "header:x-api-key",
@@ -38,6 +39,8 @@ func TestLinesBecomeTheRequestsEnvoyChecked(t *testing.T) {
 			rest: `}`, caller: "client_ip 10.0.0.7"},
 		{name: "a header match on a header not logged does not fit", key: "client_ip", match: `headers: [{name: x-tier, value: gold}]`,
 			rest: `}`, caller: ""},
+		{name: "an IPv6 peer as %DOWNSTREAM_REMOTE_ADDRESS% writes it, bucketed by /64", key: "client_ip",
+			addr: "[2001:db8::7]:40000", rest: `}`, caller: "client_ip 2001:db8::/64"},
 		{name: "other keys are ignored", key: "client_ip",
 			rest: `,"response_code":429,"upstream_host":null,"bytes":{"in":1}}`, caller: "client_ip 10.0.0.7"},
 	} {
@@ -59,7 +62,12 @@ policies:
 			if err != nil {
 				t.Fatal(err)
 			}
-			log := strings.Replace(head, "%d", "1", 1) + tc.rest + "\r\n" + strings.Replace(head, "%d", "2", 1) + tc.rest // CRLF, no final newline
+			addr := tc.addr
+			if addr == "" {
+				addr = "10.0.0.7:40000"
+			}
+			h := strings.Replace(head, "ADDR", addr, 1)
+			log := strings.Replace(h, "%d", "1", 1) + tc.rest + "\r\n" + strings.Replace(h, "%d", "2", 1) + tc.rest // CRLF, no final newline
 			res, err := Run(context.Background(), strings.NewReader(log), Options{Engine: cfg.Engine, ReorderWindow: time.Minute})
 			if err != nil {
 				t.Fatal(err)
