@@ -103,8 +103,8 @@ func (r *mreq) header(name string) (string, bool) {
 
 // clientIP is Envoy's rule with xff_num_trusted_hops 1: the second entry
 // from the right of X-Forwarded-For; when there is none or it is not an IP,
-// the connection's address (source/common/network/utility.cc and
-// source/common/http/utility.cc, Utility::getLastAddressFromXFF).
+// the connection's address (source/common/http/utility.cc,
+// Utility::getLastAddressFromXFF).
 func (r *mreq) clientIP() string {
 	xff, _ := r.header("x-forwarded-for")
 	parts := strings.Split(xff, ",")
