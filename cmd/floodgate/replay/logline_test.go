@@ -24,6 +24,8 @@ func TestLinesBecomeTheRequestsEnvoyChecked(t *testing.T) {
 	}{
 		{name: "a header, its name in any case", key: "header:x-api-key",
 			rest: `,"request_headers":{"X-API-Key":" k1 "}}`, caller: "header:x-api-key k1"},
+		{name: "a long API key is shown only in part", key: "header:x-api-key",
+			rest: `,"request_headers":{"x-api-key":"sk_live_0123456789abcdefghij"}}`, caller: "header:x-api-key sk_live_0123…"},
 		{name: "a null header is absent: the next source decides", key: "header:x-api-key, client_ip",
 			rest: `,"request_headers":{"x-api-key":null,"x-forwarded-for":"203.0.113.9, 10.0.0.1"}}`, caller: "client_ip 203.0.113.9"},
 		{name: "X-Forwarded-For too short for trusted_hops: the connection's address", key: "client_ip",

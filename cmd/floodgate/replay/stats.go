@@ -387,8 +387,12 @@ func rank(sorted []int64, p int) int64 {
 	return sorted[max(k, 1)-1]
 }
 
-// maxShown bounds a caller's value in a report.
-const maxShown = 24
+// maxShown bounds a caller's value in a report; maxShownSecret one that is
+// likely a credential (an API key, a token).
+const (
+	maxShown       = 24
+	maxShownSecret = 12
+)
 
 // show renders a caller: its key source and value (truncated), or with
 // redact the source and the start of its bucket identity (a keyed hash).
@@ -397,10 +401,14 @@ func show(c caller, id string, redact bool) string {
 		return "(no key: the shared bucket)"
 	}
 	v := c.value
+	limit := maxShown
+	if h, ok := strings.CutPrefix(c.source, "header:"); ok && sensitive(h) {
+		limit = maxShownSecret // enough to recognise a key, not to use it
+	}
 	if redact {
 		v = "#" + id[:min(len(id), 12)]
-	} else if len([]rune(v)) > maxShown {
-		v = string([]rune(v)[:maxShown]) + "…"
+	} else if len([]rune(v)) > limit {
+		v = string([]rune(v)[:limit]) + "…"
 	}
 	return c.source + " " + v
 }
