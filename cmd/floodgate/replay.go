@@ -37,7 +37,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	redact := fs.Bool("redact", false, "show callers as a hash of their bucket identity, not their key in the clear")
 	window := fs.Duration("reorder-window", replay.DefaultReorderWindow, "how far out of start_time order a line may come (Envoy logs a request when it ends)")
 	var sets setFlags
-	fs.Var(&sets, "set", "override a policy for the run: POLICY.capacity=N, POLICY.refill_per_second=R or POLICY.mode=shadow (repeatable; with --compare each --set is one column of the comparison, its overrides joined by commas)")
+	fs.Var(&sets, "set", "override a policy for the run: POLICY.capacity=N, POLICY.refill_per_second=R or POLICY.mode=shadow (repeatable; with --compare each --set is one more run of the log, its overrides joined by commas)")
 	compare := fs.Bool("compare", false, "run the log once with the configuration as it is and once per --set, and print one table")
 	printFormat := fs.Bool("print-log-format", false, "print the Envoy access-log block that logs what this configuration's policies read, and exit")
 	htmlPath := fs.String("html", "", "also write a self-contained HTML report (inline SVG charts) to this file")
