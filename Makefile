@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./cmd/floodgate/config:FuzzParse
 
-.PHONY: all build image run test e2e lint bench bench-ghz bench-tools bench-go bench-profile fuzz redis clean
+.PHONY: all build image run test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
 
 all: lint test
 
@@ -92,6 +92,15 @@ bench-go: redis
 bench-profile: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench run --floodgate $(BIN) --scenarios a,b,e --conc 64 --cell 5s --rounds 1 --profile bin/profiles $(BENCHFLAGS)
+
+## bench-replay: floodgate replay on a generated Envoy access log of 1,000,000 lines from 100,000 callers
+## (about 300 MB in a temporary directory): prints lines/s and the process's peak RSS. The log's size is
+## REPLAY_LINES lines from REPLAY_CALLERS callers.
+REPLAY_LINES   ?= 1000000
+REPLAY_CALLERS ?= 100000
+bench-replay:
+	$(GO) test -run '^$$' -bench '^BenchmarkReplayBinary$$' -benchtime 1x -timeout 30m ./cmd/floodgate/replay/ \
+	  -replay.lines $(REPLAY_LINES) -replay.callers $(REPLAY_CALLERS)
 
 ## fuzz: each fuzz target for FUZZTIME (make test replays their committed corpora in testdata/fuzz).
 fuzz:

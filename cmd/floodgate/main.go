@@ -22,6 +22,8 @@ Usage:
   floodgate serve    [--config FILE] [--log-format json|console] [--pprof 127.0.0.1:PORT]
   floodgate validate --config FILE
   floodgate check    --addr HOST:PORT --path P [-H 'name: value']... [--count N]
+  floodgate replay   --config FILE --log FILE|- [--json] [--html FILE] [--set POLICY.FIELD=V]... [--compare]
+                     [--top N] [--redact] [--reorder-window 60s] | --config FILE --print-log-format
   floodgate version
 
 Without --config, serve runs the embedded default: in-memory store, one sample
@@ -55,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return validate(args[1:], stdout, stderr)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
+	case "replay":
+		return replayCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		printVersion(stdout)
 		return 0

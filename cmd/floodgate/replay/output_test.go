@@ -1,0 +1,208 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/config"
+)
+
+func modelResult(t *testing.T) *Result {
+	t.Helper()
+	cfg, err := config.Parse("model.yaml", []byte(modelConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(11, 11))
+	var log strings.Builder
+	for _, l := range shuffle(rng, generate(rng, 2000), 5*time.Second) {
+		log.WriteString(l.text + "\n")
+	}
+	res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, ReorderWindow: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Report(ReportOptions{Top: 3})
+}
+
+// TestTheHTMLReportIsWellFormedWithOneChartPerPolicy parses the report as
+// XML (it is XHTML) and checks it holds one SVG chart per policy, each with
+// the configured capacity marked, and nothing that loads or runs anything.
+func TestTheHTMLReportIsWellFormedWithOneChartPerPolicy(t *testing.T) {
+	res := modelResult(t)
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, "model.yaml", []Labeled{{Result: res}}); err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
+	dec.Strict = true
+	dec.Entity = xml.HTMLEntity
+	var charts []string
+	var capacityMarks int
+	var inText bool
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the report is not well-formed: %v", err)
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			switch el.Name.Local {
+			case "script", "img", "link", "iframe", "object", "embed":
+				t.Errorf("the report has a <%s>: it must be self-contained and run nothing", el.Name.Local)
+			case "svg":
+				for _, a := range el.Attr {
+					if a.Name.Local == "data-policy" {
+						charts = append(charts, a.Value)
+					}
+				}
+			case "text":
+				inText = true
+			}
+			for _, a := range el.Attr {
+				if strings.HasPrefix(a.Value, "http") && a.Name.Local != "xmlns" && a.Name.Space != "xmlns" {
+					t.Errorf("<%s %s=%q> refers to the network", el.Name.Local, a.Name.Local, a.Value)
+				}
+			}
+		case xml.EndElement:
+			inText = false
+		case xml.CharData:
+			if inText && strings.HasPrefix(string(el), "capacity ") {
+				capacityMarks++
+			}
+		}
+	}
+	var want []string
+	for _, p := range res.Policies {
+		want = append(want, p.Name)
+	}
+	if !slices.Equal(charts, want) {
+		t.Errorf("charts for %v, want one per policy %v", charts, want)
+	}
+	if capacityMarks != len(want) {
+		t.Errorf("%d capacity marks, want one per chart (%d)", capacityMarks, len(want))
+	}
+}
+
+// TestTheJSONHasTheFixedFieldNames holds --json to the field names the
+// issue fixes.
+func TestTheJSONHasTheFixedFieldNames(t *testing.T) {
+	res := modelResult(t)
+	var buf bytes.Buffer
+	if err := res.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"lines", "decided", "skipped", "late", "from", "to", "policies"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("no %q in %s", k, buf.String()[:200])
+		}
+	}
+	p := doc["policies"].([]any)[0].(map[string]any)
+	for _, k := range []string{"name", "mode", "requests", "allowed", "denied", "callers", "callers_denied", "capacity_needed", "top_denied"} {
+		if _, ok := p[k]; !ok {
+			t.Errorf("policy has no %q", k)
+		}
+	}
+	for _, k := range []string{"p50", "p90", "p99", "max"} {
+		if _, ok := p["capacity_needed"].(map[string]any)[k]; !ok {
+			t.Errorf("capacity_needed has no %q", k)
+		}
+	}
+	top := p["top_denied"].([]any)
+	if len(top) != 3 {
+		t.Fatalf("top_denied has %d callers, want --top 3", len(top))
+	}
+	for _, k := range []string{"caller", "requests", "denied"} {
+		if _, ok := top[0].(map[string]any)[k]; !ok {
+			t.Errorf("top_denied[0] has no %q", k)
+		}
+	}
+}
+
+// TestThePrintedLogFormatIsAValidEnvoyAccessLog reads the printed block with
+// Envoy's own v3 schema (unknown fields are errors, the typed_config
+// resolves and validates) and checks it logs exactly what the policies read.
+func TestThePrintedLogFormatIsAValidEnvoyAccessLog(t *testing.T) {
+	cfg, err := config.Parse("model.yaml", []byte(modelConfig+`
+  - name: by-claim
+    match: {context: {route: search}, headers: [{name: x-tier, value: gold}]}
+    key: ["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", fingerprint]
+    fingerprint_headers: [user-agent]
+    capacity: 5
+    refill_per_second: 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := LogFormat(cfg.Engine, "model.yaml")
+	if !strings.Contains(out, "x-api-key") || !strings.Contains(out, "credentials") {
+		t.Errorf("the block should warn that it logs x-api-key:\n%s", out)
+	}
+	js, err := yaml.YAMLToJSON([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(js, &list); err != nil || len(list) != 1 {
+		t.Fatalf("want a list of one access log, got %s (%v)", js, err)
+	}
+	var al accesslogv3.AccessLog
+	if err := protojson.Unmarshal(list[0], &al); err != nil {
+		t.Fatalf("Envoy's schema refuses the block: %v\n%s", err, out)
+	}
+	if err := al.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	var block struct {
+		TypedConfig struct {
+			LogFormat struct {
+				JSONFormat map[string]any `json:"json_format"`
+			} `json:"log_format"`
+		} `json:"typed_config"`
+	}
+	if err := json.Unmarshal(list[0], &block); err != nil {
+		t.Fatal(err)
+	}
+	f := block.TypedConfig.LogFormat.JSONFormat
+	hs := f["request_headers"].(map[string]any)
+	var names []string
+	for k, v := range hs {
+		names = append(names, k)
+		if v != "%REQ("+strings.ToUpper(k)+")%" {
+			t.Errorf("request_headers.%s = %v", k, v)
+		}
+	}
+	slices.Sort(names)
+	if want := []string{"user-agent", "x-api-key", "x-cost", "x-forwarded-for", "x-tier"}; !slices.Equal(names, want) {
+		t.Errorf("request_headers logs %v, want %v", names, want)
+	}
+	if f["start_time"] != "%START_TIME%" || f["downstream_remote_address"] != "%DOWNSTREAM_REMOTE_ADDRESS%" {
+		t.Errorf("fixed fields wrong: %v", f)
+	}
+	if md := f["metadata"].(map[string]any); md["envoy.filters.http.jwt_authn"] != "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn)%" {
+		t.Errorf("metadata = %v", md)
+	}
+	if ctx := f["context_extensions"].(map[string]any); len(ctx) != 1 || ctx["route"] == nil {
+		t.Errorf("context_extensions = %v", ctx)
+	}
+}

@@ -1,0 +1,447 @@
+// Package replay decides an Envoy access log's requests offline, exactly as
+// `floodgate serve` would have decided them, and reports what each policy
+// would have done: `floodgate replay`.
+//
+// It is a second driver of the serving engine, not a copy of it: a log line
+// becomes the CheckRequest Envoy would have sent, read by extauthz's View;
+// extauthz.Engine.Plan matches and identifies; extauthz.Decider takes from
+// the in-memory store (limiter/memory) as Check does, all or nothing across
+// the enforced policies and the shadow ones on their own. Only the clock
+// differs: it reads the logged start_time.
+//
+// Envoy writes a line when a request ends, so lines come out of start order.
+// Lines are decided in start_time order within a bounded reorder window,
+// streaming: memory holds the window's lines and the callers seen, never the
+// log. Parsing and planning (JSON, matching, the identity hash) run on every
+// core; deciding runs in order on one goroutine.
+package replay
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/memory"
+)
+
+// Options configure a Run.
+type Options struct {
+	Engine *extauthz.Engine
+	// MaxBuckets caps the in-memory store (memory.Options.MaxBuckets).
+	MaxBuckets int
+	// ReorderWindow is how far out of start order a line may come and still
+	// be decided in order (the CLI's default is DefaultReorderWindow).
+	ReorderWindow time.Duration
+	// Workers parse and plan lines in parallel (default GOMAXPROCS).
+	Workers int
+	// Malformed receives "line N: why" for the first ShowMalformed skipped
+	// lines (default 5); nil discards them.
+	Malformed     io.Writer
+	ShowMalformed int
+	// MaxLineBytes bounds one line (default 1 MiB); a longer one is skipped.
+	MaxLineBytes int
+	// OnDecision, when set, hears every decided line in decision order:
+	// whether the request would have passed (shadow policies aside).
+	OnDecision func(line int64, allowed bool)
+}
+
+// DefaultReorderWindow is the default of Options.ReorderWindow.
+const DefaultReorderWindow = 60 * time.Second
+
+// A batch of lines travels between the stages once it holds batchLines
+// lines or batchBytes bytes.
+const (
+	batchLines = 512
+	batchBytes = 4 << 20
+)
+
+// batch is a run of consecutive lines and, once done is closed, their entries.
+type batch struct {
+	first   int64 // line number of the first line
+	data    []byte
+	ends    []int // end offsets of the lines in data
+	entries []entry
+	done    chan struct{}
+}
+
+// Run reads the log from r and decides it. Its error is for the input as a
+// whole (a read error); bad lines are counted in the result.
+func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
+	if o.Engine == nil {
+		return nil, errors.New("replay: no engine")
+	}
+	o.ReorderWindow = max(o.ReorderWindow, 0)
+	if o.Workers <= 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.ShowMalformed == 0 {
+		o.ShowMalformed = 5
+	}
+	if o.MaxLineBytes <= 0 {
+		o.MaxLineBytes = 1 << 20
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var keyHdrs []string
+	for _, s := range o.Engine.Inputs().Sources {
+		if h, ok := strings.CutPrefix(s, "header:"); ok {
+			keyHdrs = append(keyHdrs, h)
+		}
+	}
+	seed := maphash.MakeSeed()
+	work := make(chan *batch, 2*o.Workers)
+	order := make(chan *batch, 4*o.Workers)
+	var wg sync.WaitGroup
+	for range o.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ps := newParser(o.Engine, keyHdrs, seed)
+			for b := range work {
+				parseBatch(ps, b)
+			}
+		}()
+	}
+	var readErr error
+	go func() {
+		defer close(order)
+		defer close(work)
+		readErr = readBatches(ctx, r, o.MaxLineBytes, func(b *batch) bool {
+			select {
+			case work <- b:
+			case <-ctx.Done():
+				return false
+			}
+			select {
+			case order <- b:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+	}()
+
+	d := newDecider(o)
+	for b := range order {
+		<-b.done
+		for i := range b.entries {
+			d.add(&b.entries[i])
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	cancel()
+	for range order { // let the reader stop
+	}
+	wg.Wait()
+	if err := parent.Err(); err != nil {
+		return nil, fmt.Errorf("replay interrupted: %w", err)
+	}
+	if readErr != nil && !errors.Is(readErr, context.Canceled) {
+		return nil, readErr
+	}
+	d.flush()
+	return d.result(), nil
+}
+
+// dataPool recycles the batches' line buffers.
+var dataPool = sync.Pool{New: func() any { return make([]byte, 0, 256<<10) }}
+
+// readBatches splits r into batches of lines and hands each to send.
+func readBatches(ctx context.Context, r io.Reader, maxLine int, send func(*batch) bool) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	line := int64(0)
+	newBatch := func() *batch {
+		return &batch{first: line + 1, done: make(chan struct{}), data: dataPool.Get().([]byte), ends: make([]int, 0, batchLines)}
+	}
+	b := newBatch()
+	flush := func() bool {
+		if len(b.ends) == 0 {
+			return true
+		}
+		ok := send(b)
+		b = newBatch()
+		return ok
+	}
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 || err == nil || errors.Is(err, bufio.ErrBufferFull) {
+			line++
+			start := len(b.data)
+			b.data = append(b.data, chunk...)
+			tooLong := false
+			for errors.Is(err, bufio.ErrBufferFull) {
+				chunk, err = br.ReadSlice('\n')
+				if !tooLong && len(b.data)-start+len(chunk) <= maxLine {
+					b.data = append(b.data, chunk...)
+				} else {
+					tooLong = true
+				}
+			}
+			if tooLong || len(b.data)-start > maxLine {
+				b.data = append(b.data[:start], tooLongMark...)
+			}
+			b.ends = append(b.ends, len(b.data))
+			if len(b.ends) == batchLines || len(b.data) >= batchBytes {
+				if !flush() {
+					return ctx.Err()
+				}
+			}
+		}
+		if err != nil {
+			if err == io.EOF {
+				flush()
+				return nil
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			return fmt.Errorf("reading the log: %w", err)
+		}
+	}
+}
+
+// tooLongMark replaces a line longer than the limit (it is not JSON, so the
+// parser reports it; the message says why).
+const tooLongMark = "\x00too long"
+
+func parseBatch(ps *parser, b *batch) {
+	b.entries = make([]entry, len(b.ends))
+	n := len(b.ends) * len(ps.engine.Policies) // at most a bucket per policy a line
+	st := batchStore{plan: make([]extauthz.Bucket, 0, n), callers: make([]caller, 0, n), ids: make([]uint64, 0, n)}
+	start := 0
+	for i, end := range b.ends {
+		e := &b.entries[i]
+		e.line = b.first + int64(i)
+		ln := trimSpace(b.data[start:end])
+		start = end
+		switch {
+		case len(ln) == 0:
+			e.err = "" // a blank line is skipped quietly
+			e.at = blank
+		case string(ln) == tooLongMark:
+			e.err = "longer than the line limit"
+		default:
+			ps.parse(ln, e, &st)
+		}
+	}
+	dataPool.Put(b.data[:0])
+	b.data = nil
+	close(b.done)
+}
+
+// blank marks a blank line's entry.
+const blank = math.MinInt64
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	return b
+}
+
+// virtualClock is the store's clock: the start_time of the line being
+// decided. Only the deciding goroutine moves or reads it.
+type virtualClock struct{ us int64 }
+
+func (c *virtualClock) Now() time.Time { return time.UnixMicro(c.us) }
+
+// decider is the in-order stage: the reorder window, the store and the
+// counts.
+type decider struct {
+	o       Options
+	window  int64 // µs
+	clock   virtualClock
+	store   *memory.Store
+	dec     extauthz.Decider
+	res     []limiter.Result
+	pending entryHeap
+	maxSeen int64
+	seen    bool
+
+	lines, decided, skipped, late int64
+	from, to                      int64
+	shown                         int
+	policies                      []*extauthz.Policy
+	stats                         []*policyStats // stats[i] is policies[i]'s
+	callers                       callerTable
+}
+
+func newDecider(o Options) *decider {
+	d := &decider{o: o, window: o.ReorderWindow.Microseconds(), policies: o.Engine.Policies,
+		from: math.MaxInt64, to: math.MinInt64, callers: callerTable{index: map[uint64]int32{}}}
+	for _, p := range o.Engine.Policies {
+		d.stats = append(d.stats, newPolicyStats(p))
+	}
+	return d
+}
+
+// statsOf returns p's counts (a handful of policies: a scan beats a map).
+func (d *decider) statsOf(p *extauthz.Policy) *policyStats {
+	for i, q := range d.policies {
+		if q == p {
+			return d.stats[i]
+		}
+	}
+	panic("replay: a plan names a policy of another engine")
+}
+
+// add takes the next line in file order.
+func (d *decider) add(e *entry) {
+	d.lines++
+	if e.err != "" || e.at == blank {
+		d.skipped++
+		if e.err != "" && d.shown < d.o.ShowMalformed && d.o.Malformed != nil {
+			d.shown++
+			fmt.Fprintf(d.o.Malformed, "line %d: %s\n", e.line, e.err)
+		}
+		return
+	}
+	// A line more than the window before the latest start seen may follow
+	// lines already decided: deciding it would run the clock backwards.
+	if d.seen && e.at < d.maxSeen-d.window {
+		d.late++
+		return
+	}
+	if !d.seen || e.at > d.maxSeen {
+		d.maxSeen, d.seen = e.at, true
+	}
+	if len(e.plan) == 0 {
+		d.count(e) // no bucket: its place in the order changes nothing
+		if d.o.OnDecision != nil {
+			d.o.OnDecision(e.line, true)
+		}
+	} else {
+		d.pending.push(e)
+	}
+	for len(d.pending) > 0 && d.pending[0].at < d.maxSeen-d.window {
+		d.decide(d.pending.pop())
+	}
+}
+
+// flush decides every line still waiting (the end of the log).
+func (d *decider) flush() {
+	for len(d.pending) > 0 {
+		d.decide(d.pending.pop())
+	}
+}
+
+func (d *decider) count(e *entry) {
+	d.decided++
+	d.from, d.to = min(d.from, e.at), max(d.to, e.at)
+}
+
+func (d *decider) decide(e *entry) {
+	d.count(e)
+	d.clock.us = e.at
+	if d.store == nil {
+		d.store = memory.New(memory.Options{Clock: &d.clock, MaxBuckets: d.o.MaxBuckets})
+		d.dec.Store = d.store
+	}
+	if cap(d.res) < len(e.plan) {
+		d.res = make([]limiter.Result, len(e.plan))
+	}
+	res := d.res[:len(e.plan)]
+	clear(res)
+	allowed, shadowAllowed, err := d.dec.Decide(context.Background(), e.plan, res)
+	if err != nil {
+		// The in-memory store refuses only malformed requests, which Plan
+		// does not make; count it as a skipped line rather than guess.
+		d.decided--
+		d.skipped++
+		if d.shown < d.o.ShowMalformed && d.o.Malformed != nil {
+			d.shown++
+			fmt.Fprintf(d.o.Malformed, "line %d: %v\n", e.line, err)
+		}
+		return
+	}
+	if d.o.OnDecision != nil {
+		d.o.OnDecision(e.line, allowed)
+	}
+	g, last, counted := int32(-1), uint64(0), false
+	for i := range e.plan {
+		b := &e.plan[i]
+		ok := allowed
+		if b.Policy.Shadow {
+			ok = shadowAllowed
+		}
+		// A line's buckets often share an identity (per key, per address):
+		// look it up once.
+		if g < 0 || e.ids[i] != last {
+			g, last = d.callers.of(e, i), e.ids[i]
+		}
+		s := d.statsOf(b.Policy)
+		s.record(e, i, g, ok, !ok && !res[i].Allowed)
+		if s.collateral && !counted && e.callers[i].source == "client_ip" {
+			d.callers.behind(g, e.ua, e.key) // once a line, whichever policies count it
+			counted = true
+		}
+	}
+}
+
+// entryHeap orders entries by start_time, then line number. It holds the
+// keys beside the pointers, so comparing two never reads an entry.
+type entryHeap []heapItem
+
+type heapItem struct {
+	at, line int64
+	e        *entry
+}
+
+func (h entryHeap) less(i, j int) bool {
+	return h[i].at < h[j].at || (h[i].at == h[j].at && h[i].line < h[j].line)
+}
+
+func (h *entryHeap) push(e *entry) {
+	*h = append(*h, heapItem{e.at, e.line, e})
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *entryHeap) pop() *entry {
+	s := *h
+	top := s[0].e
+	n := len(s) - 1
+	s[0] = s[n]
+	s[n] = heapItem{}
+	s = s[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && s.less(l, m) {
+			m = l
+		}
+		if r < n && s.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return top
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// replayArgs turns a README command line into run's arguments, with the
+// repository's paths made relative to this package.
+func replayArgs(t *testing.T, line string) []string {
+	t.Helper()
+	cmd, ok := strings.CutPrefix(line, "$ go run ./cmd/floodgate ")
+	if !ok {
+		t.Fatalf("%q is not a floodgate command", line)
+	}
+	args := strings.Fields(cmd)
+	for i, a := range args {
+		if strings.HasPrefix(a, "cmd/") {
+			args[i] = filepath.Join("..", "..", a)
+		}
+	}
+	return args
+}
+
+// TestTheREADMEReplayExampleWorksAsWritten runs every command of the
+// README's worked example of floodgate replay and compares what it prints
+// (standard error, then the table) with what the README shows.
+func TestTheREADMEReplayExampleWorksAsWritten(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := regexp.MustCompile(`(?s)<!-- replay:start.*?<!-- replay:end -->`).Find(readme)
+	if section == nil {
+		t.Fatal("README has no replay example")
+	}
+	blocks := regexp.MustCompile("(?s)```console\n(.*?)```").FindAllSubmatch(section, -1)
+	if len(blocks) != 2 {
+		t.Fatalf("the replay example has %d console blocks, want 2 (a replay and a comparison)", len(blocks))
+	}
+	for _, b := range blocks {
+		lines := strings.Split(strings.TrimRight(string(b[1]), "\n"), "\n")
+		var out bytes.Buffer
+		if code := run(context.Background(), replayArgs(t, lines[0]), &out, &out); code != 0 {
+			t.Fatalf("%s: exit %d\n%s", lines[0], code, out.String())
+		}
+		got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+		want := lines[1:]
+		if len(got) != len(want) {
+			t.Errorf("%s printed %d lines, README shows %d:\n%s", lines[0], len(got), len(want), out.String())
+			continue
+		}
+		for i := range want {
+			if strings.TrimRight(got[i], " ") != strings.TrimRight(want[i], " ") {
+				t.Errorf("%s, line %d:\n got: %s\nwant: %s", lines[0], i+1, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestReplayCommandLine covers the flags a user can get wrong, and the
+// outputs the README does not show.
+func TestReplayCommandLine(t *testing.T) {
+	const cfg = "../../cmd/floodgate/replay/testdata/example.yaml"
+	const log = "../../cmd/floodgate/replay/testdata/example.log"
+	html := filepath.Join(t.TempDir(), "report.html")
+	compared := filepath.Join(t.TempDir(), "compared.html")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string // in the output
+	}{
+		{"without --config it says what is needed", []string{"--log", log}, 2, "--config FILE is required"},
+		{"without --log it says what is needed", []string{"--config", cfg}, 2, "--log FILE is required"},
+		{"a missing log file is named", []string{"--config", cfg, "--log", "nope.log"}, 1, "nope.log"},
+		{"--set names an unknown policy and the known ones", []string{"--config", cfg, "--log", log, "--set", "api.capacity=3"}, 2,
+			`no policy named "api" (the configuration has api-per-key)`},
+		{"--set refuses a field it cannot set", []string{"--config", cfg, "--log", log, "--set", "api-per-key.cost=3"}, 2, `"cost" cannot be set`},
+		{"--set refuses a bad capacity", []string{"--config", cfg, "--log", log, "--set", "api-per-key.capacity=-1"}, 2, "want a whole number > 0"},
+		{"--set refuses a bad rate with the configuration's message", []string{"--config", cfg, "--log", log, "--set", "api-per-key.refill_per_second=fast"}, 2,
+			"--set api-per-key.refill_per_second=fast: api-per-key.refill_per_second: must be a number > 0"},
+		{"--compare needs a file to read again", []string{"--config", cfg, "--log", "-", "--compare", "--set", "api-per-key.capacity=3"}, 2, "give --log a file"},
+		{"--compare needs a --set", []string{"--config", cfg, "--log", log, "--compare"}, 2, "at least one --set"},
+		{"--set changes the run", []string{"--config", cfg, "--log", log, "--json", "--set", "api-per-key.capacity=100"}, 0, `"capacity": 100`},
+		{"--redact hides the callers' keys", []string{"--config", cfg, "--log", log, "--redact"}, 0, "header:x-api-key #"},
+		{"--print-log-format prints the headers the policies read", []string{"--config", cfg, "--print-log-format"}, 0, `x-api-key: "%REQ(X-API-KEY)%"`},
+		{"--html writes a report", []string{"--config", cfg, "--log", log, "--html", html}, 0, "api-per-key"},
+		{"--compare prints a row per policy and run", []string{"--config", cfg, "--log", log, "--compare", "--set", "api-per-key.capacity=30",
+			"--set", "api-per-key.mode=shadow", "--html", compared}, 0, "api-per-key  api-per-key.mode=shadow"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			code := run(context.Background(), append([]string{"replay"}, tc.args...), &out, &out)
+			if code != tc.code || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("exit %d, want %d; output should contain %q:\n%s", code, tc.code, tc.want, out.String())
+			}
+			if strings.Contains(tc.name, "redact") && strings.Contains(out.String(), "key-export") {
+				t.Errorf("--redact printed an API key:\n%s", out.String())
+			}
+		})
+	}
+	// A rotated, compressed log reads as the plain one.
+	plain, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz := filepath.Join(t.TempDir(), "access.log.gz")
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	zw.Write(plain)
+	zw.Close()
+	if err := os.WriteFile(gz, zb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	if run(context.Background(), []string{"replay", "--config", cfg, "--log", log, "--json"}, &a, io.Discard) != 0 ||
+		run(context.Background(), []string{"replay", "--config", cfg, "--log", gz, "--json"}, &b, io.Discard) != 0 || a.String() != b.String() {
+		t.Errorf("the .gz log replays differently:\n%s\n%s", a.String(), b.String())
+	}
+
+	if b, err := os.ReadFile(html); err != nil || bytes.Count(b, []byte("<svg")) != 1 {
+		t.Errorf("--html should write one chart for the one policy (%v)", err)
+	}
+	if b, err := os.ReadFile(compared); err != nil || bytes.Count(b, []byte("<svg")) != 3 {
+		t.Errorf("--compare --html should write a chart per policy and run: 3 (%v)", err)
+	}
+
+	// Standard input, --top and --json together.
+	f, err := os.Open(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stdin := os.Stdin
+	os.Stdin = f
+	defer func() { os.Stdin = stdin }()
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "--config", cfg, "--log", "-", "--json", "--top", "1"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var res struct {
+		Lines    int `json:"lines"`
+		Policies []struct {
+			TopDenied []struct {
+				Caller string `json:"caller"`
+			} `json:"top_denied"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if res.Lines == 0 || len(res.Policies) != 1 || len(res.Policies[0].TopDenied) != 1 {
+		t.Errorf("--log - --top 1: %+v", res)
+	}
+}
