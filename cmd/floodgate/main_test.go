@@ -34,6 +34,7 @@ func TestStrayArgumentsAreRefusedInEveryCommand(t *testing.T) {
 		{[]string{"validate", "--config", plain, "extra"}, `floodgate validate: unexpected argument "extra"`},
 		{[]string{"check", "/api/items"}, `floodgate check: unexpected argument "/api/items": did you mean --path /api/items?`},
 		{[]string{"check", "--count", "2", "now", "--addr", "x:1"}, `floodgate check: unexpected arguments ["now" "--addr" "x:1"]: flags go before any other argument`},
+		{[]string{"replay", "--log", "-", "my.yaml"}, `floodgate replay: unexpected argument "my.yaml": did you mean --config my.yaml?`},
 		{[]string{"version", "extra"}, `floodgate version: unexpected argument "extra"`},
 		{[]string{"help", "serve"}, `floodgate help: unexpected argument "serve"`},
 	} {

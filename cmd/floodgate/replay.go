@@ -41,11 +41,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	compare := fs.Bool("compare", false, "run the log once with the configuration as it is and once per --set, and print one table")
 	printFormat := fs.Bool("print-log-format", false, "print the Envoy access-log block that logs what this configuration's policies read, and exit")
 	htmlPath := fs.String("html", "", "also write a self-contained HTML report (inline SVG charts) to this file")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "floodgate replay: unexpected argument %q\n", fs.Arg(0))
+	if !parseArgs(fs, args) {
 		return 2
 	}
 	if *path == "" {
