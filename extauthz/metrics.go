@@ -12,12 +12,22 @@ type Metrics struct {
 	// denied, shadow_allowed, shadow_denied (would have been denied).
 	Decisions *prometheus.CounterVec
 	// Checks counts Check calls by outcome: allowed, denied, unmatched,
-	// degraded_allowed, degraded_denied, bad_request.
+	// degraded_allowed, degraded_denied. (A request Floodgate cannot read
+	// never reaches Check: gRPC refuses it, and Envoy applies its own
+	// failure mode.)
 	Checks *prometheus.CounterVec
 	// Latency is the time to answer a Check.
 	Latency prometheus.Histogram
 	// StoreErrors counts decisions the store could not make.
 	StoreErrors prometheus.Counter
+
+	outcomes outcomeCounters
+}
+
+// outcomeCounters are the Checks counters, resolved once so a Check does
+// not hash label values.
+type outcomeCounters struct {
+	allowed, denied, unmatched, degradedAllowed, degradedDenied prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: none).
@@ -43,6 +53,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Decisions, m.Checks, m.Latency, m.StoreErrors)
+	}
+	m.outcomes = outcomeCounters{
+		allowed:         m.Checks.WithLabelValues(outcomeAllowed),
+		denied:          m.Checks.WithLabelValues(outcomeDenied),
+		unmatched:       m.Checks.WithLabelValues(outcomeUnmatched),
+		degradedAllowed: m.Checks.WithLabelValues(outcomeDegradedAllowed),
+		degradedDenied:  m.Checks.WithLabelValues(outcomeDegradedDenied),
 	}
 	return m
 }

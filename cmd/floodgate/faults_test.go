@@ -255,3 +255,40 @@ func TestAScriptCacheFlushIsNotAnOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestAShadowPolicyDoesNotAddToTheWaitOnAHungRedis: with Redis stopped
+// (SIGSTOP), a Check matching a shadow and an enforced policy waits for the
+// store at most one store.redis.timeout in all, not one per decision: the
+// two decide at the same time. The breaker is set not to open, so every
+// Check waits on Redis.
+func TestAShadowPolicyDoesNotAddToTheWaitOnAHungRedis(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	r := newFaultRig(t, "allow", "timeout: 200ms}\n  breaker: {failures: 1000", rigPolicy+`
+  - name: api-shadow
+    key: [client_ip]
+    capacity: 1000
+    refill_per_second: 1/3600
+    mode: shadow
+`)
+	r.envoyTimeout = 5 * time.Second // Envoy's deadline is not what bounds the wait here
+	if a := r.check(); !a.allowed || a.degraded {
+		t.Fatalf("healthy Redis: %+v", a)
+	}
+	r.redis.Pause()
+	defer r.redis.Resume()
+	for i := 0; i < 4; i++ {
+		a := r.check()
+		t.Logf("Check %d with Redis stopped: %v", i, a.took)
+		if !a.degraded || !a.allowed {
+			t.Errorf("Check %d: %+v, want allowed by the failure mode, degraded", i, a)
+		}
+		// One timeout and a margin for a loaded machine; two timeouts
+		// (the shadow decision, then the enforced one) is 400ms.
+		if a.took > timeout*3/2 {
+			t.Errorf("Check %d took %v with Redis stopped: more than one store timeout (%v) and a margin", i, a.took, timeout)
+		}
+		if a.took < timeout*9/10 {
+			t.Errorf("Check %d took %v: it did not wait for Redis at all (is it stopped?)", i, a.took)
+		}
+	}
+}
