@@ -292,3 +292,36 @@ func TestAShadowPolicyDoesNotAddToTheWaitOnAHungRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestTheLocalFailureModeDescribesTheLocalLimit: with on_failure: local and
+// local_share 0.5, a degraded answer's RateLimit-Limit and RateLimit-Policy
+// both describe the local bucket actually applied (half the capacity,
+// refilling from empty in the policy's own window), not the shared one.
+func TestTheLocalFailureModeDescribesTheLocalLimit(t *testing.T) {
+	r := newFaultRigFor(t, "local")
+	req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source:  &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{Address: "198.51.100.1"}}}},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Path: "/x", Headers: map[string]string{":path": "/x"}}},
+	}}
+	send := func() (limit, policy string, degraded bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := r.client.Check(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hdr(resp, extauthz.HeaderLimit), hdr(resp, extauthz.HeaderPolicy), hdr(resp, extauthz.HeaderDegraded) != ""
+	}
+	// capacity 1000 at 1/3600 a second: a window of 3,600,000 s.
+	if l, p, d := send(); d || l != "1000" || p != `"api";q=1000;w=3600000` {
+		t.Fatalf("healthy: limit %q, policy %q, degraded %v", l, p, d)
+	}
+	r.redis.Kill()
+	l, p, d := send()
+	if !d {
+		t.Fatal("not degraded with Redis killed")
+	}
+	if l != "500" || p != `"api";q=500;w=3600000` {
+		t.Errorf("degraded, local share 0.5: RateLimit-Limit %q, RateLimit-Policy %q; want 500 and \"api\";q=500;w=3600000", l, p)
+	}
+}

@@ -170,3 +170,34 @@ func TestTheStateChangeCallbackMayCallTheBreaker(t *testing.T) {
 		t.Errorf("the callback saw %v, want [open]", seen)
 	}
 }
+
+// TestTheLocalShareKeepsThePolicyWindow: with a local share of 1/2, a
+// capacity of 5 becomes 2 (rounded down) and the rate is scaled as the
+// capacity was (2/5), so the local bucket refills from empty in the
+// policy's own 5 s and a RateLimit-Policy header can describe it.
+func TestTheLocalShareKeepsThePolicyWindow(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
+	g := &gatedStore{mem: memory.New(memory.Options{}), next: make(chan gate, 16)}
+	half, _ := limiter.NewRate(1, 2)
+	rs, err := resilient.New(g, resilient.Options{
+		Timeout: time.Minute, Clock: clock, Fallback: memory.New(memory.Options{Clock: clock}), FallbackShare: half,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := []limiter.Request{{Name: "b", ID: "x", Limit: limiter.MustLimit(5, "1"), Cost: 1}}
+	res := make([]limiter.Result, 1)
+	for i, want := range []bool{true, true, false} {
+		g.next <- gate{fail: true}
+		ok, err := rs.Take(context.Background(), req, res)
+		if err != nil || ok != want || !res[0].Degraded || res[0].Limit != 2 {
+			t.Fatalf("decision %d: %v %v %+v; want allowed %v by a local bucket of 2", i, ok, err, res[0], want)
+		}
+	}
+	if res[0].ResetAfter != 5*time.Second || res[0].RetryAfter != 2500*time.Millisecond {
+		t.Errorf("empty local bucket: full in %v, a token in %v; want 5s (the policy's window) and 2.5s", res[0].ResetAfter, res[0].RetryAfter)
+	}
+	if _, err := resilient.New(g, resilient.Options{FallbackShare: limiter.MustLimit(1, "3/2").Rate}); err == nil {
+		t.Error("a share above 1 was accepted")
+	}
+}
