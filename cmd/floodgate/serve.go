@@ -374,6 +374,8 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		opts.Fallback = m
 		if cfg.Store.LocalShare != nil {
 			if opts.FallbackShare, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
+				rstore.Close()
+				client.Close()
 				return nil, fmt.Errorf("store.local_share: %w", err)
 			}
 		}

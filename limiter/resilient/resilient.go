@@ -215,7 +215,7 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		s.failures.WithLabelValues("breaker_open").Inc()
 		return s.degrade(ctx, reqs, res, errBreakerOpen)
 	}
-	allowed, err := s.takePrimary(ctx, reqs, res)
+	allowed, err := s.takePrimary(ctx, s.deadline(ctx), reqs, res)
 	if err == nil {
 		s.breaker.Success(ticket)
 		if !allowed && useCache && s.cache != nil {
@@ -266,11 +266,18 @@ func (s *Store) failed(t Ticket, err error) {
 // microsecond after it pays, so its key in Redis expires at once.
 var probeRequest = limiter.Request{Name: "_probe", ID: "floodgate", Limit: limiter.MustLimit(1, "1000000"), Cost: 1}
 
+// startProbeTimeout bounds the start-up probe when Timeout is shorter: the
+// first decision on a fresh connection may load the script, and a store
+// that is merely slow to warm up should not start degraded. Later probes
+// get Timeout, as requests do: a store too slow for requests stays
+// degraded.
+const startProbeTimeout = time.Second
+
 // probeLoop probes the primary once at start, then every ProbeInterval
 // while decisions are degraded, until Close.
 func (s *Store) probeLoop() {
 	defer close(s.probeDone)
-	s.probe()
+	s.probe(max(s.opts.Timeout, startProbeTimeout))
 	t := time.NewTicker(s.opts.ProbeInterval)
 	defer t.Stop()
 	for {
@@ -279,15 +286,16 @@ func (s *Store) probeLoop() {
 			return
 		case <-t.C:
 			if !s.Exact() {
-				s.probe()
+				s.probe(s.opts.Timeout)
 			}
 		}
 	}
 }
 
-// probe makes one decision on the probe bucket when the breaker admits a
-// probe, and reports its result to the breaker like any call's.
-func (s *Store) probe() {
+// probe makes one decision on the probe bucket, within timeout, when the
+// breaker admits a probe, and reports its result to the breaker like any
+// call's.
+func (s *Store) probe(timeout time.Duration) {
 	ticket, ok := s.breaker.Probe(s.clock.Now())
 	if !ok {
 		return
@@ -302,7 +310,7 @@ func (s *Store) probe() {
 	}()
 	defer cancel()
 	var res [1]limiter.Result
-	_, err := s.takePrimary(ctx, []limiter.Request{probeRequest}, res[:])
+	_, err := s.takePrimary(ctx, time.Now().Add(timeout), []limiter.Request{probeRequest}, res[:])
 	switch {
 	case err == nil:
 		s.breaker.Success(ticket)
@@ -373,9 +381,8 @@ func (s *Store) scale(l limiter.Limit) limiter.Limit {
 	return out
 }
 
-// takePrimary asks the primary store, bounded by deadline.
-func (s *Store) takePrimary(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
-	d := s.deadline(ctx)
+// takePrimary asks the primary store, bounded by the deadline d.
+func (s *Store) takePrimary(ctx context.Context, d time.Time, reqs []limiter.Request, res []limiter.Result) (bool, error) {
 	if s.bounded != nil {
 		return s.bounded.TakeBy(ctx, d, reqs, res)
 	}
