@@ -8,6 +8,11 @@
 // results marked Degraded), and otherwise fails with limiter.ErrUnavailable
 // so the caller applies its allow or deny mode. Either way the answer comes
 // within the deadline.
+//
+// With Options.ProbeInterval the store is probed at start and, while
+// degraded, in the background, so Exact tells the truth without traffic;
+// with Options.Permanent, errors that retrying cannot cure (a wrong
+// password, say) degrade at once and say what to fix (Problem).
 package resilient
 
 import (
