@@ -93,6 +93,11 @@ func BenchmarkCheckDirect(b *testing.B) {
 	b.Run("raw-header-map", func(b *testing.B) {
 		benchDirect(b, benchServer(b, benchPerKey), []*authv3.CheckRequest{fixture(b, "checkrequest-raw-header-map-h2-tls.json")}, true)
 	})
+	b.Run("with-shadow", func(b *testing.B) {
+		shadow := benchPerIP
+		shadow.Name, shadow.Mode = "per-ip-shadow", "shadow"
+		benchDirect(b, benchServer(b, benchPerKey, shadow), benchRequests(benchKeys), true)
+	})
 }
 
 // BenchmarkCheckGRPC calls Check through a real gRPC connection on loopback

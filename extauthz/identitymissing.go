@@ -24,15 +24,16 @@ type missingReporter struct {
 	last  sync.Map // policy name -> *atomic.Int64, unix nanoseconds of the last log line
 }
 
-// noteMissing records every planned policy whose identity is the shared
+// noteMissing records every policy of b whose identity is the shared
 // bucket.
-func (s *Server) noteMissing(st *serverState, plan []planned, v *View) {
-	for i := range plan {
-		if p := &plan[i]; p.req.ID == sharedID {
-			st.counters[p.policy].identityMissing.Inc()
-			if s.missing.due(p.policy.Name) {
+func (s *Server) noteMissing(st *serverState, b *batch, v *View) {
+	for i := range b.reqs {
+		if b.reqs[i].ID == sharedID {
+			p := b.policies[i]
+			st.counters[p].identityMissing.Inc()
+			if s.missing.due(p.Name) {
 				s.log.Warn("a policy's key sources were all empty: the request used the policy's shared bucket (logged at most once a minute per policy; floodgate_identity_missing_total counts every one)",
-					zap.String("policy", p.policy.Name), zap.Strings("key", p.policy.keyTags()), zap.String("path", truncate(v.Path, 256)))
+					zap.String("policy", p.Name), zap.Strings("key", p.keyTags()), zap.String("path", truncate(v.Path, 256)))
 			}
 		}
 	}

@@ -12,7 +12,9 @@ type Metrics struct {
 	// denied, shadow_allowed, shadow_denied (would have been denied).
 	Decisions *prometheus.CounterVec
 	// Checks counts Check calls by outcome: allowed, denied, unmatched,
-	// degraded_allowed, degraded_denied, bad_request.
+	// degraded_allowed, degraded_denied. (A request Floodgate cannot read
+	// never reaches Check: gRPC refuses it, and Envoy applies its own
+	// failure mode.)
 	Checks *prometheus.CounterVec
 	// Latency is the time to answer a Check.
 	Latency prometheus.Histogram
@@ -21,6 +23,14 @@ type Metrics struct {
 	// IdentityMissing counts, by policy, requests a policy matched whose
 	// key sources were all empty: they shared the policy's one bucket.
 	IdentityMissing *prometheus.CounterVec
+
+	outcomes outcomeCounters
+}
+
+// outcomeCounters are the Checks counters, resolved once so a Check does
+// not hash label values.
+type outcomeCounters struct {
+	allowed, denied, unmatched, degradedAllowed, degradedDenied prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: none).
@@ -50,6 +60,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Decisions, m.Checks, m.Latency, m.StoreErrors, m.IdentityMissing)
+	}
+	m.outcomes = outcomeCounters{
+		allowed:         m.Checks.WithLabelValues(outcomeAllowed),
+		denied:          m.Checks.WithLabelValues(outcomeDenied),
+		unmatched:       m.Checks.WithLabelValues(outcomeUnmatched),
+		degradedAllowed: m.Checks.WithLabelValues(outcomeDegradedAllowed),
+		degradedDenied:  m.Checks.WithLabelValues(outcomeDegradedDenied),
 	}
 	return m
 }

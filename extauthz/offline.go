@@ -25,9 +25,13 @@ type Bucket struct {
 // order: every policy whose match fits and that found a key for it (or fell
 // back to its shared bucket).
 func (e *Engine) Plan(v *View, out []Bucket) []Bucket {
-	var buf [maxInline]planned
-	for _, p := range e.plan(v, buf[:0]) {
-		out = append(out, Bucket{Policy: p.policy, Request: p.req})
+	if !v.HTTP && !e.anyTCP {
+		return out
+	}
+	for _, p := range e.Policies {
+		if r, ok := e.request(p, v); ok {
+			out = append(out, Bucket{Policy: p, Request: r})
+		}
 	}
 	return out
 }

@@ -162,13 +162,24 @@ func (e *Engine) rateLimitHeaders(o *outcome, deny int, r *renderer) {
 		r.int(HeaderReset, seconds(res.ResetAfter))
 	}
 	if e.structured {
-		if len(o.policies) == 1 {
-			r.fixed(HeaderPolicy, o.policies[0].policyMember)
+		if p := o.policies[0]; len(o.policies) == 1 && o.results[0].Limit == p.Limit.Capacity {
+			r.fixed(HeaderPolicy, p.policyMember)
 		} else {
 			start := r.mark()
 			for j, p := range o.policies {
 				if j > 0 {
 					r.buf = append(r.buf, ", "...)
+				}
+				if q := o.results[j].Limit; q != p.Limit.Capacity {
+					// A degraded decision's local bucket: its capacity,
+					// refilling from empty in the policy's window.
+					r.buf = append(r.buf, '"')
+					r.buf = append(r.buf, p.Name...)
+					r.buf = append(r.buf, `";q=`...)
+					r.buf = strconv.AppendInt(r.buf, q, 10)
+					r.buf = append(r.buf, ";w="...)
+					r.buf = strconv.AppendInt(r.buf, p.window, 10)
+					continue
 				}
 				r.buf = append(r.buf, p.policyMember...)
 			}

@@ -89,114 +89,137 @@ func (s *Server) Engine() *Engine { return s.state.Load().engine }
 // Metrics returns the server's collectors.
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
-// planned is one matched policy with its bucket request.
-type planned struct {
-	policy *Policy
-	req    limiter.Request
+// batch is one decision being built: the policies taking part, their
+// bucket requests and, once decided, their results. The store and the
+// response read it as it is.
+type batch struct {
+	policies []*Policy
+	reqs     []limiter.Request
+	results  []limiter.Result
+}
+
+// add appends one matched policy and its request.
+func (b *batch) add(p *Policy, r limiter.Request) {
+	b.policies = append(b.policies, p)
+	b.reqs = append(b.reqs, r)
+}
+
+// sized makes room for the results, in the inline array when it fits.
+func (b *batch) sized() {
+	if n := len(b.reqs); cap(b.results) >= n {
+		b.results = b.results[:n]
+	} else {
+		b.results = make([]limiter.Result, n)
+	}
 }
 
 // scratch is one Check's working memory, pooled so that a decision over up
-// to maxInline policies allocates none of it: the request view, the planned
-// policies and the store's requests and results. Nothing in it outlives the
-// Check: stores copy what they keep (strings are shared, never the slices)
-// and the response is rendered from copies.
+// to maxInline enforced and maxInline shadow policies allocates none of it:
+// the request view and two batches, enforced and shadow, whose slices start
+// on the inline arrays. Nothing in it outlives the Check: stores copy what
+// they keep (strings are shared, never the slices) and the response is
+// rendered from copies.
 type scratch struct {
-	view     View
-	plan     [maxInline]planned
-	shadow   [maxInline]planned
-	policies [maxInline]*Policy
-	reqs     [maxInline]limiter.Request
-	results  [maxInline]limiter.Result
+	view             View
+	enforced, shadow batch
+
+	enforcedPolicies, shadowPolicies [maxInline]*Policy
+	enforcedReqs, shadowReqs         [maxInline]limiter.Request
+	enforcedResults, shadowResults   [maxInline]limiter.Result
+
+	// The shadow decision, when it runs beside the enforced one: run is
+	// decideShadow bound once per scratch, so starting it allocates
+	// nothing; done says it finished.
+	run  func()
+	done sync.WaitGroup
+	ctx  context.Context
+	srv  *Server
+	st   *serverState
 }
 
-// maxInline is how many matching policies a Check handles in pooled memory.
+// maxInline is how many matching policies of each kind a Check handles in
+// pooled memory.
 const maxInline = 8
 
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+var scratchPool = sync.Pool{New: func() any {
+	sc := new(scratch)
+	sc.run = func() {
+		defer sc.done.Done()
+		defer func() {
+			if p := recover(); p != nil { // as Check's own recover: a bug must not become an outage
+				sc.srv.log.Error("shadow decision panicked", zap.Any("panic", p), zap.Stack("stack"))
+			}
+		}()
+		sc.decideShadow()
+	}
+	sc.reset()
+	return sc
+}}
 
 // reset drops every reference the scratch holds, so a pooled one keeps no
-// request alive.
-func (sc *scratch) reset(n int) {
+// request alive, and points the batches at the inline arrays again.
+func (sc *scratch) reset() {
 	sc.view = View{}
-	clear(sc.plan[:])
-	clear(sc.shadow[:])
-	clear(sc.policies[:n])
-	clear(sc.reqs[:n])
-	clear(sc.results[:n])
+	for _, b := range []*batch{&sc.enforced, &sc.shadow} {
+		clear(b.policies)
+		clear(b.reqs)
+		clear(b.results)
+	}
+	sc.enforced = batch{sc.enforcedPolicies[:0], sc.enforcedReqs[:0], sc.enforcedResults[:0]}
+	sc.shadow = batch{sc.shadowPolicies[:0], sc.shadowReqs[:0], sc.shadowResults[:0]}
+	sc.ctx, sc.srv, sc.st = nil, nil, nil
 }
 
 // Check decides one request. See the package comment for the contract.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *authv3.CheckResponse, _ error) {
 	start := time.Now()
 	st := s.state.Load()
+	sc := scratchPool.Get().(*scratch)
 	defer func() {
 		if p := recover(); p != nil {
 			// A bug must not become an outage (or, with fail-open, a bypass).
 			s.log.Error("check panicked", zap.Any("panic", p), zap.Stack("stack"))
 			resp = s.failed(st.engine, nil)
 		}
+		sc.done.Wait() // the shadow decision reads the scratch
+		sc.reset()
+		scratchPool.Put(sc)
 		s.metrics.Latency.Observe(time.Since(start).Seconds())
 	}()
-
-	sc := scratchPool.Get().(*scratch)
-	used := 0
-	defer func() { sc.reset(used); scratchPool.Put(sc) }()
 	v := &sc.view
 	v.Reset(req)
+	st.engine.plan(v, &sc.enforced, &sc.shadow)
+	s.noteMissing(st, &sc.enforced, v)
+	s.noteMissing(st, &sc.shadow, v)
 
-	plan := st.engine.plan(v, sc.plan[:0])
-	if len(plan) == 0 {
-		s.metrics.Checks.WithLabelValues(outcomeUnmatched).Inc()
+	// Enforced policies decide together; shadow policies decide on their
+	// own and never deny. Both wait on the store at the same time, so a
+	// Check waits at most one store timeout whatever its policies.
+	enforced := &sc.enforced
+	if len(sc.shadow.reqs) > 0 {
+		sc.ctx, sc.srv, sc.st = ctx, s, st
+		if len(enforced.reqs) == 0 {
+			sc.decideShadow()
+			s.metrics.outcomes.allowed.Inc()
+			return plainOK(), nil
+		}
+		sc.done.Add(1)
+		go sc.run()
+	}
+	if len(enforced.reqs) == 0 {
+		s.metrics.outcomes.unmatched.Inc()
 		return plainOK(), nil
 	}
-	s.noteMissing(st, plan, v)
-
-	// Enforced policies decide together; shadow policies decide on their own
-	// and never deny.
-	enforced, shadow := plan, sc.shadow[:0]
-	for _, p := range plan {
-		if p.policy.Shadow {
-			shadow = append(shadow, p)
-		}
-	}
-	if len(shadow) > 0 {
-		enforced = plan[:0] // filtered in place: the shadow ones are copied out
-		for _, p := range plan {
-			if !p.policy.Shadow {
-				enforced = append(enforced, p)
-			}
-		}
-	}
-	if len(shadow) > 0 {
-		s.shadow(ctx, st, shadow, v)
-	}
-	if len(enforced) == 0 {
-		s.metrics.Checks.WithLabelValues(outcomeAllowed).Inc()
-		return plainOK(), nil
-	}
-
-	o := outcome{policies: sc.policies[:0], results: sc.results[:0], grpc: v.GRPC}
-	reqs := sc.reqs[:0]
-	if n := len(enforced); n <= maxInline {
-		used = n
-		o.policies, o.results, reqs = o.policies[:n], o.results[:n], reqs[:n]
-	} else {
-		o.policies, o.results, reqs = make([]*Policy, n), make([]limiter.Result, n), make([]limiter.Request, n)
-	}
-	for i, p := range enforced {
-		o.policies[i], reqs[i] = p.policy, p.req
-	}
-	allowed, err := s.store.Take(ctx, reqs, o.results)
+	enforced.sized()
+	allowed, err := s.store.Take(ctx, enforced.reqs, enforced.results)
 	if err != nil {
 		s.metrics.StoreErrors.Inc()
 		s.log.Warn("store could not decide; failure mode answers", zap.Error(err), zap.String("path", v.Path))
-		return s.failed(st.engine, &o), nil
+		return s.failed(st.engine, &outcome{grpc: v.GRPC}), nil
 	}
-	o.allowed = allowed
-	for i := range o.results {
-		o.degraded = o.degraded || o.results[i].Degraded
-	}
+	o := outcome{policies: enforced.policies, results: enforced.results, allowed: allowed, grpc: v.GRPC}
 	for i, p := range o.policies {
+		o.degraded = o.degraded || o.results[i].Degraded
 		c := st.counters[p]
 		if allowed {
 			c.allowed.Inc()
@@ -204,24 +227,25 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 			c.denied.Inc()
 		}
 	}
-	if !v.HTTP {
-		if allowed {
-			s.metrics.Checks.WithLabelValues(outcomeAllowed).Inc()
-			return plainOK(), nil
-		}
-		s.metrics.Checks.WithLabelValues(outcomeDenied).Inc()
+	oc := &s.metrics.outcomes
+	switch {
+	case !v.HTTP && allowed:
+		oc.allowed.Inc()
+		return plainOK(), nil
+	case !v.HTTP:
+		oc.denied.Inc()
 		return tcpDeny(), nil
-	}
-	if allowed {
-		s.metrics.Checks.WithLabelValues(pick(o.degraded, outcomeDegradedAllowed, outcomeAllowed)).Inc()
+	case allowed:
+		pickCounter(o.degraded, oc.degradedAllowed, oc.allowed).Inc()
 		return st.engine.okResponse(&o), nil
 	}
-	s.metrics.Checks.WithLabelValues(pick(o.degraded, outcomeDegradedDenied, outcomeDenied)).Inc()
+	pickCounter(o.degraded, oc.degradedDenied, oc.denied).Inc()
+	retryAfter := limiter.RetryAfter(o.results)
 	if d := denying(&o); d >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
-		s.log.Debug("denied", zap.String("policy", o.policies[d].Name), zap.String("identity", reqs[d].ID),
-			zap.Duration("retry_after", limiter.RetryAfter(o.results)), zap.String("path", v.Path))
+		s.log.Debug("denied", zap.String("policy", o.policies[d].Name), zap.String("identity", enforced.reqs[d].ID),
+			zap.Duration("retry_after", retryAfter), zap.String("path", v.Path))
 	}
-	return st.engine.denyResponse(&o, limiter.RetryAfter(o.results)), nil
+	return st.engine.denyResponse(&o, retryAfter), nil
 }
 
 // failed answers by the failure mode when the store could not decide.
@@ -231,58 +255,70 @@ func (s *Server) failed(e *Engine, o *outcome) *authv3.CheckResponse {
 	}
 	o.policies, o.results, o.degraded = nil, nil, true
 	if s.opts.OnError == FailClosed {
-		s.metrics.Checks.WithLabelValues(outcomeDegradedDenied).Inc()
+		s.metrics.outcomes.degradedDenied.Inc()
 		return e.denyResponse(o, s.opts.ErrorRetryAfter)
 	}
-	s.metrics.Checks.WithLabelValues(outcomeDegradedAllowed).Inc()
+	s.metrics.outcomes.degradedAllowed.Inc()
 	return e.okResponse(o)
 }
 
-// shadow decides the shadow policies and records what they would have done.
-func (s *Server) shadow(ctx context.Context, st *serverState, plan []planned, v *View) {
-	reqs := make([]limiter.Request, len(plan))
-	for i, p := range plan {
-		reqs[i] = p.req
-	}
-	res := make([]limiter.Result, len(plan))
-	allowed, err := s.opts.ShadowStore.Take(ctx, reqs, res)
+// decideShadow decides the shadow batch and records what its policies
+// would have done. It runs on the Check's goroutine, or beside it as run.
+func (sc *scratch) decideShadow() {
+	s, st, b := sc.srv, sc.st, &sc.shadow
+	b.sized()
+	allowed, err := s.opts.ShadowStore.Take(sc.ctx, b.reqs, b.results)
 	if err != nil {
 		s.metrics.StoreErrors.Inc()
 		return
 	}
-	for i, p := range plan {
-		c := st.counters[p.policy]
+	for i, p := range b.policies {
+		c := st.counters[p]
 		if allowed {
 			c.shadowAllowed.Inc()
 			continue
 		}
 		c.shadowDenied.Inc()
-		if !res[i].Allowed {
-			s.log.Info("shadow policy would deny", zap.String("policy", p.policy.Name),
-				zap.String("identity", p.req.ID), zap.Duration("retry_after", res[i].RetryAfter), zap.String("path", v.Path))
+		if res := &b.results[i]; !res.Allowed {
+			s.log.Info("shadow policy would deny", zap.String("policy", p.Name),
+				zap.String("identity", b.reqs[i].ID), zap.Duration("retry_after", res.RetryAfter), zap.String("path", sc.view.Path))
 		}
 	}
 }
 
-// plan returns the policies matching v, each with its bucket request.
-func (e *Engine) plan(v *View, out []planned) []planned {
+// plan appends every policy matching v, with its bucket request, to the
+// enforced or the shadow batch.
+func (e *Engine) plan(v *View, enforced, shadow *batch) {
 	if !v.HTTP && !e.anyTCP {
-		return out
+		return
 	}
 	for _, p := range e.Policies {
-		if !p.match.matches(v) {
-			continue
-		}
-		id, ok := e.identity(p, v)
+		r, ok := e.request(p, v)
 		if !ok {
 			continue
 		}
-		out = append(out, planned{policy: p, req: limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v)}})
+		b := enforced
+		if p.Shadow {
+			b = shadow
+		}
+		b.add(p, r)
 	}
-	return out
 }
 
-func pick(cond bool, yes, no string) string {
+// request is p's bucket request for v: false when p does not match v or
+// finds no key for it.
+func (e *Engine) request(p *Policy, v *View) (limiter.Request, bool) {
+	if !p.match.matches(v) {
+		return limiter.Request{}, false
+	}
+	id, ok := e.identity(p, v)
+	if !ok {
+		return limiter.Request{}, false
+	}
+	return limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v)}, true
+}
+
+func pickCounter(cond bool, yes, no prometheus.Counter) prometheus.Counter {
 	if cond {
 		return yes
 	}

@@ -20,7 +20,7 @@ const usage = `floodgate — a distributed rate limiter for Envoy and Istio (ext
 
 Usage:
   floodgate serve    [--config FILE] [--log-format json|console] [--pprof 127.0.0.1:PORT]
-  floodgate validate --config FILE
+  floodgate validate --config FILE [--connect]
   floodgate check    --addr HOST:PORT --path P [-H 'name: value']... [--count N]
   floodgate replay   --config FILE --log FILE|- [--json] [--html FILE] [--set POLICY.FIELD=V]... [--compare]
                      [--top N] [--redact] [--reorder-window 60s] | --config FILE --print-log-format

@@ -118,20 +118,16 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	hs := health.NewServer()
+	// Exact until the store says otherwise: every later change comes, in
+	// order, through the store's callback (a start-up probe may already
+	// have found the store unusable by the time the server is listening).
+	setExact(hs, true)
 	store, err := buildStore(ctx, cfg, log, reg, func(exact bool) { setExact(hs, exact) })
 	if err != nil {
 		return err
 	}
 	defer store.close()
-
-	onError := extauthz.FailOpen
-	if cfg.Store.OnFailure == "deny" {
-		onError = extauthz.FailClosed
-	}
-	authz := extauthz.NewServer(cfg.Engine, store.main, extauthz.ServerOptions{
-		Logger: log, Registerer: reg, OnError: onError,
-		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow,
-	})
+	authz := newAuthzServer(cfg, store, log, reg)
 
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Listen.MaxRequestBytes),
@@ -181,7 +177,6 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	go func() { errc <- gs.Serve(grpcLis) }()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	setExact(hs, store.status.Exact())
 	ready.Store(true)
 	log.Info("serving",
 		zap.String("grpc", grpcLis.Addr().String()), zap.String("admin", adminAddr),
@@ -235,6 +230,19 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	return nil
 }
 
+// newAuthzServer is the ext_authz server deciding with cfg's policies in
+// store, answering by cfg's failure mode when the store cannot decide.
+func newAuthzServer(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer) *extauthz.Server {
+	onError := extauthz.FailOpen
+	if cfg.Store.OnFailure == "deny" {
+		onError = extauthz.FailClosed
+	}
+	return extauthz.NewServer(cfg.Engine, store.main, extauthz.ServerOptions{
+		Logger: log, Registerer: reg, OnError: onError,
+		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow,
+	})
+}
+
 // ExactService is the grpc.health.v1 service name whose status says
 // whether decisions are exact (SERVING: Redis reachable) or degraded
 // (NOT_SERVING: the failure mode decides). The default service ("") stays
@@ -265,11 +273,15 @@ func adminMux(reg *prometheus.Registry, ready *atomic.Bool, status storeStatus) 
 			return
 		}
 		if !status.Exact() {
+			msg := "ready, degraded: the store is unreachable and the failure mode decides"
+			if p := status.Problem(); p != "" {
+				msg = "ready, degraded: the store refuses floodgate and the failure mode decides: " + p
+			}
 			if r.URL.Query().Get("exact") != "" {
-				http.Error(w, "ready, degraded: the store is unreachable and the failure mode decides", http.StatusServiceUnavailable)
+				http.Error(w, msg, http.StatusServiceUnavailable)
 				return
 			}
-			io.WriteString(w, "ready, degraded: the store is unreachable and the failure mode decides\n")
+			io.WriteString(w, msg+"\n")
 			return
 		}
 		io.WriteString(w, "ready, exact\n")
@@ -277,12 +289,22 @@ func adminMux(reg *prometheus.Registry, ready *atomic.Bool, status storeStatus) 
 	return mux
 }
 
-// storeStatus tells readiness whether decisions are exact.
-type storeStatus interface{ Exact() bool }
+// storeStatus tells readiness whether decisions are exact and, when the
+// store refuses floodgate for good (a wrong password, say), what to fix.
+type storeStatus interface {
+	Exact() bool
+	Problem() string
+}
 
 type alwaysExact struct{}
 
-func (alwaysExact) Exact() bool { return true }
+func (alwaysExact) Exact() bool     { return true }
+func (alwaysExact) Problem() string { return "" }
+
+// probeInterval is how often a degraded store is probed in the background,
+// so readiness turns exact again without traffic (once the breaker's
+// open_for has passed).
+const probeInterval = 250 * time.Millisecond
 
 // builtStore is the wired store: what decides, what decides shadow
 // policies, whether decisions are exact, and how to let go.
@@ -320,7 +342,9 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		client.Close()
 		return nil, err
 	}
-	if err != nil {
+	if _, fix, ok := redisstore.Permanent(err); ok {
+		log.Error("redis refuses floodgate: "+fix+"; the failure mode answers until it is fixed", zap.Error(err))
+	} else if err != nil {
 		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
 	}
 	opts := resilient.Options{
@@ -329,6 +353,8 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		Logger:        log,
 		Registerer:    reg,
 		OnExactChange: onExact,
+		ProbeInterval: probeInterval,
+		Permanent:     redisstore.Permanent,
 	}
 	opts.OverLimitEntries = 100_000
 	if m := cfg.Store.OverLimitCache.MaxEntries; m != nil {
@@ -351,7 +377,11 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		closers = append(closers, reclaimEvery(m, 10*time.Second))
 		opts.Fallback = m
 		if cfg.Store.LocalShare != nil {
-			opts.FallbackShare = *cfg.Store.LocalShare
+			if opts.FallbackShare, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
+				rstore.Close()
+				client.Close()
+				return nil, fmt.Errorf("store.local_share: %w", err)
+			}
 		}
 	}
 	rs, err := resilient.New(rstore, opts)
@@ -360,6 +390,8 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		client.Close()
 		return nil, err
 	}
+	// The probe stops first: it decides through the pipelined store.
+	closers = append([]func(){rs.Close}, closers...)
 	return &builtStore{main: rs, shadow: rs.Uncached(), status: rs, close: func() {
 		for _, c := range closers {
 			c()

@@ -13,6 +13,7 @@ import (
 func validate(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("validate", stderr)
 	path := fs.String("config", "", "configuration file to check")
+	connect := fs.Bool("connect", false, "also dial the configured store, load the script and run one decision on a scratch key")
 	if !parseArgs(fs, args) {
 		return 2
 	}
@@ -33,5 +34,8 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d policies, store %s)\n", *path, len(c.Policies), c.Store.Backend)
+	if *connect {
+		return connectCheck(c, stdout, stderr) // connect.go
+	}
 	return 0
 }

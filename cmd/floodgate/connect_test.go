@@ -1,0 +1,89 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/floodgate/floodgate/limiter/redistest"
+)
+
+// validateConnect runs `floodgate validate --config F --connect` on cfg and
+// returns its exit code and output.
+func validateConnect(t *testing.T, cfg string) (int, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "validate", "--config", path, "--connect").CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	}
+	t.Fatal(err)
+	return 0, ""
+}
+
+func redisConfig(addresses, extra string) string {
+	return fmt.Sprintf(`store:
+  backend: redis
+  redis: {addresses: [%s]%s}
+policies:
+  - name: api
+    key: [client_ip]
+    capacity: 10
+    refill_per_second: 1
+`, addresses, extra)
+}
+
+// TestValidateConnect: --connect dials the configured store, runs the
+// script once, and says what is wrong with a store that cannot serve
+// floodgate — each case against a real redis-server.
+func TestValidateConnect(t *testing.T) {
+	good := redistest.Start(t)
+	other := redistest.Start(t)
+	auth := redistest.StartWith(t, redistest.Config{Password: "s3cret"})
+	dead := redistest.Start(t)
+	dead.Kill()
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	os.WriteFile(pwFile, []byte("wrong\n"), 0o600)
+	for _, tc := range []struct {
+		name, cfg string
+		code      int
+		want      []string
+	}{
+		{"a working server", redisConfig(`"`+good.Addr+`"`, ""), 0,
+			[]string{": ok (1 policies, store redis)", "answers, Redis >= 7.0", "the token-bucket script ran", "fg:_validate:{connect}"}},
+		{"a server that needs a password", redisConfig(`"`+auth.Addr+`"`, ""), 1,
+			[]string{"NOAUTH", "fix: the Redis server requires a password: set store.redis.password_file or password_env"}},
+		{"a wrong password", redisConfig(`"`+auth.Addr+`"`, ", password_file: "+pwFile), 1,
+			[]string{"WRONGPASS", "fix: Redis refused the username or password"}},
+		{"two standalone servers taken as a Cluster", redisConfig(`"`+good.Addr+`", "`+other.Addr+`"`, ""), 1,
+			[]string{"cluster support disabled", "fix: several store.redis.addresses"}},
+		{"nothing listening", redisConfig(`"`+dead.Addr+`"`, ""), 1,
+			[]string{"cannot use the server", "is the server running"}},
+		{"the memory store", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 1\n    refill_per_second: 1\n", 0,
+			[]string{"store: memory: nothing to connect to"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := validateConnect(t, tc.cfg)
+			t.Logf("exit %d:\n%s", code, out)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d", code, tc.code)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q", w)
+				}
+			}
+		})
+	}
+}
