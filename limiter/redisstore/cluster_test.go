@@ -27,14 +27,8 @@ func advanceCluster(t *testing.T, cc *redis.ClusterClient, prefix string, d time
 			return err
 		}
 		for _, k := range keys {
-			e, err := c.PExpireTime(ctx, k).Result()
-			if err != nil {
+			if err := shiftScript.Run(ctx, c, []string{k}, d.Milliseconds()).Err(); err != nil {
 				return err
-			}
-			if e > 0 {
-				if err := c.PExpireAt(ctx, k, time.UnixMilli(e.Milliseconds()-d.Milliseconds())).Err(); err != nil {
-					return err
-				}
 			}
 		}
 		return nil
@@ -57,7 +51,7 @@ func (k keyState) String() string {
 	if !k.exists {
 		return "absent"
 	}
-	return fmt.Sprintf("PEXPIRETIME %d, value %s", k.expireMs, k.value)
+	return fmt.Sprintf("PEXPIRETIME %d, value %x", k.expireMs, k.value)
 }
 
 func stateOf(t *testing.T, c redis.Cmdable, key string) keyState {

@@ -2,9 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -154,7 +155,7 @@ func TestRefundUndoesACharge(t *testing.T) {
 			continue
 		}
 		// Later: compare with the Go arithmetic from the state before.
-		e, v := beforeTTL.Milliseconds(), mustInt(t, before)
+		e, v := beforeTTL.Milliseconds(), valueV(t, before)
 		atMicros := base.Add(at).UnixMicro()
 		missingAt := func(us int64) int64 { // units missing at us, from the state before the charge
 			m := (e*1000-us)*g - v
@@ -177,11 +178,45 @@ func TestRefundUndoesACharge(t *testing.T) {
 	}
 }
 
-func mustInt(t *testing.T, s string) int64 {
+// valueV reads v, the part of a millisecond, from a bucket's value (see
+// bucket.lua: five little-endian doubles E, v, C, K, G).
+func valueV(t *testing.T, s string) int64 {
 	t.Helper()
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		t.Fatalf("bucket value %q: %v", s, err)
+	if len(s) != 40 {
+		t.Fatalf("bucket value %x: %d bytes, want 40", s, len(s))
 	}
-	return n
+	return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8:16]))))
+}
+
+// TestThePreviousEncodingIsReadOnce: a key written by an earlier Floodgate
+// (its value v alone, an integer, the full instant's millisecond in its
+// expiry) is read as it meant, and rewritten in the current encoding.
+func TestThePreviousEncodingIsReadOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := New(c, "")
+	s.script = withInjectedClock(t, scriptSource)
+	ctx := context.Background()
+	now := time.Now().Add(24 * time.Hour).Truncate(time.Second)
+	l := limiter.MustLimit(10, "1") // K = 10⁶, G = 1: one tick a microsecond
+	key := s.Key("old", "a")
+	// Full 3.5 s from now: E = now + 4000 ms, v = 500 ms of ticks.
+	if err := c.Set(ctx, key, 500_000, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PExpireAt(ctx, key, now.Add(4*time.Second)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]limiter.Result, 1)
+	ok, err := s.take(ctx, []limiter.Request{{Name: "old", ID: "a", Limit: l, Cost: 1}}, res, now.Unix(), now.Nanosecond()/1000)
+	if err != nil || !ok {
+		t.Fatalf("take: %v %v", ok, err)
+	}
+	// 3.5 tokens missing before, 4.5 after: 5 remain, full in 4.5 s.
+	if res[0].Remaining != 5 || res[0].ResetAfter != 4500*time.Millisecond {
+		t.Errorf("after one token: %+v, want 5 remaining, full in 4.5s", res[0])
+	}
+	if v := c.Get(ctx, key).Val(); len(v) != 40 {
+		t.Errorf("the key was not rewritten in the current encoding: %x", v)
+	}
 }

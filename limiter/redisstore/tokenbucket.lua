@@ -22,11 +22,15 @@
 -- share a call mostly share their limits, and every argument costs Redis a
 -- string to build and the script a number to parse.
 --
+-- Decisions on one bucket read it once and write it once (bucket.lua keeps
+-- the call's buckets and writes them all at the end), so a hot caller whose
+-- decisions share a call costs one GET and one SET, however many.
+--
 -- Errors. With one decision, an error (a key of another type under the
 -- prefix: WRONGTYPE) is the call's error. With several, each decision runs
 -- protected: one that fails reports allowed = -1 (and zeros), charges
--- nothing (reads come before writes), and the others are decided as usual;
--- the store then runs it alone to learn its error.
+-- nothing (reads come before writes, and writes wait for the end), and the
+-- others are decided as usual; the store reports ErrKeyType for it.
 
 local d, nl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local cap, per, gain, full = {}, {}, {}, {}
@@ -39,10 +43,10 @@ end
 -- decide1 takes a decision of one bucket: key, of limit l, cost n. (Most
 -- decisions have one bucket; this path builds no table.)
 local function decide1(key, l, n)
-  local m = missing_now(key, gain[l], full[l])
+  local m = missing_now(key, cap[l], per[l], gain[l])
   if n > cap[l] or m + n * per[l] > full[l] then return 0, m end
   m = m + n * per[l]
-  store(key, m, gain[l])
+  store(key, m)
   return 1, m
 end
 
@@ -52,7 +56,7 @@ local function decide(kb, nb, a)
   local missing, allowed = {}, 1
   for i = 1, nb do
     local l, n = tonumber(ARGV[a + 2 * i - 1]), tonumber(ARGV[a + 2 * i])
-    local m = missing_now(KEYS[kb + i], gain[l], full[l])
+    local m = missing_now(KEYS[kb + i], cap[l], per[l], gain[l])
     missing[i] = m
     if n > cap[l] or m + n * per[l] > full[l] then allowed = 0 end
   end
@@ -60,7 +64,7 @@ local function decide(kb, nb, a)
     for i = 1, nb do
       local l, n = tonumber(ARGV[a + 2 * i - 1]), tonumber(ARGV[a + 2 * i])
       missing[i] = missing[i] + n * per[l]
-      store(KEYS[kb + i], missing[i], gain[l])
+      store(KEYS[kb + i], missing[i])
     end
   end
   return allowed, missing
@@ -94,4 +98,5 @@ for j = 1, d do
   end
   o, kb, a = o + 1 + nb, kb + nb, a + 1 + 2 * nb
 end
+flush()
 return out
