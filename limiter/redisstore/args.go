@@ -15,9 +15,8 @@ type bucketArgs struct {
 }
 
 // takeArgv is tokenbucket.lua's ARGV for n decisions decided in turn,
-// decision j's buckets being buckets(j) (in KEYS order), extra arguments
-// last (tests hand a clock that way).
-func takeArgv(n int, buckets func(j int) []bucketArgs, extra []any) []any {
+// decision j's buckets being buckets(j) (in KEYS order).
+func takeArgv(n int, buckets func(j int) []bucketArgs) []any {
 	var small [4]limitArgs
 	limits := small[:0]
 	total := 0
@@ -27,7 +26,7 @@ func takeArgv(n int, buckets func(j int) []bucketArgs, extra []any) []any {
 			total++
 		}
 	}
-	a := make([]any, 0, 2+3*len(limits)+n+2*total+len(extra))
+	a := make([]any, 0, 2+3*len(limits)+n+2*total)
 	a = append(a, n, len(limits))
 	for _, l := range limits {
 		a = append(a, l.c, l.k, l.g)
@@ -40,12 +39,7 @@ func takeArgv(n int, buckets func(j int) []bucketArgs, extra []any) []any {
 			a = append(a, i, b.cost)
 		}
 	}
-	return append(a, extra...)
-}
-
-// oneDecision is takeArgv for a single decision.
-func oneDecision(buckets []bucketArgs, extra []any) []any {
-	return takeArgv(1, func(int) []bucketArgs { return buckets }, extra)
+	return a
 }
 
 // limitIndex returns l's position in limits, counted from 1 as the script
@@ -61,12 +55,11 @@ func limitIndex(limits []limitArgs, l limitArgs) (int, []limitArgs) {
 	return len(limits), limits
 }
 
-// refundArgv is refund.lua's ARGV: C, K, G and the cost per bucket, extra
-// arguments last.
-func refundArgv(buckets []bucketArgs, extra []any) []any {
-	a := make([]any, 0, 4*len(buckets)+len(extra))
+// refundArgv is refund.lua's ARGV: C, K, G and the cost per bucket.
+func refundArgv(buckets []bucketArgs) []any {
+	a := make([]any, 0, 4*len(buckets))
 	for _, b := range buckets {
 		a = append(a, b.c, b.k, b.g, b.cost)
 	}
-	return append(a, extra...)
+	return a
 }

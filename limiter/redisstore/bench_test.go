@@ -6,7 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -140,4 +142,57 @@ func benchTake(b *testing.B, c *redis.Client, s limiter.Store, keys, buckets int
 	})
 	b.StopTimer()
 	b.ReportMetric((redisCPU(b, c)-cpu)*1e6/float64(b.N), "redis-µs/op")
+}
+
+// BenchmarkDeadline weighs the two ways to bound a pipelined decision by the
+// store timeout, as the resilience layer does for every decision: a context
+// derived per decision (context.WithDeadline), or TakeBy's deadline, which
+// the coalescer waits for with a timer it pools. client-µs/op is the
+// benchmark process's own CPU time (user + system) per decision.
+func BenchmarkDeadline(b *testing.B) {
+	for _, mode := range []string{"context", "takeby"} {
+		b.Run(mode, func(b *testing.B) {
+			c := benchClient(b)
+			s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{})
+			defer s.Close()
+			l := limiter.MustLimit(1_000_000_000, "1000000")
+			var worker atomic.Int64
+			setParallelism(b)
+			b.ReportAllocs()
+			cpu := selfCPU()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 7919
+				reqs := []limiter.Request{{Name: "deadline", Limit: l, Cost: 1}}
+				res := make([]limiter.Result, 1)
+				for pb.Next() {
+					reqs[0].ID = "ip:" + strconv.Itoa(i%100_000)
+					i++
+					var err error
+					if mode == "takeby" {
+						_, err = s.TakeBy(context.Background(), time.Now().Add(time.Second), reqs, res)
+					} else {
+						ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(time.Second))
+						_, err = s.Take(ctx, reqs, res)
+						cancel()
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric((selfCPU()-cpu)*1e6/float64(b.N), "client-µs/op")
+		})
+	}
+}
+
+// selfCPU is this process's CPU time in seconds (user + system).
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

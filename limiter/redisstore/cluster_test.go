@@ -177,7 +177,7 @@ func TestCluster(t *testing.T) {
 		if _, ok := client.(*redis.ClusterClient); !ok {
 			t.Fatalf("Dial with %d addresses made a %T, want a *redis.ClusterClient", len(cl.Addrs()), client)
 		}
-		s := redisstore.New(client.(redis.Scripter), "aon:")
+		s := redisstore.New(client, "aon:")
 		const name = "api"
 		ids := idsOnNodes(t, cl, s, name)
 		// A fourth identity on the first node, in another slot.
@@ -306,7 +306,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer client.Close()
-		s := redisstore.New(client.(redis.Scripter), "lost:")
+		s := redisstore.New(client, "lost:")
 		ids := idsOnNodes(t, cl, s, "n")
 		l := limiter.MustLimit(10, "1/3600")
 		take(t, s, limiter.Request{Name: "n", ID: ids[0], Limit: l, Cost: 3})

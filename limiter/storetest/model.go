@@ -103,6 +103,22 @@ var modelRates = []string{"1", "0.5", "1/3", "7/60", "2", "1000", "12345/7", "10
 // changed, as a reload changes a policy's numbers) and compares every
 // decision and every reported figure with the rational reference model.
 func RunModel(t *testing.T, seed uint64, steps int, take TakeAt) {
+	RunModelBatched(t, seed, steps, 1, func(at time.Duration, reqs [][]limiter.Request, res [][]limiter.Result) ([]bool, []error) {
+		ok, err := take(at, reqs[0], res[0])
+		return []bool{ok}, []error{err}
+	})
+}
+
+// TakeBatchAt makes decisions as one batch with the store's clock reading
+// at: decided in turn, each all-or-nothing on its own buckets, a later one
+// seeing an earlier one's charges.
+type TakeBatchAt func(at time.Duration, reqs [][]limiter.Request, res [][]limiter.Result) ([]bool, []error)
+
+// RunModelBatched is RunModel with up to maxBatch decisions at each instant,
+// handed to the store as one batch; with six buckets in play, a batch often
+// names one bucket several times.
+func RunModelBatched(t *testing.T, seed uint64, steps, maxBatch int, take TakeBatchAt) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	const pool = 6
 	type b struct {
@@ -116,8 +132,8 @@ func RunModel(t *testing.T, seed uint64, steps int, take TakeAt) {
 		buckets[i] = b{limiter.Request{Name: name, ID: fmt.Sprint("b", i), Limit: l}, newModel(l)}
 	}
 	var now int64
-	allowedCount, limitChanges := 0, 0
-	for step := 0; step < steps; step++ {
+	decisions, allowedCount, limitChanges := 0, 0, 0
+	for step := 0; decisions < steps; step++ {
 		switch p := rng.IntN(10); {
 		case p < 2:
 		case p < 5:
@@ -134,55 +150,69 @@ func RunModel(t *testing.T, seed uint64, steps int, take TakeAt) {
 			p.req.Limit = limiter.MustLimit(1+rng.Int64N(200), modelRates[rng.IntN(len(modelRates))])
 			limitChanges++
 		}
-		picked := rng.Perm(pool)[:1+rng.IntN(3)]
-		reqs := make([]limiter.Request, len(picked))
-		models := make([]*model, len(picked))
-		for i, p := range picked {
-			reqs[i] = buckets[p].req
-			c := reqs[i].Limit.Capacity
-			switch q := rng.IntN(10); {
-			case q < 5:
-				reqs[i].Cost = 1
-			case q < 9:
-				reqs[i].Cost = 1 + rng.Int64N(c)
-			default:
-				reqs[i].Cost = c + 1
+		n := 1 + rng.IntN(maxBatch)
+		batch := make([][]limiter.Request, n)
+		res := make([][]limiter.Result, n)
+		wantOK := make([]bool, n)
+		wantRes := make([][]limiter.Result, n)
+		for j := range batch {
+			picked := rng.Perm(pool)[:1+rng.IntN(3)]
+			reqs := make([]limiter.Request, len(picked))
+			models := make([]*model, len(picked))
+			for i, p := range picked {
+				reqs[i] = buckets[p].req
+				c := reqs[i].Limit.Capacity
+				switch q := rng.IntN(10); {
+				case q < 5:
+					reqs[i].Cost = 1
+				case q < 9:
+					reqs[i].Cost = 1 + rng.Int64N(c)
+				default:
+					reqs[i].Cost = c + 1
+				}
+				models[i] = buckets[p].model
 			}
-			models[i] = buckets[p].model
-		}
-		// Reference decision.
-		want := true
-		fits := make([]bool, len(reqs))
-		for i, m := range models {
-			m.touch(now, reqs[i].Limit)
-			fits[i] = m.tokens.Cmp(new(big.Rat).SetInt64(reqs[i].Cost)) >= 0
-			want = want && fits[i]
-		}
-		if want {
+			// Reference decision.
+			want := true
+			fits := make([]bool, len(reqs))
 			for i, m := range models {
-				m.tokens.Sub(m.tokens, new(big.Rat).SetInt64(reqs[i].Cost))
+				m.touch(now, reqs[i].Limit)
+				fits[i] = m.tokens.Cmp(new(big.Rat).SetInt64(reqs[i].Cost)) >= 0
+				want = want && fits[i]
 			}
-			allowedCount++
-		}
-		res := make([]limiter.Result, len(reqs))
-		got, err := take(time.Duration(now)*time.Microsecond, reqs, res)
-		if err != nil {
-			t.Fatalf("step %d: %v", step, err)
-		}
-		if got != want {
-			t.Fatalf("step %d at %dµs: allowed = %v, reference says %v", step, now, got, want)
-		}
-		for i, m := range models {
-			if r := res[i]; r.Remaining < 0 || r.ResetAfter < 0 || r.RetryAfter < 0 {
-				t.Fatalf("step %d at %dµs, bucket %s: a negative figure: %+v", step, now, reqs[i].ID, r)
+			if want {
+				for i, m := range models {
+					m.tokens.Sub(m.tokens, new(big.Rat).SetInt64(reqs[i].Cost))
+				}
+				allowedCount++
 			}
-			if w := m.result(reqs[i].Cost, fits[i] || want, want); res[i] != w {
-				t.Fatalf("step %d at %dµs, bucket %s (%v, cost %d):\n got %+v\nwant %+v", step, now, reqs[i].ID, reqs[i].Limit, reqs[i].Cost, res[i], w)
+			batch[j], res[j], wantOK[j] = reqs, make([]limiter.Result, len(reqs)), want
+			wantRes[j] = make([]limiter.Result, len(reqs))
+			for i, m := range models {
+				wantRes[j][i] = m.result(reqs[i].Cost, fits[i] || want, want)
+			}
+		}
+		decisions += n
+		got, errs := take(time.Duration(now)*time.Microsecond, batch, res)
+		for j, reqs := range batch {
+			if errs[j] != nil {
+				t.Fatalf("step %d, decision %d of %d: %v", step, j+1, n, errs[j])
+			}
+			if got[j] != wantOK[j] {
+				t.Fatalf("step %d at %dµs, decision %d of %d: allowed = %v, reference says %v", step, now, j+1, n, got[j], wantOK[j])
+			}
+			for i := range reqs {
+				if r := res[j][i]; r.Remaining < 0 || r.ResetAfter < 0 || r.RetryAfter < 0 {
+					t.Fatalf("step %d at %dµs, bucket %s: a negative figure: %+v", step, now, reqs[i].ID, r)
+				}
+				if w := wantRes[j][i]; res[j][i] != w {
+					t.Fatalf("step %d at %dµs, decision %d of %d, bucket %s (%v, cost %d):\n got %+v\nwant %+v", step, now, j+1, n, reqs[i].ID, reqs[i].Limit, reqs[i].Cost, res[j][i], w)
+				}
 			}
 		}
 	}
-	if allowedCount == 0 || allowedCount == steps {
-		t.Fatalf("%d of %d decisions allowed: the run exercised only one outcome", allowedCount, steps)
+	if allowedCount == 0 || allowedCount == decisions {
+		t.Fatalf("%d of %d decisions allowed: the run exercised only one outcome", allowedCount, decisions)
 	}
 	if steps >= 500 && limitChanges == 0 {
 		t.Fatalf("no limit changed in %d steps", steps)
