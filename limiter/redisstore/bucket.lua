@@ -64,41 +64,60 @@ local sub = us % 1000 -- microseconds into the current millisecond
 local pack, unpack = struct.pack, struct.unpack
 local FORMAT = '<ddddd'
 
+-- The call's limits, by index: each script fills cap, per (K), gain (G)
+-- and full (C·K) with the limits its arguments name; a limit read from a
+-- bucket written under another one is added after them.
+local cap, per, gain, full = {}, {}, {}, {}
+
+-- limit_index returns the index of limit (c, k, g), adding it if new.
+local function limit_index(c, k, g)
+  for l = 1, #cap do
+    if cap[l] == c and per[l] == k and gain[l] == g then return l end
+  end
+  local l = #cap + 1
+  cap[l], per[l], gain[l], full[l] = c, k, g, c * k
+  return l
+end
+
 -- The call's buckets: per key, the units missing now (0 = full), the limit
--- (C, K, G) they are counted in, and whether the state must be written.
-local M, LC, LK, LG, dirty = {}, {}, {}, {}, {}
+-- they are counted in, and whether the state must be written.
+local M, L, dirty = {}, {}, {}
 
 -- missing_now returns the units missing from the bucket at key now, counted
--- in the limit (c, k, g) (0 = full, at most full), and whether its key
--- exists (as far as this call knows).
-local function missing_now(key, c, k, g)
+-- in limit l (0 = full, at most full).
+local function missing_now(key, l)
   local m = M[key]
   if m == nil then
     local s = redis.call('GET', key)
     if not s then
-      M[key], LC[key], LK[key], LG[key] = 0, c, k, g
-      return 0, false
+      M[key], L[key] = 0, l
+      return 0
     end
     local e, v, oc, ok, og
     if #s == 40 then
       e, v, oc, ok, og = unpack(FORMAT, s)
     else
-      e, v, oc, ok, og = redis.call('PEXPIRETIME', key), tonumber(s) or 0, c, k, g
+      e, v, oc, ok, og = redis.call('PEXPIRETIME', key), tonumber(s) or 0, cap[l], per[l], gain[l]
       dirty[key] = true
     end
     -- F − now, in ticks: (E − now_ms)·1000·G − v − sub·G
     m = (e - now_ms) * 1000 * og - v - sub * og
     if m < 0 then m = 0 elseif m > oc * ok then m = oc * ok end
-    M[key], LC[key], LK[key], LG[key] = m, oc, ok, og
-  end
-  if LC[key] ~= c or LK[key] ~= k or LG[key] ~= g then
-    if m > 0 then
-      local have = LC[key] * LK[key] - m -- units of the old limit
-      m = c * k - muldiv(have, k, LK[key], c * k)
+    M[key] = m
+    if oc == cap[l] and ok == per[l] and og == gain[l] then
+      L[key] = l
+      return m
     end
-    M[key], LC[key], LK[key], LG[key], dirty[key] = m, c, k, g, true
+    L[key] = limit_index(oc, ok, og)
   end
-  return m, true
+  local ol = L[key]
+  if ol ~= l then
+    if m > 0 then
+      m = full[l] - muldiv(full[ol] - m, per[l], per[ol], full[l])
+    end
+    M[key], L[key], dirty[key] = m, l, true
+  end
+  return m
 end
 
 -- store records that the bucket at key misses m >= 0 units now, in the
@@ -110,15 +129,16 @@ end
 -- flush writes every bucket this call changed, or deletes it when full.
 local function flush()
   for key in pairs(dirty) do
-    local m, g = M[key], LG[key]
+    local m, l = M[key], L[key]
     if m <= 0 then
       redis.call('DEL', key)
     else
+      local g = gain[l]
       local f = sub * g + m                   -- F in ticks from the start of now_ms
       local step = 1000 * g                   -- ticks per millisecond
       local d = floordiv(f + step - 1, step)  -- whole milliseconds until full, rounded up
       local e = now_ms + d
-      redis.call('SET', key, pack(FORMAT, e, d * step - f, LC[key], LK[key], g), 'PXAT', string.format('%d', e))
+      redis.call('SET', key, pack(FORMAT, e, d * step - f, cap[l], per[l], g), 'PXAT', string.format('%d', e))
     end
   end
 end

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"runtime"
 	"strconv"
@@ -59,7 +60,7 @@ func TestPipelinedDecisionIsOneScriptCall(t *testing.T) {
 
 // pipelineHook counts the round trips of script calls a client sends (a
 // pipeline, or a lone script call), the script calls in them and the
-// decisions those carry (ARGV[1] of the token-bucket script); a new
+// decisions those carry (D, in ARGV[1] of the token-bucket script); a new
 // connection's set-up pipeline is not counted.
 type pipelineHook struct {
 	pipelines, scripts, decisions atomic.Int64
@@ -88,7 +89,7 @@ func (h *pipelineHook) count(cmds []redis.Cmder) {
 		}
 		a := c.Args()
 		nkeys := a[2].(int)
-		d := int64(a[3+nkeys].(int))
+		d := int64(binary.LittleEndian.Uint16(a[3+nkeys].([]byte))) // D leads ARGV[1]
 		scripts++
 		decisions += d
 		raise(&h.biggestCall, d)

@@ -125,6 +125,9 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	if err := limiter.Check(reqs, res); err != nil {
 		return false, err
 	}
+	if len(reqs) > maxBuckets {
+		return false, fmt.Errorf("redis: a decision over %d buckets, above the script's %d", len(reqs), maxBuckets)
+	}
 	keys, buckets := s.prepare(reqs)
 	acrossSlots := s.cluster && len(keys) > 1 && !sameSlot(keys)
 	if !deadline.IsZero() && (s.pipe == nil || acrossSlots) {
@@ -149,6 +152,10 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	}
 	return results(reqs, res, reply), nil
 }
+
+// maxBuckets bounds one decision's buckets: the script reads the count as a
+// 16-bit number.
+const maxBuckets = 1<<16 - 1
 
 // prepare returns the keys of reqs' buckets and what the script reads of
 // each.
@@ -405,9 +412,10 @@ var ErrNoMaster = errors.New("the Sentinels know no master by the configured nam
 
 // ErrNoAuth reports a server that wants a password the client did not
 // send. Redis answers NOAUTH to a short command; to a longer one (more than
-// ten parts, as a script call deciding several buckets or decisions is)
-// from a connection that has not authenticated, it answers only "Protocol
-// error: unauthenticated multibulk length" and closes the connection.
+// ten parts, as a script call deciding many buckets is) from a connection
+// that has not authenticated, it answers only "Protocol error:
+// unauthenticated multibulk length" and closes the connection. Either way
+// the store's error wraps ErrNoAuth.
 var ErrNoAuth = errors.New("NOAUTH: the Redis server requires a password (store.redis.password_file or password_env, and username for an ACL user)")
 
 // explain adds what a user can act on to go-redis errors that lack it. The
@@ -417,7 +425,7 @@ func explain(err error) error {
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: %w", ErrNoMaster, err)
 	}
-	if err != nil && strings.Contains(err.Error(), "Protocol error: unauthenticated") {
+	if redis.HasErrorPrefix(err, "NOAUTH") || (err != nil && strings.Contains(err.Error(), "Protocol error: unauthenticated")) {
 		return fmt.Errorf("%w: %w", ErrNoAuth, err)
 	}
 	return err

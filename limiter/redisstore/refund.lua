@@ -24,7 +24,7 @@ local out = {}
 for i = 1, #KEYS do
   local a = (i - 1) * 4
   local c, k, g, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local m = missing_now(KEYS[i], c, k, g) - cost * k
+  local m = missing_now(KEYS[i], limit_index(c, k, g)) - cost * k
   if m < 0 then m = 0 end
   store(KEYS[i], m)
   out[i] = m
