@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Pipelining. Without it every decision is one round trip on a connection of
@@ -299,23 +301,40 @@ func (c *coalescer) flush(batch, live []*call) {
 	}
 	defer cancel()
 
-	groups := c.group(live)
+	sent := c.decide(ctx, c.group(ctx, live, false))
+	// Counted before any caller hears back, so that what a caller saw is
+	// already in the counts.
+	if c.onBatch != nil {
+		c.onBatch(len(live), sent)
+	}
+	for _, cl := range live {
+		cl.finish()
+	}
+}
+
+// decide runs one script call per group and hands each decision its reply.
+// On a Cluster, a call over several slots that Redis refused (a key the node
+// does not hold: a slot moving) is decided again slot by slot. It returns
+// the number of script calls sent.
+func (c *coalescer) decide(ctx context.Context, groups []group) int {
 	calls := make([]*scriptCall, len(groups))
 	for i, g := range groups {
 		calls[i] = g.scriptCall(c.store)
 	}
 	c.store.exec(ctx, calls...)
+	var again []*call
 	for i, g := range groups {
+		var rerr redis.Error
+		if calls[i].crossSlot && errors.As(calls[i].err, &rerr) {
+			again = append(again, g...)
+			continue
+		}
 		g.deliver(calls[i].reply, calls[i].err)
 	}
-	// Counted before any caller hears back, so that what a caller saw is
-	// already in the counts.
-	if c.onBatch != nil {
-		c.onBatch(len(live), len(calls))
+	if len(again) > 0 {
+		return len(calls) + c.decide(ctx, c.group(ctx, again, true))
 	}
-	for _, cl := range live {
-		cl.finish()
-	}
+	return len(calls)
 }
 
 // perScript bounds the decisions one script call runs. Redis runs nothing
@@ -327,23 +346,28 @@ const perScript = 32
 type group []*call
 
 // group splits live into groups: in arrival order, up to perScript
-// decisions each and, on a Cluster, of one slot.
-func (c *coalescer) group(live []*call) []group {
-	if !c.store.cluster && len(live) <= perScript {
+// decisions each and, on a Cluster, of one node (or, bySlot, of one slot).
+func (c *coalescer) group(ctx context.Context, live []*call, bySlot bool) []group {
+	if c.store.cluster == nil && len(live) <= perScript {
 		return []group{live}
 	}
 	var out []group
-	open := map[int]int{} // slot (always 0 outside a Cluster) → the index in out of the group still filling
+	open := map[any]int{} // node, or slot (always 0 outside a Cluster) → the index in out of the group still filling
 	for _, cl := range live {
-		slot := 0
-		if c.store.cluster {
-			slot = Slot(cl.keys[0])
+		var where any = 0
+		if c.store.cluster != nil {
+			where = Slot(cl.keys[0])
+			if !bySlot {
+				if node, err := c.store.cluster.MasterForKey(ctx, cl.keys[0]); err == nil {
+					where = node
+				}
+			}
 		}
-		i, ok := open[slot]
+		i, ok := open[where]
 		if !ok || len(out[i]) == perScript {
 			i = len(out)
 			out = append(out, nil)
-			open[slot] = i
+			open[where] = i
 		}
 		out[i] = append(out[i], cl)
 	}
@@ -351,7 +375,9 @@ func (c *coalescer) group(live []*call) []group {
 }
 
 // scriptCall is the token-bucket script's call deciding g's decisions in
-// turn: KEYS every decision's buckets in turn, each distinct limit once.
+// turn: their buckets in turn, each distinct limit once. On a Cluster, a
+// group spanning several slots (of one node) declares only its first key,
+// the others following the arguments (see tokenbucket.lua).
 func (g group) scriptCall(s *Store) *scriptCall {
 	keys := g[0].keys
 	if len(g) > 1 {
@@ -364,7 +390,16 @@ func (g group) scriptCall(s *Store) *scriptCall {
 			keys = append(keys, cl.keys...)
 		}
 	}
-	return s.takeCall(keys, len(g), func(j int) []bucketArgs { return g[j].buckets })
+	sc := s.takeCall(keys, len(g), func(j int) []bucketArgs { return g[j].buckets })
+	if s.cluster != nil && !sameSlot(keys) {
+		args := make([]any, 0, len(sc.args)+len(keys)-1)
+		args = append(args, sc.args...)
+		for _, k := range keys[1:] {
+			args = append(args, k)
+		}
+		sc.keys, sc.args, sc.crossSlot = keys[:1], args, true
+	}
+	return sc
 }
 
 // deliver hands each decision its part of the script call's reply: allowed

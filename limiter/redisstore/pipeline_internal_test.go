@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -189,5 +190,37 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 			}
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// TestACrossSlotCallRefusedIsDecidedSlotBySlot: on a Cluster, one script
+// call decides buckets of several slots of one node. A call that meets a
+// key its node does not hold (as when a slot moves between the grouping and
+// the call) fails whole, writing nothing, and its decisions are decided
+// again slot by slot: each charged exactly once.
+func TestACrossSlotCallRefusedIsDecidedSlotBySlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := NewPipelined(cl.Client(), "", PipelineOptions{})
+	defer s.Close()
+	l := limiter.MustLimit(5, "1/3600")
+	k, g := l.Units()
+	one := bucketArgs{limitArgs{l.Capacity, k, g}, 1}
+	// One key on each node, grouped as if one node held them all.
+	nodes := map[*redistest.Server]bool{}
+	var calls []*call
+	for i := 0; len(calls) < 3 && i < 1000; i++ {
+		key := s.Key("moved", fmt.Sprint("id", i))
+		if n := cl.NodeFor(key); !nodes[n] {
+			nodes[n] = true
+			calls = append(calls, newCall([]string{key}, one))
+		}
+	}
+	if sent := s.pipe.decide(context.Background(), []group{calls}); sent != 4 {
+		t.Errorf("%d script calls, want 4: the refused one, then one per slot", sent)
+	}
+	for i, cl := range calls {
+		if cl.err != nil || cl.reply[0] != 1 || cl.reply[1] != k {
+			t.Errorf("decision %d: reply %v err %v, want allowed with one token taken", i, cl.reply, cl.err)
+		}
 	}
 }

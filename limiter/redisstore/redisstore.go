@@ -80,7 +80,7 @@ type Client interface {
 // Store is a limiter.Store backed by Redis. Safe for concurrent use.
 type Store struct {
 	client  Client
-	cluster bool // client is a Redis Cluster client: script calls are per slot
+	cluster *redis.ClusterClient // client, when it is a Redis Cluster client
 	prefix  string
 	take    *script
 	refund  *script
@@ -98,7 +98,7 @@ func New(client Client, prefix string) *Store {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	_, cluster := client.(*redis.ClusterClient)
+	cluster, _ := client.(*redis.ClusterClient)
 	return &Store{client: client, cluster: cluster, prefix: prefix, take: takeScript, refund: refundScript}
 }
 
@@ -129,7 +129,7 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 		return false, fmt.Errorf("redis: a decision over %d buckets, above the script's %d", len(reqs), maxBuckets)
 	}
 	keys, buckets := s.prepare(reqs)
-	acrossSlots := s.cluster && len(keys) > 1 && !sameSlot(keys)
+	acrossSlots := s.cluster != nil && len(keys) > 1 && !sameSlot(keys)
 	if !deadline.IsZero() && (s.pipe == nil || acrossSlots) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
@@ -197,12 +197,13 @@ func sameSlot(keys []string) bool {
 // values its reply must hold and, once exec has run it, the reply or the
 // error.
 type scriptCall struct {
-	script *script
-	keys   []string
-	args   []any
-	want   int
-	reply  []int64
-	err    error
+	script    *script
+	keys      []string
+	args      []any
+	want      int
+	crossSlot bool // a Cluster call whose keys, beyond the first, follow args
+	reply     []int64
+	err       error
 }
 
 // takeCall is the token-bucket script's call for n decisions, decision j's

@@ -6,7 +6,10 @@
 -- Redis runs one script, not D. Each decision is all-or-nothing on its own
 -- buckets; a later decision sees an earlier one's charges.
 --
--- KEYS     the buckets of every decision, decision after decision.
+-- KEYS     the buckets of every decision, decision after decision. On a
+--          Redis Cluster, a call whose decisions span several slots of one
+--          node declares only its first key: key i > 1 is then ARGV[i]
+--          (the script is flagged allow-cross-slot-keys; bucket.lua).
 -- ARGV[1]  one binary string (struct formats, little-endian): D and L as
 --          uint16 ('<HH'), the number of decisions and of distinct limits;
 --          then each limit's capacity C (tokens), K (units per token) and
@@ -35,6 +38,10 @@
 -- others are decided as usual; the store reports ErrKeyType for it.
 
 local args = ARGV[1]
+
+-- key returns the key of bucket i of the call (see KEYS above).
+local function key(i) return KEYS[i] or ARGV[i] end
+
 local d, nl, pos = unpack('<HH', args)
 for l = 1, nl do -- the limits cap, per, gain, full of bucket.lua, in order
   local c, k, g
@@ -58,14 +65,14 @@ local function decide(kb, nb, ls, ns)
   local missing, allowed = {}, 1
   for i = 1, nb do
     local l, n = ls[i], ns[i]
-    local m = missing_now(KEYS[kb + i], l)
+    local m = missing_now(key(kb + i), l)
     missing[i] = m
     if n > cap[l] or m + n * per[l] > full[l] then allowed = 0 end
   end
   if allowed == 1 then
     for i = 1, nb do
       missing[i] = missing[i] + ns[i] * per[ls[i]]
-      store(KEYS[kb + i], missing[i])
+      store(key(kb + i), missing[i])
     end
   end
   return allowed, missing
@@ -84,7 +91,7 @@ for j = 1, d do
   nb, l, n, pos = unpack('<HHd', args, pos)
   local ok, allowed, m
   if nb == 1 then
-    ok, allowed, m = protected(decide1, KEYS[kb + 1], l, n)
+    ok, allowed, m = protected(decide1, key(kb + 1), l, n)
     if ok then out[o + 1], out[o + 2] = allowed, m end
   else
     local ls, ns = {l}, {n}
@@ -96,6 +103,9 @@ for j = 1, d do
       out[o + 1] = allowed
       for i = 1, nb do out[o + 1 + i] = m[i] end
     end
+  end
+  if not ok and string.find(type(allowed) == 'table' and tostring(allowed.err) or tostring(allowed), 'non local key', 1, true) then
+    error(allowed) -- a key this node does not hold: the whole call fails (nothing was written)
   end
   if not ok then
     out[o + 1] = -1

@@ -122,15 +122,15 @@ var cases = []struct {
 	{"a raised rate refills a spent bucket at the new rate at once", []step{
 		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 3}}, allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
 		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1}}, allowed: false, remaining: 0, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "10"), 1}}, allowed: false, remaining: 0, resetAfter: 300 * time.Millisecond, retryAfter: 100 * time.Millisecond},
-		{advance: 100 * time.Millisecond, allowed: true, remaining: 0, resetAfter: 300 * time.Millisecond},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 1}}, allowed: false, remaining: 0, resetAfter: 3 * time.Second, retryAfter: time.Second},
+		{advance: time.Second, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
 	}},
 	{"a limit change keeps the tokens held when nothing is charged", []step{
 		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 3}}, allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
 		// Denied under the new limit (cost 4 of capacity 10): still the
 		// new rate from here on.
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "10"), 4}}, allowed: false, remaining: 0, resetAfter: time.Second, retryAfter: 400 * time.Millisecond},
-		{advance: 400 * time.Millisecond, allowed: true, remaining: 0, resetAfter: time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 4}}, allowed: false, remaining: 0, resetAfter: 10 * time.Second, retryAfter: 4 * time.Second},
+		{advance: 4 * time.Second, allowed: true, remaining: 0, resetAfter: 10 * time.Second},
 	}},
 	{"a lowered capacity clamps the tokens held", []step{
 		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 2}}, allowed: true, remaining: 8, resetAfter: 2 * time.Minute},
