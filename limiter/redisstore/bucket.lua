@@ -1,4 +1,3 @@
-#!lua flags=allow-cross-slot-keys
 -- Floodgate's bucket state in Redis: how a bucket is read and written. Both
 -- scripts (tokenbucket.lua, refund.lua) are this file followed by their own
 -- body, so the encoding exists once.
@@ -26,12 +25,13 @@
 -- 1000·G against 2^50), so Lua's doubles hold them exactly. Large times are
 -- never multiplied: ticks are counted from now_ms, the current millisecond.
 --
--- Flags (the first line). allow-cross-slot-keys lets one call on a Redis
--- Cluster node decide buckets of several slots that node holds (keys named
--- in ARGV, the first in KEYS for routing): decisions of many callers share a
--- call there as they do on a standalone server. A call that meets a key the
--- node does not hold (a slot moving) fails whole and the store decides its
--- decisions again slot by slot.
+-- Redis Cluster. One call on a node may decide buckets of several slots
+-- that node holds: its first key is declared (KEYS, for routing), the others
+-- named after its arguments, which Redis allows a script without flags, so
+-- decisions of many callers share a call there as on a standalone server.
+-- Such a call fails whole on any error (a key the node does not hold, as
+-- when a slot moves), writing nothing, and the store decides its decisions
+-- again slot by slot.
 --
 -- Within one script call, each bucket is read at most once and written at
 -- most once (flush, at the end): decisions on one bucket that share a call

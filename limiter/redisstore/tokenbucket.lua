@@ -9,7 +9,7 @@
 -- KEYS     the buckets of every decision, decision after decision. On a
 --          Redis Cluster, a call whose decisions span several slots of one
 --          node declares only its first key: key i > 1 is then ARGV[i]
---          (the script is flagged allow-cross-slot-keys; bucket.lua).
+--          (see bucket.lua).
 -- ARGV[1]  one binary string (struct formats, little-endian): D and L as
 --          uint16 ('<HH'), the number of decisions and of distinct limits;
 --          then each limit's capacity C (tokens), K (units per token) and
@@ -31,8 +31,10 @@
 -- the call's buckets and writes them all at the end), so a hot caller whose
 -- decisions share a call costs one GET and one SET, however many.
 --
--- Errors. With one decision, an error (a key of another type under the
--- prefix: WRONGTYPE) is the call's error. With several, each decision runs
+-- Errors. With one decision, or decisions across slots (see KEYS), an error
+-- (a key of another type under the prefix: WRONGTYPE) is the call's error
+-- (nothing was written: writes wait for the end). With several of one
+-- slot, each runs
 -- protected: one that fails reports allowed = -1 (and zeros), charges
 -- nothing (reads come before writes, and writes wait for the end), and the
 -- others are decided as usual; the store reports ErrKeyType for it.
@@ -78,10 +80,12 @@ local function decide(kb, nb, ls, ns)
   return allowed, missing
 end
 
--- protected runs f: as it is when the call holds one decision, under pcall
--- when it holds several (see Errors above). Returns ok, then f's results.
+-- protected runs f: as it is when the call holds one decision or decisions
+-- across slots (one declared key), under pcall when it holds several of one
+-- slot (see Errors above). Returns ok, then f's results.
+local shared = d > 1 and KEYS[2] ~= nil
 local function protected(f, ...)
-  if d == 1 then return true, f(...) end
+  if not shared then return true, f(...) end
   return pcall(f, ...)
 end
 
@@ -103,9 +107,6 @@ for j = 1, d do
       out[o + 1] = allowed
       for i = 1, nb do out[o + 1 + i] = m[i] end
     end
-  end
-  if not ok and string.find(type(allowed) == 'table' and tostring(allowed.err) or tostring(allowed), 'non local key', 1, true) then
-    error(allowed) -- a key this node does not hold: the whole call fails (nothing was written)
   end
   if not ok then
     out[o + 1] = -1
