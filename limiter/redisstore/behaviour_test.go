@@ -296,3 +296,20 @@ func takeConcurrently(t *testing.T, s limiter.Store, reqs []limiter.Request, g, 
 	wg.Wait()
 	return a.Load(), d.Load()
 }
+
+// TestAForeignValueIsAnErrorNotADecision: 40 bytes under a bucket's key
+// that are not a bucket (another program writing under the prefix) make the
+// decision fail with an error naming the key, rather than read garbage as
+// tokens.
+func TestAForeignValueIsAnErrorNotADecision(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := redisstore.New(c, "")
+	if err := c.Set(context.Background(), s.Key("foreign", "a"), strings.Repeat("\x00", 40), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Take(context.Background(), []limiter.Request{{Name: "foreign", ID: "a", Limit: limiter.MustLimit(5, "1"), Cost: 1}}, make([]limiter.Result, 1))
+	if err == nil || !strings.Contains(err.Error(), "not a Floodgate bucket") {
+		t.Errorf("Take on a foreign value: %v, want an error naming it", err)
+	}
+}

@@ -104,6 +104,9 @@ local function missing_now(key, l)
     local e, v, oc, ok, og
     if #s == 40 then
       e, v, oc, ok, og = unpack(FORMAT, s)
+      if not (oc >= 1 and ok >= 1 and og >= 1 and v >= 0 and e == e) then
+        error('WRONGTYPE the key ' .. key .. ' holds 40 bytes that are not a Floodgate bucket')
+      end
     else
       e, v, oc, ok, og = redis.call('PEXPIRETIME', key), tonumber(s) or 0, cap[l], per[l], gain[l]
       dirty[key] = true
