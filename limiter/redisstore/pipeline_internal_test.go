@@ -33,10 +33,20 @@ func TestBatchesMatchTheRationalModel(t *testing.T) {
 	srv := redistest.Start(t)
 	s := NewPipelined(srv.Client(), "", PipelineOptions{})
 	defer s.Close()
-	setClock := testClockAt(t, s)
 	var decisions, scriptCalls, batches int
 	s.pipe.onBatch = func(d, calls int) { decisions, scriptCalls, batches = decisions+d, scriptCalls+calls, batches+1 }
-	storetest.RunModelBatched(t, 5, 4000, 40, func(at time.Duration, reqs [][]limiter.Request, res [][]limiter.Result) ([]bool, []error) {
+	storetest.RunModelBatched(t, 5, 4000, 40, 3, batchTake(t, s))
+	t.Logf("%d decisions in %d batches, %d script calls", decisions, batches, scriptCalls)
+	if scriptCalls <= batches || scriptCalls*4 > decisions {
+		t.Errorf("%d decisions in %d batches went out in %d script calls: the batches were not shared, or not split", decisions, batches, scriptCalls)
+	}
+}
+
+// batchTake is the batched model's TakeBatchAt for s: the batch through the
+// coalescer's own flush, at the injected instant.
+func batchTake(t *testing.T, s *Store) storetest.TakeBatchAt {
+	setClock := testClockAt(t, s)
+	return func(at time.Duration, reqs [][]limiter.Request, res [][]limiter.Result) ([]bool, []error) {
 		setClock(at)
 		calls := make([]*call, len(reqs))
 		for j := range reqs {
@@ -54,10 +64,27 @@ func TestBatchesMatchTheRationalModel(t *testing.T) {
 			}
 		}
 		return ok, errs
-	})
-	t.Logf("%d decisions in %d batches, %d script calls", decisions, batches, scriptCalls)
-	if scriptCalls <= batches || scriptCalls*4 > decisions {
-		t.Errorf("%d decisions in %d batches went out in %d script calls: the batches were not shared, or not split", decisions, batches, scriptCalls)
+	}
+}
+
+// TestClusterBatchesMatchTheRationalModel is
+// TestBatchesMatchTheRationalModel on a Redis Cluster of three masters, with
+// one-bucket decisions (the coalescer takes decisions of one slot; a
+// decision across slots takes takeAcrossSlots): each call decides buckets
+// of several slots of one node, often one bucket several times.
+func TestClusterBatchesMatchTheRationalModel(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := NewPipelined(cl.Client(), "", PipelineOptions{})
+	defer s.Close()
+	var crossSlot int
+	s.pipe.onBatch = func(d, calls int) {
+		if calls < d {
+			crossSlot++
+		}
+	}
+	storetest.RunModelBatched(t, 9, 3000, 40, 1, batchTake(t, s))
+	if crossSlot == 0 {
+		t.Error("no batch shared a script call across slots")
 	}
 }
 

@@ -103,7 +103,7 @@ var modelRates = []string{"1", "0.5", "1/3", "7/60", "2", "1000", "12345/7", "10
 // changed, as a reload changes a policy's numbers) and compares every
 // decision and every reported figure with the rational reference model.
 func RunModel(t *testing.T, seed uint64, steps int, take TakeAt) {
-	RunModelBatched(t, seed, steps, 1, func(at time.Duration, reqs [][]limiter.Request, res [][]limiter.Result) ([]bool, []error) {
+	RunModelBatched(t, seed, steps, 1, 3, func(at time.Duration, reqs [][]limiter.Request, res [][]limiter.Result) ([]bool, []error) {
 		ok, err := take(at, reqs[0], res[0])
 		return []bool{ok}, []error{err}
 	})
@@ -115,9 +115,10 @@ func RunModel(t *testing.T, seed uint64, steps int, take TakeAt) {
 type TakeBatchAt func(at time.Duration, reqs [][]limiter.Request, res [][]limiter.Result) ([]bool, []error)
 
 // RunModelBatched is RunModel with up to maxBatch decisions at each instant,
-// handed to the store as one batch; with six buckets in play, a batch often
-// names one bucket several times.
-func RunModelBatched(t *testing.T, seed uint64, steps, maxBatch int, take TakeBatchAt) {
+// handed to the store as one batch, each over one to maxBuckets (at most 3)
+// buckets; with six buckets in play, a batch often names one bucket several
+// times.
+func RunModelBatched(t *testing.T, seed uint64, steps, maxBatch, maxBuckets int, take TakeBatchAt) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	const pool = 6
@@ -156,7 +157,7 @@ func RunModelBatched(t *testing.T, seed uint64, steps, maxBatch int, take TakeBa
 		wantOK := make([]bool, n)
 		wantRes := make([][]limiter.Result, n)
 		for j := range batch {
-			picked := rng.Perm(pool)[:1+rng.IntN(3)]
+			picked := rng.Perm(pool)[:1+rng.IntN(min(maxBuckets, 3))]
 			reqs := make([]limiter.Request, len(picked))
 			models := make([]*model, len(picked))
 			for i, p := range picked {
