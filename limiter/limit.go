@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -218,6 +219,30 @@ func (l Limit) Refill(m, dt int64) int64 {
 		return 0
 	}
 	return m - dt*l.g
+}
+
+// Convert returns the units missing from a bucket under l that was missing m
+// units under from, the limit it was held under until now: a policy's
+// numbers changed, and the bucket keeps the tokens it held, capped at l's
+// capacity and rounded down to l's unit (1/K of a token), then refills at
+// l's rate. A bucket full under from is full under l, as a bucket never
+// seen is. Both stores apply it at the first decision that names the
+// bucket with l.
+func (l Limit) Convert(from Limit, m int64) int64 {
+	if m <= 0 || from == l {
+		return max(m, 0)
+	}
+	have := from.CapacityUnits() - min(m, from.CapacityUnits()) // units of from
+	full := l.CapacityUnits()
+	hi, lo := bits.Mul64(uint64(have), uint64(l.k))
+	if hi >= uint64(from.k) {
+		return 0 // the quotient would not fit 64 bits: far above full
+	}
+	q, _ := bits.Div64(hi, lo, uint64(from.k))
+	if q >= uint64(full) {
+		return 0
+	}
+	return full - int64(q)
 }
 
 // Fits reports whether a bucket missing m units can pay cost tokens.

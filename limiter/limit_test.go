@@ -107,3 +107,32 @@ func TestResultOfAnImpossibleCostPromisesNoRetry(t *testing.T) {
 		t.Errorf("RetryAfter with an impossible bucket = %v, want 0", got)
 	}
 }
+
+// TestConvertKeepsTheTokensHeld: a bucket carried to a new limit holds the
+// tokens it held, capped at the new capacity and rounded down to the new
+// unit; a full one stays full.
+func TestConvertKeepsTheTokensHeld(t *testing.T) {
+	perMinute := limiter.MustLimit(3, "1/60")  // K = 60·10⁶
+	tenPerSecond := limiter.MustLimit(3, "10") // K = 10⁵
+	k, _ := perMinute.Units()
+	k2, _ := tenPerSecond.Units()
+	cases := []struct {
+		name     string
+		from, to limiter.Limit
+		missing  int64 // under from
+		want     int64 // under to
+	}{
+		{"full stays full", perMinute, limiter.MustLimit(10, "1"), 0, 0},
+		{"the same limit changes nothing", perMinute, perMinute, 5, 5},
+		{"spent stays spent, in the new unit", perMinute, tenPerSecond, 3 * k, 3 * k2},
+		{"half a token held", perMinute, tenPerSecond, 3*k - k/2, 3*k2 - k2/2},
+		{"a raised capacity keeps the two tokens held", perMinute, limiter.MustLimit(10, "1/60"), k, 8 * k},
+		{"a lowered capacity clamps", limiter.MustLimit(10, "1/60"), limiter.MustLimit(5, "1/60"), 2 * k, 0},
+		{"rounded down to the new unit", limiter.MustLimit(1, "1/3"), limiter.MustLimit(1, "1"), 1, 1},
+	}
+	for _, c := range cases {
+		if got := c.to.Convert(c.from, c.missing); got != c.want {
+			t.Errorf("%s: Convert(%v → %v, missing %d) = %d, want %d", c.name, c.from, c.to, c.missing, got, c.want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/limiter"
@@ -46,6 +47,44 @@ type Store struct {
 	mask     uint64
 	shardCap int
 	shards   []shard
+	limits   limits
+}
+
+// limits numbers the limits the store has seen, so that a bucket records the
+// limit it was written under in four bytes (a changed limit converts the
+// bucket: limiter.Limit.Convert). Limits come from the configuration, so
+// they are few; a reload that changes a policy's numbers adds one.
+type limits struct {
+	ids sync.Map // limiter.Limit → uint32
+	mu  sync.Mutex
+	all atomic.Pointer[[]limiter.Limit] // by id; grows by copy
+}
+
+func (ls *limits) id(l limiter.Limit) uint32 {
+	if id, ok := ls.ids.Load(l); ok {
+		return id.(uint32)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if id, ok := ls.ids.Load(l); ok {
+		return id.(uint32)
+	}
+	var all []limiter.Limit
+	if p := ls.all.Load(); p != nil {
+		all = *p
+	}
+	all = append(all[:len(all):len(all)], l)
+	ls.all.Store(&all)
+	id := uint32(len(all) - 1)
+	ls.ids.Store(l, id)
+	return id
+}
+
+func (ls *limits) byID() []limiter.Limit {
+	if p := ls.all.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // key identifies a bucket: a 64-bit keyed hash of its name and identity.
@@ -69,11 +108,17 @@ func (s *Store) key(name, id string) key {
 
 func (s *Store) shard(k key) int { return int(uint64(k) >> 32 & s.mask) }
 
-// bucket is one bucket's exact state: missing units at time at (µs since the
-// store's epoch), and the first microsecond at which it is full again.
+// bucket is one bucket's exact state: missing units, counted in limit lim,
+// at the microsecond (since the store's epoch) full − ceil(missing/G), full
+// being the first microsecond at which it is full again. Storing full rather
+// than that instant lets the table sweep without the limit.
 type bucket struct {
-	missing, at, full int64
+	missing, full int64
+	lim           uint32
 }
+
+// at is the microsecond at which b missed b.missing units, given its limit.
+func (b *bucket) at(l limiter.Limit) int64 { return b.full - untilFull(l, b.missing) }
 
 type shard struct {
 	mu         sync.Mutex
@@ -132,9 +177,11 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 	}
 	for i := range reqs {
 		k := s.key(reqs[i].Name, reqs[i].ID)
-		pend, idx = append(pend, pending{k: k, shard: s.shard(k), slot: -1}), append(idx, s.shard(k))
+		p := pending{k: k, shard: s.shard(k), slot: -1, lim: s.limits.id(reqs[i].Limit)}
+		pend, idx = append(pend, p), append(idx, p.shard)
 	}
 	order = s.locked(idx, order)
+	lims := s.limits.byID() // after locking: holds every limit a held bucket names
 
 	allowed := true
 	for i := range reqs {
@@ -142,16 +189,28 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 		t := &s.shards[p.shard].t
 		if j, ok := t.find(p.k); ok {
 			b := &t.slots[j].b
-			p.slot, p.missing = j, r.Limit.Refill(b.missing, now-b.at)
+			p.slot = j
+			if b.lim == p.lim {
+				p.missing = r.Limit.Refill(b.missing, now-b.at(r.Limit))
+			} else {
+				// The bucket's limit changed (a reload): it keeps its tokens.
+				old := lims[b.lim]
+				p.missing = r.Limit.Convert(old, old.Refill(b.missing, now-b.at(old)))
+				p.converted = true
+			}
 		}
 		allowed = allowed && r.Limit.Fits(p.missing, r.Cost)
 	}
 	if !allowed {
-		s.unlock(order)
 		for i := range reqs {
-			r, m := &reqs[i], pend[i].missing
-			res[i] = r.Limit.Result(m, r.Cost, r.Limit.Fits(m, r.Cost))
+			r, p := &reqs[i], &pend[i]
+			if p.converted {
+				// Held under the new limit from now on, charged or not.
+				s.shards[p.shard].t.slots[p.slot].b = bucket{missing: p.missing, full: now + untilFull(r.Limit, p.missing), lim: p.lim}
+			}
+			res[i] = r.Limit.Result(p.missing, r.Cost, r.Limit.Fits(p.missing, r.Cost))
 		}
+		s.unlock(order)
 		return false, nil
 	}
 	// Charge known buckets in place first: inserting a new bucket may move
@@ -164,11 +223,11 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 			}
 			k, _ := r.Limit.Units()
 			m := p.missing + r.Cost*k
-			b := bucket{missing: m, at: now, full: now + untilFull(r.Limit, m)}
+			b := bucket{missing: m, full: now + untilFull(r.Limit, m), lim: p.lim}
 			if sh := &s.shards[p.shard]; p.slot >= 0 {
 				sh.t.slots[p.slot].b = b
 			} else {
-				s.insert(sh, p.k, b)
+				s.insert(sh, p.k, b, now)
 			}
 			res[i] = r.Limit.Result(m, r.Cost, true)
 		}
@@ -179,10 +238,12 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 
 // pending is one bucket of a decision in progress.
 type pending struct {
-	k       key
-	shard   int
-	slot    int   // index in the shard's table, -1 for a bucket not held
-	missing int64 // units missing now
+	k         key
+	shard     int
+	slot      int    // index in the shard's table, -1 for a bucket not held
+	missing   int64  // units missing now
+	lim       uint32 // the request's limit's id
+	converted bool   // held under another limit until now
 }
 
 // Len returns the number of buckets held (for tests and metrics).
@@ -210,10 +271,10 @@ const minSweep = 64
 // sweep, it drops its full ones, so reclamation costs O(1) per insert, amortized, and memory
 // tracks the callers still refilling. When the shard is at its cap all the
 // same, it evicts the sampled bucket closest to full.
-func (s *Store) insert(sh *shard, k key, b bucket) {
+func (s *Store) insert(sh *shard, k key, b bucket, now int64) {
 	t := &sh.t
 	if sh.untilSweep--; sh.untilSweep <= 0 {
-		t.sweep(b.at)
+		t.sweep(now)
 		sh.untilSweep = max(minSweep, t.n)
 	}
 	if t.n >= s.shardCap {

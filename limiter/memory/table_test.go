@@ -17,7 +17,7 @@ func TestTableAgreesWithAMap(t *testing.T) {
 		k := randKey()
 		switch op := rng.IntN(10); {
 		case op < 6:
-			b := bucket{missing: rng.Int64N(100), at: int64(step), full: int64(step) + rng.Int64N(1000)}
+			b := bucket{missing: rng.Int64N(100), full: int64(step) + rng.Int64N(1000)}
 			if i, ok := tb.find(k); ok {
 				tb.slots[i].b = b
 			} else {
@@ -57,7 +57,7 @@ func TestEvictionKeepsEachShardUnderItsCap(t *testing.T) {
 	s := New(Options{MaxBuckets: 64, Shards: 4})
 	sh := &s.shards[0]
 	for i := 0; i < 1000; i++ {
-		s.insert(sh, key(i+1), bucket{full: int64(1_000_000 + i)})
+		s.insert(sh, key(i+1), bucket{full: int64(1_000_000 + i)}, 0)
 		if sh.t.n > s.shardCap {
 			t.Fatalf("after %d inserts the shard holds %d, cap %d", i+1, sh.t.n, s.shardCap)
 		}
@@ -80,7 +80,7 @@ func TestMaxTableBytesBoundsAFlood(t *testing.T) {
 			if _, ok := sh.t.find(k); ok {
 				continue
 			}
-			s.insert(sh, k, bucket{full: 1 << 40}) // never full: nothing is reclaimed
+			s.insert(sh, k, bucket{full: 1 << 40}, 0) // never full: nothing is reclaimed
 			held := int64(0)
 			for j := range s.shards {
 				held += int64(len(s.shards[j].t.slots)) * slotBytes

@@ -1,8 +1,15 @@
 package redisstore
 
+import (
+	"encoding/binary"
+	"math"
+)
+
 // The scripts' arguments. tokenbucket.lua reads each distinct limit once per
-// call and a (limit, cost) pair per bucket; refund.lua reads four integers
-// per bucket. Both are built here, from the same bucket description.
+// call and a (limit, cost) pair per bucket, all in one binary string;
+// refund.lua, which only a denial across Redis Cluster slots runs, reads
+// four integers per bucket. Both are built here, from the same bucket
+// description.
 
 // limitArgs is a limit as the scripts read it: capacity C (tokens), K units
 // per token, G units gained per microsecond.
@@ -15,9 +22,9 @@ type bucketArgs struct {
 }
 
 // takeArgv is tokenbucket.lua's ARGV for n decisions decided in turn,
-// decision j's buckets being buckets(j) (in KEYS order), extra arguments
-// last (tests hand a clock that way).
-func takeArgv(n int, buckets func(j int) []bucketArgs, extra []any) []any {
+// decision j's buckets being buckets(j) (in KEYS order): one binary string
+// (see the script).
+func takeArgv(n int, buckets func(j int) []bucketArgs) []any {
 	var small [4]limitArgs
 	limits := small[:0]
 	total := 0
@@ -27,26 +34,31 @@ func takeArgv(n int, buckets func(j int) []bucketArgs, extra []any) []any {
 			total++
 		}
 	}
-	a := make([]any, 0, 2+3*len(limits)+n+2*total+len(extra))
-	a = append(a, n, len(limits))
+	a := make([]byte, 0, 4+24*len(limits)+2*n+10*total)
+	a = le.AppendUint16(a, uint16(n))
+	a = le.AppendUint16(a, uint16(len(limits)))
 	for _, l := range limits {
-		a = append(a, l.c, l.k, l.g)
+		a = appendFloat(a, l.c)
+		a = appendFloat(a, l.k)
+		a = appendFloat(a, l.g)
 	}
 	for j := 0; j < n; j++ {
 		bs := buckets(j)
-		a = append(a, len(bs))
+		a = le.AppendUint16(a, uint16(len(bs)))
 		for _, b := range bs {
 			i, _ := limitIndex(limits, b.limitArgs)
-			a = append(a, i, b.cost)
+			a = le.AppendUint16(a, uint16(i))
+			a = appendFloat(a, b.cost)
 		}
 	}
-	return append(a, extra...)
+	return []any{a}
 }
 
-// oneDecision is takeArgv for a single decision.
-func oneDecision(buckets []bucketArgs, extra []any) []any {
-	return takeArgv(1, func(int) []bucketArgs { return buckets }, extra)
-}
+var le = binary.LittleEndian
+
+// appendFloat appends x as a little-endian double: exact, as every value the
+// scripts read is below 2^53.
+func appendFloat(a []byte, x int64) []byte { return le.AppendUint64(a, math.Float64bits(float64(x))) }
 
 // limitIndex returns l's position in limits, counted from 1 as the script
 // counts, appending it when it is not there yet. Calls carry few distinct
@@ -61,12 +73,11 @@ func limitIndex(limits []limitArgs, l limitArgs) (int, []limitArgs) {
 	return len(limits), limits
 }
 
-// refundArgv is refund.lua's ARGV: C, K, G and the cost per bucket, extra
-// arguments last.
-func refundArgv(buckets []bucketArgs, extra []any) []any {
-	a := make([]any, 0, 4*len(buckets)+len(extra))
+// refundArgv is refund.lua's ARGV: C, K, G and the cost per bucket.
+func refundArgv(buckets []bucketArgs) []any {
+	a := make([]any, 0, 4*len(buckets))
 	for _, b := range buckets {
 		a = append(a, b.c, b.k, b.g, b.cost)
 	}
-	return append(a, extra...)
+	return a
 }

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -100,15 +101,19 @@ func TestAuthAndACL(t *testing.T) {
 	t.Run("no password", func(t *testing.T) {
 		refused(t, base, "NOAUTH")
 	})
-	t.Run("no password, pipelined decisions of several buckets", func(t *testing.T) {
+	t.Run("no password, pipelined decisions of many buckets", func(t *testing.T) {
 		// A script call of more than ten parts from a connection that has
 		// not authenticated gets a protocol error instead of NOAUTH; the
 		// store says what it means.
 		s := redisstore.NewPipelined(mustClient(t, base), "", redisstore.PipelineOptions{})
 		defer s.Close()
-		r2, r3 := r, r
-		r2.Name, r3.Name = "auth2", "auth3"
-		_, _, _, err := tryTake(s, r, r2, r3)
+		reqs := []limiter.Request{r}
+		for i := 2; i <= 8; i++ { // 3 + 8 keys + 1 argument: 12 parts
+			ri := r
+			ri.Name = fmt.Sprint("auth", i)
+			reqs = append(reqs, ri)
+		}
+		_, _, _, err := tryTake(s, reqs...)
 		if !errors.Is(err, redisstore.ErrNoAuth) {
 			t.Errorf("err = %v; want one wrapping ErrNoAuth", err)
 		}

@@ -181,8 +181,9 @@ func TestEveryKeyExpiresWhenItsBucketIsFull(t *testing.T) {
 	}
 }
 
-// TestStateIsCompact measures MEMORY USAGE of an active bucket key: one small
-// integer and an expiry. The README quotes the figure.
+// TestStateIsCompact measures MEMORY USAGE of an active bucket key: 40 bytes
+// of state (the full instant and the limit it is counted in) and an expiry.
+// The README quotes the figure.
 func TestStateIsCompact(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
@@ -196,11 +197,11 @@ func TestStateIsCompact(t *testing.T) {
 	}
 	enc := c.ObjectEncoding(context.Background(), key).Val()
 	t.Logf("MEMORY USAGE %s = %d bytes (encoding %s)", key, n, enc)
-	if enc != "int" {
-		t.Errorf("state is stored as %s, want a single integer", enc)
+	if v := c.Get(context.Background(), key).Val(); len(v) != 40 {
+		t.Errorf("state is %d bytes, want 40", len(v))
 	}
-	if n >= 100 {
-		t.Errorf("an active bucket uses %d bytes, want under 100", n)
+	if n > 136 {
+		t.Errorf("an active bucket uses %d bytes, want at most 136", n)
 	}
 }
 
@@ -294,4 +295,21 @@ func takeConcurrently(t *testing.T, s limiter.Store, reqs []limiter.Request, g, 
 	}
 	wg.Wait()
 	return a.Load(), d.Load()
+}
+
+// TestAForeignValueIsAnErrorNotADecision: 40 bytes under a bucket's key
+// that are not a bucket (another program writing under the prefix) make the
+// decision fail with an error naming the key, rather than read garbage as
+// tokens.
+func TestAForeignValueIsAnErrorNotADecision(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := redisstore.New(c, "")
+	if err := c.Set(context.Background(), s.Key("foreign", "a"), strings.Repeat("\x00", 40), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Take(context.Background(), []limiter.Request{{Name: "foreign", ID: "a", Limit: limiter.MustLimit(5, "1"), Cost: 1}}, make([]limiter.Result, 1))
+	if err == nil || !strings.Contains(err.Error(), "not a Floodgate bucket") {
+		t.Errorf("Take on a foreign value: %v, want an error naming it", err)
+	}
 }

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +18,7 @@ import (
 // one read for the whole batch on each side, and one script call for up to
 // perScript of them (tokenbucket.lua decides them in turn, each atomic on
 // its own, so Redis parses, looks up and starts one script instead of
-// many). Against one EVALSHA per decision in one pipeline, that took about
-// a quarter of Redis' CPU per decision off in make bench.
+// many; the README's Performance section has the figures).
 //
 // The coalescer is small on purpose. Flushers (PipelineOptions.Flushers, one
 // connection each at a time) take the first waiting decision, add every
@@ -39,17 +37,15 @@ import (
 // charge a bucket for a request already answered by the failure mode.
 
 // DefaultMaxBatch bounds the decisions in one pipeline when
-// PipelineOptions.MaxBatch is 0. At 7–10 µs of Redis time per decision a full
-// batch is about a millisecond of Redis' time.
+// PipelineOptions.MaxBatch is 0.
 const DefaultMaxBatch = 128
 
 // DefaultFlushers is the number of batches that may be on the wire at once
 // when PipelineOptions.Flushers is 0. One is best when Redis runs on the same
 // few cores as its clients: every decision that arrives while a batch is on
 // the wire joins the next one, so batches are as deep as the load allows and
-// Redis pays its per-read and per-write system calls once per batch. On the
-// make bench machine (2 cores) one flusher against two gave pipelines about
-// 1.7 times deeper, 1–2 µs less Redis CPU per decision and a lower p99. More
+// Redis pays its per-read and per-write system calls once per batch (the
+// README's Performance section compares one flusher with two). More
 // flushers suit a Redis with cores of its own and a long round trip, where
 // Redis would otherwise idle while a batch's replies travel back.
 const DefaultFlushers = 1
@@ -62,18 +58,9 @@ type PipelineOptions struct {
 	// connection (default DefaultFlushers).
 	Flushers int
 	// OnBatch, when set, is called after each batch with the decisions it
-	// sent and the script calls that carried them (a decision run again
-	// alone after failing in a shared call counts twice as a call): how
-	// deep the pipelines run in production. It must not block.
+	// sent and the script calls that carried them: how deep the pipelines
+	// run in production. It must not block.
 	OnBatch func(decisions, scriptCalls int)
-}
-
-// PipelineClient is what pipelining needs of a client: scripts and
-// pipelines. *redis.Client (standalone or Sentinel) and *redis.ClusterClient
-// (which splits a pipeline by node) both are.
-type PipelineClient interface {
-	redis.Scripter
-	Pipeline() redis.Pipeliner
 }
 
 // ErrClosed is returned by Take on a pipelined store after Close.
@@ -81,9 +68,9 @@ var ErrClosed = errors.New("redis: store closed")
 
 // NewPipelined is New with pipelining: concurrent decisions share round
 // trips (see the comment at the top of pipeline.go). Close stops it.
-func NewPipelined(client PipelineClient, prefix string, o PipelineOptions) *Store {
+func NewPipelined(client Client, prefix string, o PipelineOptions) *Store {
 	s := New(client, prefix)
-	s.pipe = newCoalescer(client, o)
+	s.pipe = newCoalescer(s, o)
 	return s
 }
 
@@ -96,17 +83,6 @@ func (s *Store) Close() {
 	}
 }
 
-// run runs script once for one decision: in a shared pipeline when the
-// store pipelines, else on its own round trip. A non-zero deadline bounds it
-// as well as ctx (only a pipelined store is given one: takeBy derives a
-// context for the others).
-func (s *Store) run(ctx context.Context, deadline time.Time, keys []string, buckets []bucketArgs, extra []any) ([]int64, error) {
-	if s.pipe == nil {
-		return s.script.Run(ctx, s.client, keys, oneDecision(buckets, extra)...).Int64Slice()
-	}
-	return s.pipe.run(ctx, deadline, s.script, keys, buckets, extra)
-}
-
 // call is one decision waiting for, or riding, a batch. Calls are pooled:
 // a caller that got its reply returns its call; one that stopped waiting
 // (its context ended) leaves it to the collector, as the batch may still
@@ -114,11 +90,9 @@ func (s *Store) run(ctx context.Context, deadline time.Time, keys []string, buck
 type call struct {
 	ctx      context.Context
 	deadline time.Time   // the earlier of ctx's deadline and the caller's; zero: none
-	timer    *time.Timer // fires at deadline; kept with the pooled call
-	script   *redis.Script
+	timer    *time.Timer // fires at the caller's own deadline; kept with the pooled call
 	keys     []string
 	buckets  []bucketArgs
-	extra    []any // arguments after the buckets' (tests: a clock)
 	reply    []int64
 	err      error
 	done     chan struct{} // one send (buffered) once reply or err is final
@@ -129,8 +103,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 func (cl *call) finish() { cl.done <- struct{}{} }
 
 type coalescer struct {
-	client   PipelineClient
-	cluster  bool // client is a Redis Cluster client: script calls are per slot
+	store    *Store
 	maxBatch int
 	onBatch  func(decisions, scriptCalls int)
 	calls    chan *call
@@ -140,17 +113,15 @@ type coalescer struct {
 	wg       sync.WaitGroup
 }
 
-func newCoalescer(client PipelineClient, o PipelineOptions) *coalescer {
+func newCoalescer(s *Store, o PipelineOptions) *coalescer {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
 	if o.Flushers <= 0 {
 		o.Flushers = DefaultFlushers
 	}
-	_, cluster := client.(*redis.ClusterClient)
 	c := &coalescer{
-		client:   client,
-		cluster:  cluster,
+		store:    s,
 		maxBatch: o.MaxBatch,
 		onBatch:  o.OnBatch,
 		// Room for every flusher's next full batch: beyond that, callers
@@ -190,19 +161,21 @@ func (c *coalescer) failQueued() {
 	}
 }
 
-// run queues one script call and waits for its reply, for ctx to end or for
-// deadline (if not zero), whichever comes first.
-func (c *coalescer) run(ctx context.Context, deadline time.Time, script *redis.Script, keys []string, buckets []bucketArgs, extra []any) ([]int64, error) {
+// run queues one decision and waits for its reply, for ctx to end or for
+// deadline (if not zero), whichever comes first. Only a deadline of the
+// caller's own needs a timer: ctx's ends ctx.
+func (c *coalescer) run(ctx context.Context, deadline time.Time, keys []string, buckets []bucketArgs) ([]int64, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
+	own := !deadline.IsZero()
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
 	}
 	cl := callPool.Get().(*call)
-	cl.ctx, cl.deadline, cl.script, cl.keys, cl.buckets, cl.extra = ctx, deadline, script, keys, buckets, extra
+	cl.ctx, cl.deadline, cl.keys, cl.buckets = ctx, deadline, keys, buckets
 	var expired <-chan time.Time
-	if !deadline.IsZero() {
+	if own {
 		left := time.Until(deadline)
 		if left <= 0 {
 			cl.recycle()
@@ -256,7 +229,7 @@ func (cl *call) recycle() {
 	if cl.timer != nil {
 		cl.timer.Stop()
 	}
-	cl.ctx, cl.deadline, cl.script, cl.keys, cl.buckets, cl.extra, cl.reply, cl.err = nil, time.Time{}, nil, nil, nil, nil, nil, nil
+	cl.ctx, cl.deadline, cl.keys, cl.buckets, cl.reply, cl.err = nil, time.Time{}, nil, nil, nil, nil
 	callPool.Put(cl)
 }
 
@@ -291,12 +264,10 @@ func (c *coalescer) flusher() {
 
 // flush sends one batch and completes every call in it. Calls whose
 // context already ended are completed with its error and not sent. The
-// others share script calls: up to perScript decisions in one EVALSHA (on a
+// others share script calls: up to perScript decisions in one call (on a
 // Cluster, decisions of one slot), all of a batch's script calls in one
-// pipeline. A decision the script reports as failed (allowed = -1) is run
-// again on its own, which yields its error. A script call whose script is
-// not in Redis' cache (NOSCRIPT: Redis restarted, or SCRIPT FLUSH) is sent
-// again with EVAL, which caches it, as Script.Run does.
+// pipeline (exec). A decision the script reports as failed (allowed = -1)
+// gets ErrKeyType.
 func (c *coalescer) flush(batch, live []*call) {
 	var deadline time.Time
 	bounded := true
@@ -330,171 +301,123 @@ func (c *coalescer) flush(batch, live []*call) {
 	}
 	defer cancel()
 
-	calls := c.scriptCalls(ctx, live)
-	pipe := c.client.Pipeline()
-	for _, sc := range calls {
-		_ = pipe.Process(ctx, sc.cmd)
-	}
-	_, _ = pipe.Exec(ctx) // errors are per command
-	var again []*scriptCall
-	for _, sc := range calls {
-		reply, err := sc.cmd.Result()
-		if redis.HasErrorPrefix(err, "NOSCRIPT") {
-			again = append(again, sc)
-			continue
-		}
-		sc.deliver(reply, err)
-	}
-	if len(again) > 0 {
-		evals := make([]*redis.Cmd, len(again))
-		pipe = c.client.Pipeline()
-		for i, sc := range again {
-			evals[i] = sc.script.Eval(ctx, pipe, sc.keys(), sc.args()...)
-		}
-		_, _ = pipe.Exec(ctx)
-		for i, sc := range again {
-			sc.deliver(evals[i].Int64Slice())
-		}
-	}
-	// Decisions that failed inside a shared script call, alone: their
-	// reply or their own error.
-	var alone []*scriptCall
-	for _, cl := range live {
-		if cl.err == nil && len(cl.reply) > 0 && cl.reply[0] < 0 {
-			sc := &scriptCall{script: cl.script, calls: []*call{cl}}
-			sc.cmd = sc.evalSha(ctx)
-			alone = append(alone, sc)
-		}
-	}
-	if len(alone) > 0 {
-		pipe = c.client.Pipeline()
-		for _, sc := range alone {
-			_ = pipe.Process(ctx, sc.cmd)
-		}
-		_, _ = pipe.Exec(ctx)
-		for _, sc := range alone {
-			sc.deliver(sc.cmd.Result())
-		}
-	}
+	sent := c.decide(ctx, c.group(ctx, live, false))
 	// Counted before any caller hears back, so that what a caller saw is
 	// already in the counts.
 	if c.onBatch != nil {
-		c.onBatch(len(live), len(calls)+len(again)+len(alone))
+		c.onBatch(len(live), sent)
 	}
 	for _, cl := range live {
 		cl.finish()
 	}
 }
 
-// perScript bounds the decisions one script call runs. Redis runs nothing
-// else while a script runs: at about 7 µs a decision, 32 of them hold it for
-// about a quarter of a millisecond. A larger batch is several script calls
-// in one pipeline, between which Redis serves its other clients.
-const perScript = 32
-
-// scriptCall is one EVALSHA deciding several calls' decisions.
-type scriptCall struct {
-	script *redis.Script
-	calls  []*call
-	cmd    *redis.IntSliceCmd
+// decide runs one script call per group and hands each decision its reply.
+// On a Cluster, a call over several slots that Redis refused (a key the node
+// does not hold: a slot moving) is decided again slot by slot. It returns
+// the number of script calls sent.
+func (c *coalescer) decide(ctx context.Context, groups []group) int {
+	calls := make([]*scriptCall, len(groups))
+	for i, g := range groups {
+		calls[i] = g.scriptCall(c.store)
+	}
+	c.store.exec(ctx, calls...)
+	var again []*call
+	for i, g := range groups {
+		var rerr redis.Error
+		if calls[i].crossSlot && errors.As(calls[i].err, &rerr) {
+			again = append(again, g...)
+			continue
+		}
+		g.deliver(calls[i].reply, calls[i].err)
+	}
+	if len(again) > 0 {
+		return len(calls) + c.decide(ctx, c.group(ctx, again, true))
+	}
+	return len(calls)
 }
 
-// scriptCalls groups live into script calls: in arrival order, up to
-// perScript decisions each, of one script and, on a Cluster, of one slot. A
-// call with arguments beyond its buckets' (tests pass a clock that way)
-// rides alone, its extra arguments last.
-func (c *coalescer) scriptCalls(ctx context.Context, live []*call) []*scriptCall {
-	var out []*scriptCall
-	open := map[int]*scriptCall{} // by slot (always 0 outside a Cluster): the group still filling
-	for _, cl := range live {
-		slot := 0
-		if c.cluster {
-			slot = Slot(cl.keys[0])
-		}
-		sc := open[slot]
-		plain := len(cl.extra) == 0
-		if sc == nil || sc.script != cl.script || len(sc.calls) == perScript || !plain {
-			sc = &scriptCall{script: cl.script}
-			out = append(out, sc)
-			open[slot] = sc
-		}
-		sc.calls = append(sc.calls, cl)
-		if !plain {
-			delete(open, slot)
-		}
+// perScript bounds the decisions one script call runs. Redis runs nothing
+// else while a script runs; a larger batch is several script calls in one
+// pipeline, between which Redis serves its other clients.
+const perScript = 32
+
+// group is the decisions that share one script call.
+type group []*call
+
+// group splits live into groups: in arrival order, up to perScript
+// decisions each and, on a Cluster, of one node (or, bySlot, of one slot).
+func (c *coalescer) group(ctx context.Context, live []*call, bySlot bool) []group {
+	if c.store.cluster == nil && len(live) <= perScript {
+		return []group{live}
 	}
-	for _, sc := range out {
-		sc.cmd = sc.evalSha(ctx)
+	var out []group
+	open := map[any]int{} // node, or slot (always 0 outside a Cluster) → the index in out of the group still filling
+	for _, cl := range live {
+		var where any = 0
+		if c.store.cluster != nil {
+			where = Slot(cl.keys[0])
+			if !bySlot {
+				if node, err := c.store.cluster.MasterForKey(ctx, cl.keys[0]); err == nil {
+					where = node
+				}
+			}
+		}
+		i, ok := open[where]
+		if !ok || len(out[i]) == perScript {
+			i = len(out)
+			out = append(out, nil)
+			open[where] = i
+		}
+		out[i] = append(out[i], cl)
 	}
 	return out
 }
 
-// keys are the script call's KEYS: every decision's buckets in turn.
-func (sc *scriptCall) keys() []string {
-	if len(sc.calls) == 1 {
-		return sc.calls[0].keys
-	}
-	n := 0
-	for _, cl := range sc.calls {
-		n += len(cl.keys)
-	}
-	keys := make([]string, 0, n)
-	for _, cl := range sc.calls {
-		keys = append(keys, cl.keys...)
-	}
-	return keys
-}
-
-// args are the script call's ARGV (see tokenbucket.lua): its decisions in
-// turn, each distinct limit once; a lone call's extra arguments last.
-func (sc *scriptCall) args() []any {
-	var extra []any
-	if len(sc.calls) == 1 {
-		extra = sc.calls[0].extra
-	}
-	return takeArgv(len(sc.calls), func(j int) []bucketArgs { return sc.calls[j].buckets }, extra)
-}
-
-// evalSha is EVALSHA sha keys args, as go-redis' Script builds it, its first
-// key marked for Cluster routing. An IntSliceCmd reads the script's reply
-// (an array of integers) straight into []int64 instead of a tree of
-// interfaces converted afterwards.
-func (sc *scriptCall) evalSha(ctx context.Context) *redis.IntSliceCmd {
-	keys, args := sc.keys(), sc.args()
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "evalsha", sc.script.Hash(), len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	cmd := redis.NewIntSliceCmd(ctx, a...)
-	if len(keys) > 0 {
-		cmd.SetFirstKeyPos(3)
-	}
-	return cmd
-}
-
-// deliver hands each call its part of the script call's reply: allowed and
-// one value per bucket. An error, or a reply of the wrong length, goes to
-// every call.
-func (sc *scriptCall) deliver(reply []int64, err error) {
-	if err == nil {
-		want := 0
-		for _, cl := range sc.calls {
-			want += 1 + len(cl.keys)
+// scriptCall is the token-bucket script's call deciding g's decisions in
+// turn: their buckets in turn, each distinct limit once. On a Cluster, a
+// group spanning several slots (of one node) declares only its first key,
+// the others following the arguments (see tokenbucket.lua).
+func (g group) scriptCall(s *Store) *scriptCall {
+	keys := g[0].keys
+	if len(g) > 1 {
+		n := 0
+		for _, cl := range g {
+			n += len(cl.keys)
 		}
-		if len(reply) != want {
-			err = fmt.Errorf("token-bucket script returned %d values for %d decisions (%d expected)", len(reply), len(sc.calls), want)
+		keys = make([]string, 0, n)
+		for _, cl := range g {
+			keys = append(keys, cl.keys...)
 		}
 	}
+	sc := s.takeCall(keys, len(g), func(j int) []bucketArgs { return g[j].buckets })
+	if s.cluster != nil && !sameSlot(keys) {
+		args := make([]any, 0, len(sc.args)+len(keys)-1)
+		args = append(args, sc.args...)
+		for _, k := range keys[1:] {
+			args = append(args, k)
+		}
+		sc.keys, sc.args, sc.crossSlot = keys[:1], args, true
+	}
+	return sc
+}
+
+// deliver hands each decision its part of the script call's reply: allowed
+// and one value per bucket (exec checked the length). An error goes to
+// every decision; a decision that failed alone in a shared call (allowed =
+// -1) gets ErrKeyType.
+func (g group) deliver(reply []int64, err error) {
 	pos := 0
-	for _, cl := range sc.calls {
+	for _, cl := range g {
 		if err != nil {
 			cl.reply, cl.err = nil, err
 			continue
 		}
 		n := 1 + len(cl.keys)
 		cl.reply, cl.err = reply[pos:pos+n:pos+n], nil
+		if cl.reply[0] < 0 {
+			cl.reply, cl.err = nil, ErrKeyType
+		}
 		pos += n
 	}
 }

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +22,70 @@ func TestPipelinedScriptMatchesTheRationalModel(t *testing.T) {
 	srv := redistest.Start(t)
 	s := NewPipelined(srv.Client(), "", PipelineOptions{})
 	defer s.Close()
-	s.script = withInjectedClock(t, scriptSource)
-	base := time.Now().Add(24 * time.Hour).Truncate(time.Second)
-	storetest.RunModel(t, 3, 2500, func(at time.Duration, reqs []limiter.Request, res []limiter.Result) (bool, error) {
-		now := base.Add(at)
-		return s.take(context.Background(), reqs, res, now.Unix(), now.Nanosecond()/1000)
-	})
+	storetest.RunModel(t, 3, 2500, modelTake(t, s))
+}
+
+// TestBatchesMatchTheRationalModel: batches of up to 40 decisions (more than
+// one script call holds), one instant each, often naming one bucket several
+// times, through the coalescer's own flush and the real script: decided in
+// turn, every figure what the model gives one by one.
+func TestBatchesMatchTheRationalModel(t *testing.T) {
+	srv := redistest.Start(t)
+	s := NewPipelined(srv.Client(), "", PipelineOptions{})
+	defer s.Close()
+	var decisions, scriptCalls, batches int
+	s.pipe.onBatch = func(d, calls int) { decisions, scriptCalls, batches = decisions+d, scriptCalls+calls, batches+1 }
+	storetest.RunModelBatched(t, 5, 4000, 40, 3, batchTake(t, s))
+	t.Logf("%d decisions in %d batches, %d script calls", decisions, batches, scriptCalls)
+	if scriptCalls <= batches || scriptCalls*4 > decisions {
+		t.Errorf("%d decisions in %d batches went out in %d script calls: the batches were not shared, or not split", decisions, batches, scriptCalls)
+	}
+}
+
+// batchTake is the batched model's TakeBatchAt for s: the batch through the
+// coalescer's own flush, at the injected instant.
+func batchTake(t *testing.T, s *Store) storetest.TakeBatchAt {
+	setClock := testClockAt(t, s)
+	return func(at time.Duration, reqs [][]limiter.Request, res [][]limiter.Result) ([]bool, []error) {
+		setClock(at)
+		calls := make([]*call, len(reqs))
+		for j := range reqs {
+			if err := limiter.Check(reqs[j], res[j]); err != nil {
+				t.Fatal(err)
+			}
+			keys, buckets := s.prepare(reqs[j])
+			calls[j] = newCall(keys, buckets...)
+		}
+		flushOne(t, s.pipe, calls)
+		ok, errs := make([]bool, len(calls)), make([]error, len(calls))
+		for j, cl := range calls {
+			if errs[j] = cl.err; cl.err == nil {
+				ok[j] = results(reqs[j], res[j], cl.reply)
+			}
+		}
+		return ok, errs
+	}
+}
+
+// TestClusterBatchesMatchTheRationalModel is
+// TestBatchesMatchTheRationalModel on a Redis Cluster of three masters, with
+// one-bucket decisions (the coalescer takes decisions of one slot; a
+// decision across slots takes takeAcrossSlots): each call decides buckets
+// of several slots of one node, often one bucket several times.
+func TestClusterBatchesMatchTheRationalModel(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := NewPipelined(cl.Client(), "", PipelineOptions{})
+	defer s.Close()
+	var crossSlot int
+	s.pipe.onBatch = func(d, calls int) {
+		if calls < d {
+			crossSlot++
+		}
+	}
+	storetest.RunModelBatched(t, 9, 3000, 40, 1, batchTake(t, s))
+	if crossSlot == 0 {
+		t.Error("no batch shared a script call across slots")
+	}
 }
 
 // flushOne sends calls as one batch through c, as a flusher would, and
@@ -43,7 +103,7 @@ func flushOne(t *testing.T, c *coalescer, calls []*call) {
 }
 
 func newCall(keys []string, buckets ...bucketArgs) *call {
-	return &call{ctx: context.Background(), script: Script, keys: keys, buckets: buckets, done: make(chan struct{}, 1)}
+	return &call{ctx: context.Background(), keys: keys, buckets: buckets, done: make(chan struct{}, 1)}
 }
 
 // TestOneScriptCallDecidesInTurn: decisions that share a script call are
@@ -54,7 +114,7 @@ func newCall(keys []string, buckets ...bucketArgs) *call {
 func TestOneScriptCallDecidesInTurn(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	if err := Script.Load(context.Background(), c).Err(); err != nil { // no NOSCRIPT retry to count
+	if err := c.ScriptLoad(context.Background(), takeScript.src).Err(); err != nil { // no NOSCRIPT retry to count
 		t.Fatal(err)
 	}
 	h := &scriptCounter{}
@@ -96,8 +156,8 @@ func TestOneScriptCallDecidesInTurn(t *testing.T) {
 
 // TestAFailingDecisionDoesNotFailItsScriptCall: a key of another type under
 // the prefix makes its decision fail (WRONGTYPE); the decisions that shared
-// its script call are decided as usual, and the failing one gets Redis'
-// own error, having charged nothing.
+// its script call are decided as usual, and the failing one gets
+// ErrKeyType, having charged nothing.
 func TestAFailingDecisionDoesNotFailItsScriptCall(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
@@ -126,8 +186,8 @@ func TestAFailingDecisionDoesNotFailItsScriptCall(t *testing.T) {
 			t.Errorf("decision %d beside the failing one: reply %v err %v, want allowed with one token taken", i, cl.reply, cl.err)
 		}
 	}
-	if err := calls[1].err; err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Errorf("the decision on a hash key: reply %v err %v, want Redis' WRONGTYPE error", calls[1].reply, err)
+	if err := calls[1].err; !errors.Is(err, ErrKeyType) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("the decision on a hash key: reply %v err %v, want ErrKeyType", calls[1].reply, err)
 	}
 	// It charged nothing: good2 lost exactly the one token of decision 2.
 	if v, err := c.Get(ctx, good2).Result(); err != nil {
@@ -137,11 +197,18 @@ func TestAFailingDecisionDoesNotFailItsScriptCall(t *testing.T) {
 	}
 }
 
-// scriptCounter counts the script calls a client sends in pipelines.
+// scriptCounter counts the script calls a client sends, alone or in pipelines.
 type scriptCounter struct{ scripts int }
 
-func (*scriptCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (*scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		if c.Name() == "evalsha" || c.Name() == "eval" {
+			h.scripts++
+		}
+		return next(ctx, c)
+	}
+}
 func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, c := range cmds {
@@ -150,5 +217,37 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 			}
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// TestACrossSlotCallRefusedIsDecidedSlotBySlot: on a Cluster, one script
+// call decides buckets of several slots of one node. A call that meets a
+// key its node does not hold (as when a slot moves between the grouping and
+// the call) fails whole, writing nothing, and its decisions are decided
+// again slot by slot: each charged exactly once.
+func TestACrossSlotCallRefusedIsDecidedSlotBySlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	s := NewPipelined(cl.Client(), "", PipelineOptions{})
+	defer s.Close()
+	l := limiter.MustLimit(5, "1/3600")
+	k, g := l.Units()
+	one := bucketArgs{limitArgs{l.Capacity, k, g}, 1}
+	// One key on each node, grouped as if one node held them all.
+	nodes := map[*redistest.Server]bool{}
+	var calls []*call
+	for i := 0; len(calls) < 3 && i < 1000; i++ {
+		key := s.Key("moved", fmt.Sprint("id", i))
+		if n := cl.NodeFor(key); !nodes[n] {
+			nodes[n] = true
+			calls = append(calls, newCall([]string{key}, one))
+		}
+	}
+	if sent := s.pipe.decide(context.Background(), []group{calls}); sent != 4 {
+		t.Errorf("%d script calls, want 4: the refused one, then one per slot", sent)
+	}
+	for i, cl := range calls {
+		if cl.err != nil || cl.reply[0] != 1 || cl.reply[1] != k {
+			t.Errorf("decision %d: reply %v err %v, want allowed with one token taken", i, cl.reply, cl.err)
+		}
 	}
 }

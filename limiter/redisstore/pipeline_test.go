@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"runtime"
 	"strconv"
@@ -24,7 +25,7 @@ import (
 // deadline. (The script itself is checked against the model, pipelined, in
 // model_internal_test.go.)
 
-func pipelined(t *testing.T, c redisstore.PipelineClient, prefix string) *redisstore.Store {
+func pipelined(t *testing.T, c redisstore.Client, prefix string) *redisstore.Store {
 	s := redisstore.NewPipelined(c, prefix, redisstore.PipelineOptions{})
 	t.Cleanup(s.Close)
 	return s
@@ -57,39 +58,49 @@ func TestPipelinedDecisionIsOneScriptCall(t *testing.T) {
 	}
 }
 
-// pipelineHook counts the pipelines of script calls a client sends, the
-// script calls in them and the decisions those carry (ARGV[1] of the
-// token-bucket script); a new connection's set-up pipeline is not counted.
+// pipelineHook counts the round trips of script calls a client sends (a
+// pipeline, or a lone script call), the script calls in them and the
+// decisions those carry (D, in ARGV[1] of the token-bucket script); a new
+// connection's set-up pipeline is not counted.
 type pipelineHook struct {
 	pipelines, scripts, decisions atomic.Int64
 	biggestPipeline, biggestCall  atomic.Int64 // decisions
 }
 
-func (*pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (*pipelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		h.count([]redis.Cmder{c})
+		return next(ctx, c)
+	}
+}
 func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		var scripts, decisions int64
-		for _, c := range cmds {
-			if c.Name() != "evalsha" && c.Name() != "eval" {
-				continue
-			}
-			a := c.Args()
-			nkeys := a[2].(int)
-			d := int64(a[3+nkeys].(int))
-			scripts++
-			decisions += d
-			raise(&h.biggestCall, d)
-		}
-		if scripts == 0 {
-			return next(ctx, cmds)
-		}
-		h.pipelines.Add(1)
-		h.scripts.Add(scripts)
-		h.decisions.Add(decisions)
-		raise(&h.biggestPipeline, decisions)
+		h.count(cmds)
 		return next(ctx, cmds)
 	}
+}
+
+func (h *pipelineHook) count(cmds []redis.Cmder) {
+	var scripts, decisions int64
+	for _, c := range cmds {
+		if c.Name() != "evalsha" && c.Name() != "eval" {
+			continue
+		}
+		a := c.Args()
+		nkeys := a[2].(int)
+		d := int64(binary.LittleEndian.Uint16(a[3+nkeys].([]byte))) // D leads ARGV[1]
+		scripts++
+		decisions += d
+		raise(&h.biggestCall, d)
+	}
+	if scripts == 0 {
+		return
+	}
+	h.pipelines.Add(1)
+	h.scripts.Add(scripts)
+	h.decisions.Add(decisions)
+	raise(&h.biggestPipeline, decisions)
 }
 
 func raise(max *atomic.Int64, n int64) {

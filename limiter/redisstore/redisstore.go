@@ -20,7 +20,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -38,20 +40,24 @@ var (
 	//go:embed bucket.lua
 	bucketSource string
 	//go:embed tokenbucket.lua
-	takeSource string
+	takeBody string
 	//go:embed refund.lua
 	refundBody string
 
-	scriptSource = bucketSource + takeSource
-	refundSource = bucketSource + refundBody
+	// takeScript decides; refundScript gives back what takeScript took from
+	// some buckets (only a decision spanning several Redis Cluster slots
+	// uses it).
+	takeScript   = newScript(bucketSource + takeBody)
+	refundScript = newScript(bucketSource + refundBody)
 )
 
-// Script is the token-bucket script; its SHA1 is what EVALSHA names.
-var Script = redis.NewScript(scriptSource)
+// script is a Lua script and the SHA1 that EVALSHA names it by.
+type script struct{ src, sha string }
 
-// RefundScript gives back what Script took from some buckets; only a
-// decision spanning several Redis Cluster slots uses it.
-var RefundScript = redis.NewScript(refundSource)
+func newScript(src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(h[:])}
+}
 
 // DefaultPrefix starts every key Floodgate writes.
 const DefaultPrefix = "fg:"
@@ -62,25 +68,38 @@ const DefaultPrefix = "fg:"
 // paid. They recover at their refill rate.
 var ErrRefund = fmt.Errorf("redis: refund after a denial across cluster slots failed (%w)", limiter.ErrDeniedDespite)
 
-// Store is a limiter.Store backed by Redis. Safe for concurrent use.
-type Store struct {
-	client  redis.Scripter
-	cluster *redis.ClusterClient // client, when it is a Redis Cluster client
-	prefix  string
-	script  *redis.Script
-	refund  *redis.Script
-	pipe    *coalescer // NewPipelined: decisions share round trips (pipeline.go)
+// Client is what the store needs of a go-redis client: commands and
+// pipelines. *redis.Client (standalone or Sentinel), *redis.ClusterClient
+// (which routes each script call by its first key and splits a pipeline by
+// node) and redis.UniversalClient all are.
+type Client interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
 }
 
-// New returns a store that runs its script on client (a *redis.Client,
-// *redis.ClusterClient or any other redis.Scripter) and prefixes every key
+// Store is a limiter.Store backed by Redis. Safe for concurrent use.
+type Store struct {
+	client  Client
+	cluster *redis.ClusterClient // client, when it is a Redis Cluster client
+	prefix  string
+	take    *script
+	refund  *script
+	pipe    *coalescer // NewPipelined: decisions share round trips (pipeline.go)
+
+	// testClock, set by tests only, is appended to every script call's
+	// arguments (seconds, microseconds) for scripts whose TIME call the
+	// tests replaced by those arguments.
+	testClock func() time.Time
+}
+
+// New returns a store that runs its script on client and prefixes every key
 // with prefix (DefaultPrefix when empty).
-func New(client redis.Scripter, prefix string) *Store {
+func New(client Client, prefix string) *Store {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	cluster, _ := client.(*redis.ClusterClient)
-	return &Store{client: client, cluster: cluster, prefix: prefix, script: Script, refund: RefundScript}
+	return &Store{client: client, cluster: cluster, prefix: prefix, take: takeScript, refund: refundScript}
 }
 
 // Key returns the Redis key of bucket (name, id).
@@ -90,32 +109,57 @@ func (s *Store) Key(name, id string) string {
 
 // Take implements limiter.Store. Buckets that share a Redis Cluster slot
 // (always, outside a Cluster; within one, all buckets of one identity) are
-// decided by one script call: one round trip, atomic. On a
-// *redis.ClusterClient, a decision spanning several slots takes the path of
-// takeAcrossSlots: still all-or-nothing, but not atomic; in the rare case its
-// refund fails, Take returns false, the filled results and an error wrapping
-// ErrRefund.
+// decided by one script call: one round trip, atomic. On a Cluster, a
+// decision spanning several slots takes the path of takeAcrossSlots: still
+// all-or-nothing, but not atomic; in the rare case its refund fails, Take
+// returns false, the filled results and an error wrapping ErrRefund.
 func (s *Store) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
-	return s.takeBy(ctx, time.Time{}, reqs, res)
+	return s.TakeBy(ctx, time.Time{}, reqs, res)
 }
 
-// TakeBy implements limiter.DeadlineStore: Take, ending at deadline too. A
-// pipelined store waits for the deadline with a timer it reuses; otherwise
-// it derives a context for it.
+// TakeBy implements limiter.DeadlineStore: Take, ending at deadline too (a
+// zero deadline adds none). A pipelined store waits for the deadline with a
+// timer it pools (BenchmarkDeadline measures what that saves over a context
+// derived per decision); otherwise a context is derived for it.
 func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.Request, res []limiter.Result) (bool, error) {
-	return s.takeBy(ctx, deadline, reqs, res)
-}
-
-// take runs the script; extra arguments follow the buckets' (tests use them
-// to hand a clock to a script whose TIME call they replaced).
-func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.Result, extra ...any) (bool, error) {
-	return s.takeBy(ctx, time.Time{}, reqs, res, extra...)
-}
-
-func (s *Store) takeBy(ctx context.Context, deadline time.Time, reqs []limiter.Request, res []limiter.Result, extra ...any) (bool, error) {
 	if err := limiter.Check(reqs, res); err != nil {
 		return false, err
 	}
+	if len(reqs) > maxBuckets {
+		return false, fmt.Errorf("redis: a decision over %d buckets, above the script's %d", len(reqs), maxBuckets)
+	}
+	keys, buckets := s.prepare(reqs)
+	acrossSlots := s.cluster != nil && len(keys) > 1 && !sameSlot(keys)
+	if !deadline.IsZero() && (s.pipe == nil || acrossSlots) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	if acrossSlots {
+		return s.takeAcrossSlots(ctx, reqs, res, keys, buckets)
+	}
+	var reply []int64
+	var err error
+	if s.pipe != nil {
+		reply, err = s.pipe.run(ctx, deadline, keys, buckets)
+	} else {
+		sc := s.takeCall(keys, 1, func(int) []bucketArgs { return buckets })
+		s.exec(ctx, sc)
+		reply, err = sc.reply, sc.err
+	}
+	if err != nil {
+		return false, fmt.Errorf("redis: token-bucket script: %w", explain(err))
+	}
+	return results(reqs, res, reply), nil
+}
+
+// maxBuckets bounds one decision's buckets: the script reads the count as a
+// 16-bit number.
+const maxBuckets = 1<<16 - 1
+
+// prepare returns the keys of reqs' buckets and what the script reads of
+// each.
+func (s *Store) prepare(reqs []limiter.Request) ([]string, []bucketArgs) {
 	keys := make([]string, len(reqs))
 	buckets := make([]bucketArgs, len(reqs))
 	for i := range reqs {
@@ -124,33 +168,19 @@ func (s *Store) takeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 		k, g := r.Limit.Units()
 		buckets[i] = bucketArgs{limitArgs{r.Limit.Capacity, k, g}, r.Cost}
 	}
-	acrossSlots := s.cluster != nil && len(keys) > 1 && !sameSlot(keys)
-	if !deadline.IsZero() && (s.pipe == nil || acrossSlots) {
-		// Only the pipeline waits for a deadline of its own: go-redis
-		// needs it in the context.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-		deadline = time.Time{}
-	}
-	if acrossSlots {
-		return s.takeAcrossSlots(ctx, reqs, res, keys, buckets, extra)
-	}
-	reply, err := s.run(ctx, deadline, keys, buckets, extra)
-	if err != nil {
-		return false, fmt.Errorf("redis: token-bucket script: %w", explain(err))
-	}
-	if len(reply) != len(reqs)+1 {
-		return false, fmt.Errorf("redis: token-bucket script returned %d values for %d buckets", len(reply), len(reqs))
-	}
+	return keys, buckets
+}
+
+// results fills res from one decision's part of the script's reply
+// (allowed, then the units missing from each bucket) and returns allowed.
+func results(reqs []limiter.Request, res []limiter.Result, reply []int64) bool {
 	allowed := reply[0] == 1
 	for i := range reqs {
 		r := &reqs[i]
 		m := reply[i+1]
-		fits := allowed || r.Limit.Fits(m, r.Cost)
-		res[i] = r.Limit.Result(m, r.Cost, fits)
+		res[i] = r.Limit.Result(m, r.Cost, allowed || r.Limit.Fits(m, r.Cost))
 	}
-	return allowed, nil
+	return allowed
 }
 
 func sameSlot(keys []string) bool {
@@ -161,6 +191,96 @@ func sameSlot(keys []string) bool {
 		}
 	}
 	return true
+}
+
+// scriptCall is one call of a script: its keys and arguments, the number of
+// values its reply must hold and, once exec has run it, the reply or the
+// error.
+type scriptCall struct {
+	script    *script
+	keys      []string
+	args      []any
+	want      int
+	crossSlot bool // a Cluster call whose keys, beyond the first, follow args
+	reply     []int64
+	err       error
+}
+
+// takeCall is the token-bucket script's call for n decisions, decision j's
+// buckets being buckets(j), their keys keys (every decision's in turn).
+func (s *Store) takeCall(keys []string, n int, buckets func(j int) []bucketArgs) *scriptCall {
+	return &scriptCall{script: s.take, keys: keys, args: takeArgv(n, buckets), want: n + len(keys)}
+}
+
+// ErrKeyType reports a decision that failed, in a script call it shared with
+// others, on a key that is not a bucket: something else writes under the
+// key prefix (WRONGTYPE). The other decisions of the call stand.
+var ErrKeyType = errors.New("WRONGTYPE: a bucket's key holds another kind of value; something else writes under Floodgate's key prefix (store.redis.prefix): give Floodgate a prefix of its own")
+
+// exec runs calls: each as EVALSHA, all of them in one pipeline when there
+// are several (a Cluster client splits it by node and sends to every node at
+// once). The calls whose server lacks the script (NOSCRIPT: Redis restarted,
+// or SCRIPT FLUSH) are sent once more with EVAL, which caches it. Each call
+// gets its reply, checked to hold want values, or its error.
+func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
+	var clock []any
+	if s.testClock != nil {
+		now := s.testClock()
+		clock = []any{now.Unix(), now.Nanosecond() / 1000}
+	}
+	cmds := make([]*redis.IntSliceCmd, len(calls))
+	for i, sc := range calls {
+		cmds[i] = sc.cmd(ctx, "evalsha", sc.script.sha, clock)
+	}
+	s.send(ctx, cmds)
+	var again []*redis.IntSliceCmd
+	for i, sc := range calls {
+		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			cmds[i] = sc.cmd(ctx, "eval", sc.script.src, clock)
+			again = append(again, cmds[i])
+		}
+	}
+	if len(again) > 0 {
+		s.send(ctx, again)
+	}
+	for i, sc := range calls {
+		sc.reply, sc.err = cmds[i].Result()
+		if sc.err == nil && len(sc.reply) != sc.want {
+			sc.err = fmt.Errorf("script returned %d values, %d expected", len(sc.reply), sc.want)
+		}
+	}
+}
+
+// send runs cmds: alone, or in one pipeline. Errors are read per command.
+func (s *Store) send(ctx context.Context, cmds []*redis.IntSliceCmd) {
+	if len(cmds) == 1 {
+		_ = s.client.Process(ctx, cmds[0])
+		return
+	}
+	pipe := s.client.Pipeline()
+	for _, c := range cmds {
+		_ = pipe.Process(ctx, c)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// cmd is the script call as a command: verb ("evalsha" or "eval") body
+// numkeys keys... args... clock..., its first key marked for Cluster
+// routing. An IntSliceCmd reads the script's reply (an array of integers)
+// straight into []int64.
+func (sc *scriptCall) cmd(ctx context.Context, verb, body string, clock []any) *redis.IntSliceCmd {
+	a := make([]any, 0, 3+len(sc.keys)+len(sc.args)+len(clock))
+	a = append(a, verb, body, len(sc.keys))
+	for _, k := range sc.keys {
+		a = append(a, k)
+	}
+	a = append(a, sc.args...)
+	a = append(a, clock...)
+	cmd := redis.NewIntSliceCmd(ctx, a...)
+	if len(sc.keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
 
 // takeAcrossSlots decides buckets that live in several Redis Cluster slots.
@@ -191,7 +311,7 @@ func sameSlot(keys []string) bool {
 // A group whose call fails leaves its own buckets uncertain (the script may
 // or may not have run), as a failed call does on the single-slot path; the
 // other groups are refunded and Take returns the error.
-func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res []limiter.Result, keys []string, buckets []bucketArgs, extra []any) (bool, error) {
+func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res []limiter.Result, keys []string, buckets []bucketArgs) (bool, error) {
 	// Group bucket indices by slot, in order of first appearance.
 	var groups [][]int
 	var slots []int
@@ -209,33 +329,27 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 	}
 	gkeys := make([][]string, len(groups))
 	gbuckets := make([][]bucketArgs, len(groups))
+	takes := make([]*scriptCall, len(groups))
 	for g, idx := range groups {
 		gkeys[g] = make([]string, len(idx))
 		gbuckets[g] = make([]bucketArgs, len(idx))
 		for j, i := range idx {
 			gkeys[g][j], gbuckets[g][j] = keys[i], buckets[i]
 		}
+		takes[g] = s.takeCall(gkeys[g], 1, func(int) []bucketArgs { return gbuckets[g] })
 	}
-
-	takeArgs := make([][]any, len(groups))
-	for g := range groups {
-		takeArgs[g] = oneDecision(gbuckets[g], extra)
-	}
-	replies, errs := runPerSlot(ctx, s.cluster, s.script, gkeys, takeArgs)
+	s.exec(ctx, takes...)
 	allowed := true
 	var failed error
-	for g, idx := range groups {
-		if errs[g] == nil && len(replies[g]) != len(idx)+1 {
-			errs[g] = fmt.Errorf("returned %d values for %d buckets", len(replies[g]), len(idx))
-		}
-		if errs[g] != nil {
+	for g, sc := range takes {
+		if sc.err != nil {
 			allowed = false
 			if failed == nil {
-				failed = fmt.Errorf("redis: token-bucket script (slot %d): %w", slots[g], errs[g])
+				failed = fmt.Errorf("redis: token-bucket script (slot %d): %w", slots[g], sc.err)
 			}
 			continue
 		}
-		if replies[g][0] != 1 {
+		if sc.reply[0] != 1 {
 			allowed = false
 		}
 	}
@@ -243,7 +357,7 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		for g, idx := range groups {
 			for j, i := range idx {
 				r := &reqs[i]
-				res[i] = r.Limit.Result(replies[g][j+1], r.Cost, true)
+				res[i] = r.Limit.Result(takes[g].reply[j+1], r.Cost, true)
 			}
 		}
 		return true, nil
@@ -253,23 +367,20 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 	// the caller has given up on the decision (its context cancelled or past
 	// its deadline), so it runs without the caller's cancellation; the
 	// client's own read and write timeouts still bound it.
-	var charged []int
-	for g := range groups {
-		if errs[g] == nil && replies[g][0] == 1 {
-			charged = append(charged, g)
+	var refunds []*scriptCall
+	var refunded []int // slots
+	for g, sc := range takes {
+		if sc.err == nil && sc.reply[0] == 1 {
+			refunds = append(refunds, &scriptCall{script: s.refund, keys: gkeys[g], args: refundArgv(gbuckets[g]), want: len(gkeys[g])})
+			refunded = append(refunded, slots[g])
 		}
 	}
 	var refundErr error
-	if len(charged) > 0 {
-		rkeys := make([][]string, len(charged))
-		rargs := make([][]any, len(charged))
-		for j, g := range charged {
-			rkeys[j], rargs[j] = gkeys[g], refundArgv(gbuckets[g], extra)
-		}
-		_, rerrs := runPerSlot(context.WithoutCancel(ctx), s.cluster, s.refund, rkeys, rargs)
-		for j, err := range rerrs {
-			if err != nil && refundErr == nil {
-				refundErr = fmt.Errorf("%w (slot %d): %w", ErrRefund, slots[charged[j]], err)
+	if len(refunds) > 0 {
+		s.exec(context.WithoutCancel(ctx), refunds...)
+		for j, sc := range refunds {
+			if sc.err != nil && refundErr == nil {
+				refundErr = fmt.Errorf("%w (slot %d): %w", ErrRefund, refunded[j], sc.err)
 			}
 		}
 	}
@@ -280,10 +391,10 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		return false, failed
 	}
 	for g, idx := range groups {
-		wasCharged := replies[g][0] == 1
+		wasCharged := takes[g].reply[0] == 1
 		for j, i := range idx {
 			r := &reqs[i]
-			m := replies[g][j+1]
+			m := takes[g].reply[j+1]
 			if wasCharged {
 				// Report the bucket as it was before the charge.
 				k, _ := r.Limit.Units()
@@ -296,47 +407,16 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 	return false, refundErr
 }
 
-// runPerSlot runs script once per group of keys (each group within one
-// slot) in one cluster pipeline, and once more with EVAL for the groups
-// whose node did not have the script cached. It returns each group's reply
-// or error.
-func runPerSlot(ctx context.Context, c *redis.ClusterClient, script *redis.Script, keys [][]string, args [][]any) ([][]int64, []error) {
-	cmds := make([]*redis.Cmd, len(keys))
-	pipe := c.Pipeline()
-	for g := range keys {
-		cmds[g] = script.EvalSha(ctx, pipe, keys[g], args[g]...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command below
-	var missing []int
-	for g, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			missing = append(missing, g)
-		}
-	}
-	if len(missing) > 0 {
-		pipe = c.Pipeline()
-		for _, g := range missing {
-			cmds[g] = script.Eval(ctx, pipe, keys[g], args[g]...)
-		}
-		_, _ = pipe.Exec(ctx)
-	}
-	replies := make([][]int64, len(keys))
-	errs := make([]error, len(keys))
-	for g, cmd := range cmds {
-		replies[g], errs[g] = cmd.Int64Slice()
-	}
-	return replies, errs
-}
-
 // ErrNoMaster reports Sentinels that answered but named no master: they
 // monitor none by the configured name.
 var ErrNoMaster = errors.New("the Sentinels know no master by the configured name")
 
 // ErrNoAuth reports a server that wants a password the client did not
 // send. Redis answers NOAUTH to a short command; to a longer one (more than
-// ten parts, as a script call deciding several buckets or decisions is)
-// from a connection that has not authenticated, it answers only "Protocol
-// error: unauthenticated multibulk length" and closes the connection.
+// ten parts, as a script call deciding many buckets is) from a connection
+// that has not authenticated, it answers only "Protocol error:
+// unauthenticated multibulk length" and closes the connection. Either way
+// the store's error wraps ErrNoAuth.
 var ErrNoAuth = errors.New("NOAUTH: the Redis server requires a password (store.redis.password_file or password_env, and username for an ACL user)")
 
 // explain adds what a user can act on to go-redis errors that lack it. The
@@ -346,7 +426,7 @@ func explain(err error) error {
 	if errors.Is(err, redis.Nil) {
 		return fmt.Errorf("%w: %w", ErrNoMaster, err)
 	}
-	if err != nil && strings.Contains(err.Error(), "Protocol error: unauthenticated") {
+	if redis.HasErrorPrefix(err, "NOAUTH") || (err != nil && strings.Contains(err.Error(), "Protocol error: unauthenticated")) {
 		return fmt.Errorf("%w: %w", ErrNoAuth, err)
 	}
 	return err

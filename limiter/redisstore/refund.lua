@@ -24,14 +24,10 @@ local out = {}
 for i = 1, #KEYS do
   local a = (i - 1) * 4
   local c, k, g, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local m, exists = missing_now(KEYS[i], g, c * k)
-  m = m - cost * k
-  if m <= 0 then
-    m = 0
-    if exists then redis.call('DEL', KEYS[i]) end
-  else
-    store(KEYS[i], m, g)
-  end
+  local m = missing_now(KEYS[i], limit_index(c, k, g)) - cost * k
+  if m < 0 then m = 0 end
+  store(KEYS[i], m)
   out[i] = m
 end
+flush()
 return out

@@ -43,22 +43,27 @@ func (c *overLimitCache) deny(reqs []limiter.Request, res []limiter.Result, now 
 	defer c.mu.Unlock()
 	var missBuf [8]int64
 	missing := missBuf[:0]
-	short := false
+	short, known := false, true
 	for i := range reqs {
 		r := &reqs[i]
 		e, ok := c.m[cacheKey{r.Name, r.ID}]
-		if !ok || e.limit != r.Limit {
-			return false
-		}
-		if !now.Before(e.full) {
+		if ok && (e.limit != r.Limit || !now.Before(e.full)) {
+			// Full by now, or the policy's numbers changed (the store
+			// carries the bucket over to the new limit, after which the
+			// entry bounds nothing): forget it. Every bucket is looked at,
+			// so no stale entry outlives a decision that named it.
 			delete(c.m, cacheKey{r.Name, r.ID})
-			return false
+			ok = false
+		}
+		if !ok {
+			known = false
+			continue
 		}
 		m := r.Limit.Refill(e.missing, now.Sub(e.at).Microseconds())
 		missing = append(missing, m)
 		short = short || !r.Limit.Fits(m, r.Cost)
 	}
-	if !short {
+	if !known || !short {
 		return false
 	}
 	for i := range reqs {

@@ -116,6 +116,38 @@ var cases = []struct {
 		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}, {"b", limiter.MustLimit(2, "1/60"), 3}}, allowed: false, remaining: 5},
 		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 5}}, allowed: true, remaining: 0, resetAfter: 5 * time.Minute},
 	}},
+	// A reload changes a policy's numbers: a bucket keeps the tokens it
+	// held under the old limit (capped at the new capacity) and refills at
+	// the new rate from its first decision under the new limit.
+	{"a raised rate refills a spent bucket at the new rate at once", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 3}}, allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1}}, allowed: false, remaining: 0, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 1}}, allowed: false, remaining: 0, resetAfter: 3 * time.Second, retryAfter: time.Second},
+		{advance: time.Second, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
+	}},
+	{"a limit change keeps the tokens held when nothing is charged", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 3}}, allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
+		// Denied under the new limit (cost 4 of capacity 10): still the
+		// new rate from here on.
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 4}}, allowed: false, remaining: 0, resetAfter: 10 * time.Second, retryAfter: 4 * time.Second},
+		{advance: 4 * time.Second, allowed: true, remaining: 0, resetAfter: 10 * time.Second},
+	}},
+	{"a lowered capacity clamps the tokens held", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 2}}, allowed: true, remaining: 8, resetAfter: 2 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}}, allowed: true, remaining: 4, resetAfter: time.Minute},
+	}},
+	{"a raised capacity keeps the tokens held", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1}}, allowed: true, remaining: 2, resetAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 1}}, allowed: true, remaining: 1, resetAfter: 9 * time.Minute},
+	}},
+	{"a lowered rate keeps the tokens held and refills slower", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(4, "2"), 3}}, allowed: true, remaining: 1, resetAfter: 1500 * time.Millisecond},
+		{buckets: []bucket{{"a", limiter.MustLimit(4, "1/60"), 2}}, allowed: false, remaining: 1, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
+	}},
+	{"a full bucket is full under the new limit", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 1}}, allowed: true, remaining: 2, resetAfter: time.Second},
+		{advance: time.Second, buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 1}}, allowed: true, remaining: 9, resetAfter: time.Minute},
+	}},
 }
 
 // Run runs the conformance suite against h.
