@@ -48,7 +48,10 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "floodgate replay: --config FILE is required (the configuration whose policies decide the log)")
 		return 2
 	}
-	cfg, err := config.Load(*path)
+	// Replay serves nothing and its buckets live for this run: a hash
+	// secret the production machines have and this one lacks is no reason
+	// to refuse the configuration (config.LoadOffline).
+	cfg, err := config.LoadOffline(*path)
 	if err != nil {
 		var ps config.Problems
 		if errors.As(err, &ps) {
@@ -59,6 +62,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintln(stderr, err)
 		}
 		return 1
+	}
+	if cfg.SecretReplaced != "" && !*printFormat {
+		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", *path, cfg.SecretReplaced)
 	}
 	if *printFormat {
 		fmt.Fprint(stdout, replay.LogFormat(cfg.Engine, *path))
@@ -94,7 +100,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *compare {
 		runs = append([]replay.Set{{}}, parsed...)
 	}
-	opts := extauthz.Options{ClientIP: cfg.ClientIP, Headers: cfg.Headers}
+	opts := cfg.EngineOptions()
 	engines := make([]*extauthz.Engine, len(runs))
 	for i, s := range runs {
 		if engines[i], err = s.Apply(cfg.Policies, opts); err != nil {

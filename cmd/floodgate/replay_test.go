@@ -162,3 +162,47 @@ func TestReplayCommandLine(t *testing.T) {
 		t.Errorf("--log - --top 1: %+v", res)
 	}
 }
+
+// TestReplayNeedsNoProductionHashSecret: a production configuration whose
+// identity hash secret is on the servers only (a file or an environment
+// variable this machine lacks) replays, with one note on standard error and
+// the decisions it would make with a secret, while validate still refuses it.
+func TestReplayNeedsNoProductionHashSecret(t *testing.T) {
+	const example = "../../cmd/floodgate/replay/testdata/example.yaml"
+	const log = "../../cmd/floodgate/replay/testdata/example.log"
+	src, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "production.yaml")
+	missing := filepath.Join(t.TempDir(), "hash-secret")
+	if err := os.WriteFile(cfg, append(src, []byte("identity: {hash_secret_file: "+missing+"}\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var vout bytes.Buffer
+	if code := run(context.Background(), []string{"validate", "--config", cfg}, &vout, &vout); code == 0 || !strings.Contains(vout.String(), "identity.hash_secret_file") {
+		t.Errorf("validate must stay strict: exit %d\n%s", code, vout.String())
+	}
+
+	var want, got, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "--config", example, "--log", log, "--json"}, &want, io.Discard); code != 0 {
+		t.Fatalf("replay of the example: exit %d", code)
+	}
+	if code := run(context.Background(), []string{"replay", "--config", cfg, "--log", log, "--json", "--compare", "--set", "api-per-key.capacity=30"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("replay with the secret missing: exit %d\n%s", code, stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "random secret"); n != 1 || !strings.Contains(stderr.String(), "identity.hash_secret_file") || !strings.Contains(stderr.String(), missing) {
+		t.Errorf("want the missing secret named once on standard error (%d times):\n%s", n, stderr.String())
+	}
+	if code := run(context.Background(), []string{"replay", "--config", cfg, "--log", log, "--json"}, &got, io.Discard); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if got.String() != want.String() {
+		t.Errorf("decisions differ without the secret:\n%s\nwant\n%s", got.String(), want.String())
+	}
+	var pout, perr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "--config", cfg, "--print-log-format"}, &pout, &perr); code != 0 || !strings.Contains(pout.String(), "x-api-key") {
+		t.Errorf("--print-log-format with the secret missing: exit %d\n%s%s", code, pout.String(), perr.String())
+	}
+}
