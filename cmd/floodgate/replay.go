@@ -40,6 +40,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&sets, "set", "override a policy for the run: POLICY.capacity=N, POLICY.refill_per_second=R or POLICY.mode=shadow (repeatable; with --compare each --set is one more run of the log, its overrides joined by commas)")
 	compare := fs.Bool("compare", false, "run the log once with the configuration as it is and once per --set, and print one table")
 	printFormat := fs.Bool("print-log-format", false, "print the Envoy access-log block that logs what this configuration's policies read, and exit")
+	printTo := fs.String("print-log-to", replay.DefaultLogPath, "with --print-log-format: the file Envoy's access logger writes, or - for Envoy's standard output (a container's log)")
 	htmlPath := fs.String("html", "", "also write a self-contained HTML report (inline SVG charts) to this file")
 	if !parseArgs(fs, args) {
 		return 2
@@ -67,7 +68,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", *path, cfg.SecretReplaced)
 	}
 	if *printFormat {
-		fmt.Fprint(stdout, replay.LogFormat(cfg.Engine, *path))
+		fmt.Fprint(stdout, replay.LogFormat(cfg.Engine, *path, *printTo))
 		return 0
 	}
 	if *logPath == "" {
