@@ -26,7 +26,7 @@ const DefaultLogPath = "/var/log/envoy/floodgate-replay.log"
 // SubstitutionFormatString.json_format and omit_empty_values); route
 // metadata is printed by the METADATA(ROUTE:NAMESPACE:KEY) operator
 // (source/extensions/formatter/metadata/metadata.cc, RouteMetadataFormatter;
-// a built-in command, no formatter extension to configure).
+// a built-in command since Envoy 1.34, config.cc BuiltInMetadataFormatterFactory).
 func LogFormat(e *extauthz.Engine, configName, path string) string {
 	in := e.Inputs()
 	var b strings.Builder
@@ -95,7 +95,8 @@ func LogFormat(e *extauthz.Engine, configName, path string) string {
 	}
 	if len(in.Context) > 0 {
 		b.WriteString("        # context_extensions are per-route ext_authz settings, which Envoy cannot log. Give each route\n")
-		b.WriteString("        # the same values as route metadata (metadata.filter_metadata.floodgate) and log them:\n")
+		b.WriteString("        # the same values as route metadata (metadata.filter_metadata.floodgate) and log them. METADATA is\n")
+		b.WriteString("        # built in since Envoy 1.34; older Envoy needs log_format.formatters: [envoy.formatter.metadata].\n")
 		b.WriteString("        context_extensions:\n")
 		for _, k := range in.Context {
 			fmt.Fprintf(&b, "          %s: \"%%METADATA(ROUTE:floodgate:%s)%%\"\n", k, k)
