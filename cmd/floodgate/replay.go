@@ -64,6 +64,12 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return 1
 	}
+	printToSet := false
+	fs.Visit(func(f *flag.Flag) { printToSet = printToSet || f.Name == "print-log-to" })
+	if printToSet && !*printFormat {
+		fmt.Fprintln(stderr, "floodgate replay: --print-log-to says where the block --print-log-format prints has Envoy write: give both")
+		return 2
+	}
 	if cfg.SecretReplaced != "" && !*printFormat {
 		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", *path, cfg.SecretReplaced)
 	}
