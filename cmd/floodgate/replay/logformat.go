@@ -56,6 +56,9 @@ func LogFormat(e *extauthz.Engine, configName, path string) string {
 		fmt.Fprintf(&b, "# It logs %s in the clear: credentials. Keep this log where secrets are kept, readable by few,\n", strings.Join(secrets, ", "))
 		b.WriteString("# and delete it after the replay.\n")
 	}
+	if len(in.MetadataPaths) > 0 {
+		b.WriteString("# It logs the metadata values the keys read (a token's subject, say): who made each request.\n")
+	}
 	if path == "-" {
 		b.WriteString(`- name: envoy.access_loggers.stdout
   typed_config:
