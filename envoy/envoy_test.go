@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -251,6 +252,9 @@ type routeAuthz struct {
 	path     string // a request path the route matches
 	disabled bool
 	context  map[string]string
+	// metadata is the route's metadata.filter_metadata.floodgate, which the access log reads
+	// (%METADATA(ROUTE:floodgate:KEY)%) since Envoy cannot log context_extensions; nil when unset.
+	metadata *structpb.Struct
 }
 
 func routesOf(ec *envoyConfig) ([]routeAuthz, error) {
@@ -265,6 +269,7 @@ func routesOf(ec *envoyConfig) ([]routeAuthz, error) {
 		default:
 			return nil, fmt.Errorf("route %v: only path and prefix matches are covered by these checks", r.GetMatch())
 		}
+		ra.metadata = r.GetMetadata().GetFilterMetadata()["floodgate"]
 		if a, ok := r.GetTypedPerFilterConfig()[extAuthzFilter]; ok {
 			per, err := unpack(a, &extauthzv3.ExtAuthzPerRoute{})
 			if err != nil {
@@ -439,6 +444,21 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 		}
 		if !matched {
 			bad("route %s sets context_extensions %v, which no Floodgate policy's match.context selects", r.name, r.context)
+		}
+	}
+	// Envoy cannot log a route's context_extensions; the access log replay reads logs the same
+	// values from the route's metadata, so the two must agree on every route.
+	for _, r := range routes {
+		md := map[string]any{}
+		for k, v := range r.metadata.GetFields() {
+			md[k] = v.AsInterface()
+		}
+		ctx := map[string]any{}
+		for k, v := range r.context {
+			ctx[k] = v
+		}
+		if !reflect.DeepEqual(md, ctx) {
+			bad("route %s: metadata.filter_metadata.floodgate %v differs from its context_extensions %v: the access log would tell floodgate replay another route", r.name, md, ctx)
 		}
 	}
 	if disabled == 0 {
@@ -844,6 +864,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"escaped slashes kept", "path_with_escaped_slashes_action: UNESCAPE_AND_REDIRECT", "path_with_escaped_slashes_action: KEEP_UNCHANGED", "path_with_escaped_slashes_action"},
 		{"no retry on connect failure", "retry_on: connect-failure,refused-stream,unavailable", "retry_on: unavailable", "retry_policy"},
 		{"health check slower than the drain", "unhealthy_threshold: 2", "unhealthy_threshold: 3", "listen.drain_delay"},
+		{"route metadata differs from context_extensions", "floodgate: { route: search }", "floodgate: { route: api }", "differs from its context_extensions"},
 	}
 	for _, tc := range envoyPairs {
 		t.Run("pair/"+tc.name, func(t *testing.T) {

@@ -158,6 +158,8 @@ type Inputs struct {
 	Headers  []string // lower case, sorted
 	Context  []string // context_extensions keys, sorted
 	Metadata []string // dynamic metadata namespaces, sorted
+	// MetadataPaths is every metadata key's namespace and path, sorted.
+	MetadataPaths []MetadataPath
 	// Sources lists every key source as written (client_ip, header:NAME, ...).
 	Sources []string
 }
@@ -168,6 +170,7 @@ type Inputs struct {
 // keys and the metadata namespaces.
 func (e *Engine) Inputs() Inputs {
 	hs, cs, ms, ss := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
+	var paths []MetadataPath
 	for _, p := range e.Policies {
 		for _, h := range p.match.headers {
 			hs[h.name] = true
@@ -192,6 +195,7 @@ func (e *Engine) Inputs() Inputs {
 				cs[k.name] = true
 			case srcMetadata:
 				ms[k.name] = true
+				paths = append(paths, MetadataPath{Namespace: k.name, Path: k.path})
 			case srcFingerprint:
 				for _, h := range p.printHdrs {
 					hs[h] = true
@@ -199,7 +203,20 @@ func (e *Engine) Inputs() Inputs {
 			}
 		}
 	}
-	return Inputs{Headers: sorted(hs), Context: sorted(cs), Metadata: sorted(ms), Sources: sorted(ss)}
+	slices.SortFunc(paths, func(a, b MetadataPath) int {
+		return strings.Compare(a.Namespace+"\x00"+strings.Join(a.Path, "\x00"), b.Namespace+"\x00"+strings.Join(b.Path, "\x00"))
+	})
+	paths = slices.CompactFunc(paths, func(a, b MetadataPath) bool {
+		return a.Namespace == b.Namespace && slices.Equal(a.Path, b.Path)
+	})
+	return Inputs{Headers: sorted(hs), Context: sorted(cs), Metadata: sorted(ms), MetadataPaths: paths, Sources: sorted(ss)}
+}
+
+// MetadataPath is one metadata key source: metadata:NAMESPACE:A.B reads
+// Path [A B] of the dynamic metadata Namespace.
+type MetadataPath struct {
+	Namespace string
+	Path      []string
 }
 
 func sorted(set map[string]bool) []string {

@@ -23,7 +23,7 @@ Usage:
   floodgate validate --config FILE [--connect]
   floodgate check    --addr HOST:PORT --path P [-H 'name: value']... [--count N]
   floodgate replay   --config FILE --log FILE|- [--json] [--html FILE] [--set POLICY.FIELD=V]... [--compare]
-                     [--top N] [--redact] [--reorder-window 60s] | --config FILE --print-log-format
+                     [--top N] [--redact] [--reorder-window 60s] | --config FILE --print-log-format [--print-log-to FILE|-]
   floodgate version
 
 Without --config, serve runs the embedded default: in-memory store, one sample

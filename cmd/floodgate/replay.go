@@ -40,6 +40,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&sets, "set", "override a policy for the run: POLICY.capacity=N, POLICY.refill_per_second=R or POLICY.mode=shadow (repeatable; with --compare each --set is one more run of the log, its overrides joined by commas)")
 	compare := fs.Bool("compare", false, "run the log once with the configuration as it is and once per --set, and print one table")
 	printFormat := fs.Bool("print-log-format", false, "print the Envoy access-log block that logs what this configuration's policies read, and exit")
+	printTo := fs.String("print-log-to", replay.DefaultLogPath, "with --print-log-format: the file Envoy's access logger writes, or - for Envoy's standard output (a container's log)")
 	htmlPath := fs.String("html", "", "also write a self-contained HTML report (inline SVG charts) to this file")
 	if !parseArgs(fs, args) {
 		return 2
@@ -48,7 +49,10 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "floodgate replay: --config FILE is required (the configuration whose policies decide the log)")
 		return 2
 	}
-	cfg, err := config.Load(*path)
+	// Replay serves nothing and its buckets live for this run: a hash
+	// secret the production machines have and this one lacks is no reason
+	// to refuse the configuration (config.LoadOffline).
+	cfg, err := config.LoadOffline(*path)
 	if err != nil {
 		var ps config.Problems
 		if errors.As(err, &ps) {
@@ -60,8 +64,17 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return 1
 	}
+	printToSet := false
+	fs.Visit(func(f *flag.Flag) { printToSet = printToSet || f.Name == "print-log-to" })
+	if printToSet && !*printFormat {
+		fmt.Fprintln(stderr, "floodgate replay: --print-log-to says where the block --print-log-format prints has Envoy write: give both")
+		return 2
+	}
+	if cfg.SecretReplaced != "" && !*printFormat {
+		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", *path, cfg.SecretReplaced)
+	}
 	if *printFormat {
-		fmt.Fprint(stdout, replay.LogFormat(cfg.Engine, *path))
+		fmt.Fprint(stdout, replay.LogFormat(cfg.Engine, *path, *printTo))
 		return 0
 	}
 	if *logPath == "" {
@@ -94,7 +107,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *compare {
 		runs = append([]replay.Set{{}}, parsed...)
 	}
-	opts := extauthz.Options{ClientIP: cfg.ClientIP, Headers: cfg.Headers}
+	opts := cfg.EngineOptions()
 	engines := make([]*extauthz.Engine, len(runs))
 	for i, s := range runs {
 		if engines[i], err = s.Apply(cfg.Policies, opts); err != nil {

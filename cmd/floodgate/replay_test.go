@@ -93,6 +93,9 @@ func TestReplayCommandLine(t *testing.T) {
 		{"--set changes the run", []string{"--config", cfg, "--log", log, "--json", "--set", "api-per-key.capacity=100"}, 0, `"capacity": 100`},
 		{"--redact hides the callers' keys", []string{"--config", cfg, "--log", log, "--redact"}, 0, "header:x-api-key #"},
 		{"--print-log-format prints the headers the policies read", []string{"--config", cfg, "--print-log-format"}, 0, `x-api-key: "%REQ(X-API-KEY)%"`},
+		{"--print-log-to - prints Envoy's stdout logger", []string{"--config", cfg, "--print-log-format", "--print-log-to", "-"}, 0, "StdoutAccessLog"},
+		{"--print-log-to names the file", []string{"--config", cfg, "--print-log-format", "--print-log-to", "/srv/envoy/replay.log"}, 0, "path: /srv/envoy/replay.log"},
+		{"--print-log-to alone says what it goes with", []string{"--config", cfg, "--log", log, "--print-log-to", "-"}, 2, "give both"},
 		{"--html writes a report", []string{"--config", cfg, "--log", log, "--html", html}, 0, "api-per-key"},
 		{"--compare prints a row per policy and run", []string{"--config", cfg, "--log", log, "--compare", "--set", "api-per-key.capacity=30",
 			"--set", "api-per-key.mode=shadow", "--html", compared}, 0, "api-per-key  api-per-key.mode=shadow"},
@@ -160,5 +163,49 @@ func TestReplayCommandLine(t *testing.T) {
 	}
 	if res.Lines == 0 || len(res.Policies) != 1 || len(res.Policies[0].TopDenied) != 1 {
 		t.Errorf("--log - --top 1: %+v", res)
+	}
+}
+
+// TestReplayNeedsNoProductionHashSecret: a production configuration whose
+// identity hash secret is on the servers only (a file or an environment
+// variable this machine lacks) replays, with one note on standard error and
+// the decisions it would make with a secret, while validate still refuses it.
+func TestReplayNeedsNoProductionHashSecret(t *testing.T) {
+	const example = "../../cmd/floodgate/replay/testdata/example.yaml"
+	const log = "../../cmd/floodgate/replay/testdata/example.log"
+	src, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "production.yaml")
+	missing := filepath.Join(t.TempDir(), "hash-secret")
+	if err := os.WriteFile(cfg, append(src, []byte("identity: {hash_secret_file: "+missing+"}\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var vout bytes.Buffer
+	if code := run(context.Background(), []string{"validate", "--config", cfg}, &vout, &vout); code == 0 || !strings.Contains(vout.String(), "identity.hash_secret_file") {
+		t.Errorf("validate must stay strict: exit %d\n%s", code, vout.String())
+	}
+
+	var want, got, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "--config", example, "--log", log, "--json"}, &want, io.Discard); code != 0 {
+		t.Fatalf("replay of the example: exit %d", code)
+	}
+	if code := run(context.Background(), []string{"replay", "--config", cfg, "--log", log, "--json", "--compare", "--set", "api-per-key.capacity=30"}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("replay with the secret missing: exit %d\n%s", code, stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "random secret"); n != 1 || !strings.Contains(stderr.String(), "identity.hash_secret_file") || !strings.Contains(stderr.String(), missing) {
+		t.Errorf("want the missing secret named once on standard error (%d times):\n%s", n, stderr.String())
+	}
+	if code := run(context.Background(), []string{"replay", "--config", cfg, "--log", log, "--json"}, &got, io.Discard); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if got.String() != want.String() {
+		t.Errorf("decisions differ without the secret:\n%s\nwant\n%s", got.String(), want.String())
+	}
+	var pout, perr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "--config", cfg, "--print-log-format"}, &pout, &perr); code != 0 || !strings.Contains(pout.String(), "x-api-key") {
+		t.Errorf("--print-log-format with the secret missing: exit %d\n%s%s", code, pout.String(), perr.String())
 	}
 }

@@ -47,6 +47,12 @@ type Config struct {
 	// Digest is the SHA-256 (hex) of the bytes it was parsed from.
 	Digest string `yaml:"-"`
 	data   []byte // those bytes
+	// hashSecret is the identity hash secret Engine was compiled with.
+	hashSecret []byte
+	// SecretReplaced, set by LoadOffline only, says why the identity hash
+	// secret could not be read and a random one was used instead ("" when
+	// the configuration's own was read, or it names none).
+	SecretReplaced string `yaml:"-"`
 
 	// asRead keeps the sections a reload cannot change as the file set
 	// them (serve may override some, --log-format for one).
@@ -302,6 +308,27 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
+// LoadOffline is Load for a command that decides requests without serving
+// them and shares no bucket with anyone (floodgate replay, whose buckets
+// live for one run): an identity hash secret that cannot be read here (its
+// file or environment variable missing on an operator's laptop, or too
+// short) is replaced by a random one for this process, said in
+// SecretReplaced, and listen.tls files are not looked for. Everything else
+// is checked as Load checks it; serve and validate use Load and stay strict.
+func LoadOffline(path string) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(path, data, true)
+}
+
+// EngineOptions returns the options Engine was compiled with, for a caller
+// that compiles the policies again (floodgate replay's --set).
+func (c *Config) EngineOptions() extauthz.Options {
+	return extauthz.Options{ClientIP: c.ClientIP, Headers: c.Headers, HashSecret: c.hashSecret}
+}
+
 // MaxFileBytes bounds a configuration file: 1 MiB, what one Kubernetes
 // ConfigMap holds, and far more than any set of policies needs.
 const MaxFileBytes = 1 << 20
@@ -367,8 +394,10 @@ func (ps Problems) Error() string {
 // is broken in a way that leaves parts of the file unread (a key set twice,
 // aliases expanding too far), the settings are not checked further, since
 // they would be checked against values the file does not hold.
-func Parse(file string, data []byte) (*Config, error) {
-	v := &validator{file: file, lines: map[string]int{}, reported: map[string]bool{}}
+func Parse(file string, data []byte) (*Config, error) { return parse(file, data, false) }
+
+func parse(file string, data []byte, offline bool) (*Config, error) {
+	v := &validator{file: file, lines: map[string]int{}, reported: map[string]bool{}, offline: offline}
 	if !utf8.Valid(data) {
 		line := 1 + bytes.Count(data[:firstInvalidUTF8(data)], []byte("\n"))
 		v.problem(line, "is not UTF-8 text: save the file as UTF-8")

@@ -199,3 +199,64 @@ func TestTheHashSecretComesFromAFileOrTheEnvironment(t *testing.T) {
 		t.Errorf("unset env: %v", err)
 	}
 }
+
+// TestLoadOfflineReplacesASecretThisMachineLacks: a configuration whose
+// hash secret lives on the production machines loads offline (replay) with
+// a random secret, said once in SecretReplaced; Load stays strict; a
+// mistake in the file itself (both file and env) is still refused.
+func TestLoadOfflineReplacesASecretThisMachineLacks(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, identity string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(identity+"\nlisten: {tls: {cert_file: /nonexistent/cert.pem, key_file: /nonexistent/key.pem}}\n"+goodPolicy), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if _, ok := os.LookupEnv("FG_TEST_OFFLINE_UNSET"); ok {
+		t.Fatal("FG_TEST_OFFLINE_UNSET is set in this environment")
+	}
+	missing := filepath.Join(dir, "no-such-secret")
+	for _, tc := range []struct{ name, identity, setting string }{
+		{"file", "identity: {hash_secret_file: " + missing + "}", "identity.hash_secret_file"},
+		{"env", "identity: {hash_secret_env: FG_TEST_OFFLINE_UNSET}", "identity.hash_secret_env"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := write(tc.name+".yaml", tc.identity)
+			if _, err := Load(p); err == nil || !strings.Contains(err.Error(), tc.setting) || !strings.Contains(err.Error(), "listen.tls") {
+				t.Errorf("Load must stay strict about the secret and the TLS files: %v", err)
+			}
+			c, err := LoadOffline(p)
+			if err != nil {
+				t.Fatalf("LoadOffline: %v", err)
+			}
+			if !strings.HasPrefix(c.SecretReplaced, tc.setting+": ") {
+				t.Errorf("SecretReplaced = %q, want it to name %s and why", c.SecretReplaced, tc.setting)
+			}
+			s1 := c.EngineOptions().HashSecret
+			c2, err := LoadOffline(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s1) < 16 || string(s1) == string(c2.EngineOptions().HashSecret) {
+				t.Errorf("the replacement secret should be random per load: %x, %x", s1, c2.EngineOptions().HashSecret)
+			}
+		})
+	}
+	t.Run("readable secret is used", func(t *testing.T) {
+		t.Setenv("FG_TEST_OFFLINE_SET", "0123456789abcdef-offline")
+		c, err := LoadOffline(write("set.yaml", "identity: {hash_secret_env: FG_TEST_OFFLINE_SET}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.SecretReplaced != "" || string(c.EngineOptions().HashSecret) != "0123456789abcdef-offline" {
+			t.Errorf("SecretReplaced %q, secret %q: want the configuration's own", c.SecretReplaced, c.EngineOptions().HashSecret)
+		}
+	})
+	t.Run("both file and env is the file's mistake", func(t *testing.T) {
+		_, err := LoadOffline(write("both.yaml", "identity: {hash_secret_file: "+missing+", hash_secret_env: FG_TEST_OFFLINE_UNSET}"))
+		if err == nil || !strings.Contains(err.Error(), "give one") {
+			t.Errorf("LoadOffline: %v, want the both-set problem", err)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/xml"
 	"io"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -154,7 +155,7 @@ func TestThePrintedLogFormatIsAValidEnvoyAccessLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := LogFormat(cfg.Engine, "model.yaml")
+	out := LogFormat(cfg.Engine, "model.yaml", DefaultLogPath)
 	if !strings.Contains(out, "x-api-key") || !strings.Contains(out, "credentials") {
 		t.Errorf("the block should warn that it logs x-api-key:\n%s", out)
 	}
@@ -199,10 +200,60 @@ func TestThePrintedLogFormatIsAValidEnvoyAccessLog(t *testing.T) {
 	if f["start_time"] != "%START_TIME%" || f["downstream_remote_address"] != "%DOWNSTREAM_REMOTE_ADDRESS%" {
 		t.Errorf("fixed fields wrong: %v", f)
 	}
-	if md := f["metadata"].(map[string]any); md["envoy.filters.http.jwt_authn"] != "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn)%" {
-		t.Errorf("metadata = %v", md)
+	// Only the claim the key reads, not the whole token's claims.
+	want := map[string]any{"envoy.filters.http.jwt_authn": map[string]any{"jwt_payload": map[string]any{
+		"sub": "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:jwt_payload:sub)%"}}}
+	if md := f["metadata"]; !reflect.DeepEqual(md, want) {
+		t.Errorf("metadata = %v, want %v", md, want)
 	}
 	if ctx := f["context_extensions"].(map[string]any); len(ctx) != 1 || ctx["route"] == nil {
 		t.Errorf("context_extensions = %v", ctx)
+	}
+}
+
+// TestTheLogFormatLogsOnlyTheMetadataPathsRead: paths in one namespace nest
+// together, a path that is a prefix of another is logged whole, a step the
+// operator cannot carry logs its namespace whole; a file path YAML would
+// misread is quoted.
+func TestTheLogFormatLogsOnlyTheMetadataPathsRead(t *testing.T) {
+	cfg, err := config.Parse("md.yaml", []byte(`store: {backend: memory}
+policies:
+  - {name: a, key: ["metadata:ns.one:claims.sub", "metadata:ns.one:claims.org.id", "metadata:ns.one:tenant"], capacity: 1, refill_per_second: 1}
+  - {name: b, key: ["metadata:ns.one:claims.org", "metadata:ns.two:x%y"], capacity: 1, refill_per_second: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "/var/log/envoy/replay: #1.log"
+	js, err := yaml.YAMLToJSON([]byte(LogFormat(cfg.Engine, "md.yaml", path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []struct {
+		TypedConfig struct {
+			Path      string `json:"path"`
+			LogFormat struct {
+				JSONFormat map[string]any `json:"json_format"`
+			} `json:"log_format"`
+		} `json:"typed_config"`
+	}
+	if err := json.Unmarshal(js, &list); err != nil || len(list) != 1 {
+		t.Fatalf("%s: %v", js, err)
+	}
+	if list[0].TypedConfig.Path != path {
+		t.Errorf("path reads back as %q, want %q", list[0].TypedConfig.Path, path)
+	}
+	want := map[string]any{
+		"ns.one": map[string]any{
+			"claims": map[string]any{
+				"sub": "%DYNAMIC_METADATA(ns.one:claims:sub)%",
+				"org": "%DYNAMIC_METADATA(ns.one:claims:org)%",
+			},
+			"tenant": "%DYNAMIC_METADATA(ns.one:tenant)%",
+		},
+		"ns.two": "%DYNAMIC_METADATA(ns.two)%",
+	}
+	if got := list[0].TypedConfig.LogFormat.JSONFormat["metadata"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("metadata = %v\nwant %v", got, want)
 	}
 }
