@@ -31,6 +31,13 @@ func pipelined(t *testing.T, c redisstore.Client, prefix string) *redisstore.Sto
 	return s
 }
 
+// pipelinedOnAServer starts a redis-server and returns a client to it and
+// a pipelined store on that client.
+func pipelinedOnAServer(t *testing.T) (*redis.Client, *redisstore.Store) {
+	c := redistest.Start(t).Client()
+	return c, pipelined(t, c, "")
+}
+
 func TestPipelinedConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
@@ -38,9 +45,7 @@ func TestPipelinedConformance(t *testing.T) {
 }
 
 func TestPipelinedDecisionIsOneScriptCall(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s := pipelined(t, c, "")
+	c, s := pipelinedOnAServer(t)
 	l := limiter.MustLimit(5, "1")
 	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1})
 	before := commandCalls(t, c)
@@ -161,9 +166,7 @@ func TestPipelinedConcurrentDecisionsShareRoundTripsAndMintNothing(t *testing.T)
 }
 
 func TestPipelinedScriptCacheFlushIsTransparent(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s := pipelined(t, c, "")
+	c, s := pipelinedOnAServer(t)
 	r := limiter.Request{Name: "flush", ID: "a", Limit: limiter.MustLimit(3, "1/60"), Cost: 1}
 	take(t, s, r)
 	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
@@ -252,9 +255,7 @@ func TestTakeReturnsByTheDeadline(t *testing.T) {
 // TestPipelinedCallsWhoseCallerLeftAreNotSent: a decision whose context has
 // ended, or whose deadline has passed, before its batch leaves charges nothing.
 func TestPipelinedCallsWhoseCallerLeftAreNotSent(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s := pipelined(t, c, "")
+	c, s := pipelinedOnAServer(t)
 	r := limiter.Request{Name: "gone", ID: "a", Limit: limiter.MustLimit(5, "1/60"), Cost: 1}
 	take(t, s, r)
 	before := commandCalls(t, c)
