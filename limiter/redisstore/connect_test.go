@@ -20,6 +20,10 @@ import (
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
+// Connecting to Redis: Options' validation, Dial's choice of client and its
+// settings, AUTH and ACLs, TLS, Sentinel, and the errors a misconfigured
+// server causes, told with their fix.
+
 // TestValidateReportsEveryProblemByField: all of them at once, each an
 // ErrOptions naming its field, so the config loader can put each at its line.
 func TestValidateReportsEveryProblemByField(t *testing.T) {
