@@ -58,10 +58,26 @@ func withInjectedClock(t *testing.T, src string) *script {
 // before the injected one says so: the injected clock starts a day ahead
 // of it.
 func testClockAt(t *testing.T, s *Store) func(at time.Duration) {
-	base := time.Now().Add(24 * time.Hour).Truncate(time.Second)
+	_, set := testClock(t, s)
+	return set
+}
+
+// testClock is testClockAt that also returns the clock's start.
+func testClock(t *testing.T, s *Store) (start time.Time, set func(at time.Duration)) {
+	start = time.Now().Add(24 * time.Hour).Truncate(time.Second)
 	var now atomic.Int64
-	useTestClock(t, s, func() time.Time { return base.Add(time.Duration(now.Load())) })
-	return func(at time.Duration) { now.Store(int64(at)) }
+	useTestClock(t, s, func() time.Time { return start.Add(time.Duration(now.Load())) })
+	return start, func(at time.Duration) { now.Store(int64(at)) }
+}
+
+// clockedStore starts a redis-server and returns a client to it and a
+// store on it on a test clock (testClock), with the clock's start and
+// setter.
+func clockedStore(t *testing.T) (*Store, *redis.Client, time.Time, func(at time.Duration)) {
+	c := redistest.Start(t).Client()
+	s := New(c, "")
+	start, set := testClock(t, s)
+	return s, c, start, set
 }
 
 // modelTake puts s on a test clock and returns the model's TakeAt for it.
@@ -133,13 +149,9 @@ func (h *shaCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // expiry and value exactly; a refund dt later leaves the bucket missing what
 // it would have missed had it never been charged (Limit.Refill).
 func TestRefundUndoesACharge(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s := New(c, "")
+	s, c, base, setClock := clockedStore(t)
 	ctx := context.Background()
-	base := time.Now().Add(24 * time.Hour).Truncate(time.Second)
 	var at time.Duration
-	useTestClock(t, s, func() time.Time { return base.Add(at) })
 	refund := func(key string, l limiter.Limit, cost int64) *scriptCall {
 		k, g := l.Units()
 		sc := &scriptCall{script: s.refund, keys: []string{key}, args: refundArgv([]bucketArgs{{limitArgs{l.Capacity, k, g}, cost}}), want: 1}
@@ -160,6 +172,7 @@ func TestRefundUndoesACharge(t *testing.T) {
 			t.Fatalf("case %d: first take: %v %v", i, ok, err)
 		}
 		at += time.Duration(rng.Int64N(int64(res[0].ResetAfter)/2+1)) + time.Microsecond
+		setClock(at)
 		before, beforeTTL := c.Get(ctx, key).Val(), c.PExpireTime(ctx, key).Val()
 		// Charge what fits, and read how much was missing before.
 		r.Cost = 1 + rng.Int64N(res[0].Remaining) // at least capacity/2 remain
@@ -187,6 +200,7 @@ func TestRefundUndoesACharge(t *testing.T) {
 		dt := 1 + rng.Int64N(2_000_000)
 		want := l.Refill(missingAt(atMicros), dt)
 		at += time.Duration(dt) * time.Microsecond
+		setClock(at)
 		sc := refund(key, l, r.Cost)
 		if sc.err != nil {
 			t.Fatal(sc.err)
@@ -214,12 +228,8 @@ func valueV(t *testing.T, s string) int64 {
 // (its value v alone, an integer, the full instant's millisecond in its
 // expiry) is read as it meant, and rewritten in the current encoding.
 func TestThePreviousEncodingIsReadOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client()
-	s := New(c, "")
+	s, c, now, _ := clockedStore(t)
 	ctx := context.Background()
-	now := time.Now().Add(24 * time.Hour).Truncate(time.Second)
-	useTestClock(t, s, func() time.Time { return now })
 	l := limiter.MustLimit(10, "1") // K = 10⁶, G = 1: one tick a microsecond
 	key := s.Key("old", "a")
 	// Full 3.5 s from now: E = now + 4000 ms, v = 500 ms of ticks.

@@ -113,25 +113,22 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	}
 	s := &Store{primary: primary, fallback: o.Fallback, opts: o, clock: o.Clock, log: o.Logger}
 	s.bounded, _ = primary.(limiter.DeadlineStore)
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	counterVec := func(name, help, label string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+	}
 	s.stateGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "floodgate_breaker_state", Help: "Circuit breaker on the store: 0 closed (exact), 1 half-open, 2 open (degraded).",
 	})
-	s.transitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "floodgate_breaker_transitions_total", Help: "Circuit breaker transitions, by the state entered.",
-	}, []string{"to"})
-	s.cacheHits = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "floodgate_overlimit_cache_hits_total", Help: "Denials answered by the over-limit cache without a store call.",
-	})
-	s.fallbacks = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "floodgate_fallback_decisions_total", Help: "Decisions made by the per-replica fallback while the store was unavailable.",
-	})
-	s.failures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "floodgate_store_failures_total", Help: "Store calls that failed, by reason (timeout, error, misconfigured, breaker_open).",
-	}, []string{"reason"})
-	s.permanent = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "floodgate_store_misconfigured_total",
-		Help: "Store errors that retrying cannot cure (wrong password, missing ACL permission, cluster mode against a standalone server...), by kind; the log says what to fix.",
-	}, []string{"kind"})
+	s.transitions = counterVec("floodgate_breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "to")
+	s.cacheHits = counter("floodgate_overlimit_cache_hits_total", "Denials answered by the over-limit cache without a store call.")
+	s.fallbacks = counter("floodgate_fallback_decisions_total", "Decisions made by the per-replica fallback while the store was unavailable.")
+	s.failures = counterVec("floodgate_store_failures_total", "Store calls that failed, by reason (timeout, error, misconfigured, breaker_open).", "reason")
+	s.permanent = counterVec("floodgate_store_misconfigured_total",
+		"Store errors that retrying cannot cure (wrong password, missing ACL permission, cluster mode against a standalone server...), by kind; the log says what to fix.",
+		"kind")
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(s.stateGauge, s.transitions, s.cacheHits, s.fallbacks, s.failures, s.permanent)
 	}
