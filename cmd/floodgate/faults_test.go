@@ -29,9 +29,8 @@ import (
 // restarts. In-process, so that goroutine leaks can be counted.
 
 const (
-	storeTimeout = 50 * time.Millisecond
 	// answerBound is how long any Check may take while Redis misbehaves:
-	// the store timeout plus a margin for a loaded two-core machine.
+	// the rig's 50ms store timeout plus a margin for a loaded two-core machine.
 	answerBound = 200 * time.Millisecond
 	// resumeBound is how soon after Redis returns exact decisions resume.
 	resumeBound = 1500 * time.Millisecond

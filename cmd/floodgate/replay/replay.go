@@ -158,14 +158,14 @@ func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
 }
 
 // dataPool recycles the batches' line buffers.
-var dataPool = sync.Pool{New: func() any { return make([]byte, 0, 256<<10) }}
+var dataPool = sync.Pool{New: func() any { b := make([]byte, 0, 256<<10); return &b }}
 
 // readBatches splits r into batches of lines and hands each to send.
 func readBatches(ctx context.Context, r io.Reader, maxLine int, send func(*batch) bool) error {
 	br := bufio.NewReaderSize(r, 1<<20)
 	line := int64(0)
 	newBatch := func() *batch {
-		return &batch{first: line + 1, done: make(chan struct{}), data: dataPool.Get().([]byte), ends: make([]int, 0, batchLines)}
+		return &batch{first: line + 1, done: make(chan struct{}), data: (*dataPool.Get().(*[]byte))[:0], ends: make([]int, 0, batchLines)}
 	}
 	b := newBatch()
 	flush := func() bool {
@@ -238,7 +238,8 @@ func parseBatch(ps *parser, b *batch) {
 			ps.parse(ln, e, &st)
 		}
 	}
-	dataPool.Put(b.data[:0])
+	data := b.data[:0]
+	dataPool.Put(&data)
 	b.data = nil
 	close(b.done)
 }
