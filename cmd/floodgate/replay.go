@@ -3,7 +3,6 @@ package main
 import (
 	"compress/gzip"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,14 +53,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// to refuse the configuration (config.LoadOffline).
 	cfg, err := config.LoadOffline(*path)
 	if err != nil {
-		var ps config.Problems
-		if errors.As(err, &ps) {
-			for _, p := range ps {
-				fmt.Fprintln(stderr, p)
-			}
-		} else {
-			fmt.Fprintln(stderr, err)
-		}
+		printProblems(stderr, err)
 		return 1
 	}
 	printToSet := false

@@ -23,14 +23,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := config.Load(*path)
 	if err != nil {
-		var ps config.Problems
-		if errors.As(err, &ps) {
-			for _, p := range ps {
-				fmt.Fprintln(stderr, p)
-			}
-		} else {
-			fmt.Fprintln(stderr, err)
-		}
+		printProblems(stderr, err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d policies, store %s)\n", *path, len(c.Policies), c.Store.Backend)
@@ -38,4 +31,17 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return connectCheck(c, stdout, stderr) // connect.go
 	}
 	return 0
+}
+
+// printProblems prints a configuration error: one FILE:LINE: line per
+// problem when it is a list of them, else the error itself.
+func printProblems(w io.Writer, err error) {
+	var ps config.Problems
+	if !errors.As(err, &ps) {
+		fmt.Fprintln(w, err)
+		return
+	}
+	for _, p := range ps {
+		fmt.Fprintln(w, p)
+	}
 }
