@@ -86,6 +86,10 @@ type Store struct {
 	refund  *script
 	pipe    *coalescer // NewPipelined: decisions share round trips (pipeline.go)
 
+	// onScripts, when set (ObserveScripts), hears how long each round trip
+	// of script calls took and how many calls it carried.
+	onScripts func(calls int, elapsed time.Duration)
+
 	// testClock, set by tests only, is appended to every script call's
 	// arguments (seconds, microseconds) for scripts whose TIME call the
 	// tests replaced by those arguments.
@@ -101,6 +105,13 @@ func New(client Client, prefix string) *Store {
 	cluster, _ := client.(*redis.ClusterClient)
 	return &Store{client: client, cluster: cluster, prefix: prefix, take: takeScript, refund: refundScript}
 }
+
+// ObserveScripts makes the store call f after every round trip of script
+// calls (a pipelined batch's, or one decision's without pipelining) with
+// the calls it carried and the time from sending them to reading every
+// reply, the resend of a script Redis did not have cached included. Call it
+// before the store decides anything; f must not block.
+func (s *Store) ObserveScripts(f func(calls int, elapsed time.Duration)) { s.onScripts = f }
 
 // Key returns the Redis key of bucket (name, id).
 func (s *Store) Key(name, id string) string {
@@ -223,6 +234,10 @@ var ErrKeyType = errors.New("WRONGTYPE: a bucket's key holds another kind of val
 // or SCRIPT FLUSH) are sent once more with EVAL, which caches it. Each call
 // gets its reply, checked to hold want values, or its error.
 func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
+	if s.onScripts != nil {
+		start := time.Now()
+		defer func() { s.onScripts(len(calls), time.Since(start)) }()
+	}
 	var clock []any
 	if s.testClock != nil {
 		now := s.testClock()
