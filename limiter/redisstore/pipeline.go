@@ -161,19 +161,21 @@ func (c *coalescer) failQueued() {
 	}
 }
 
-// run queues one decision and waits for its reply, for ctx to end or for
-// deadline (if not zero), whichever comes first. Only a deadline of the
+// run queues one decision, cl (from callPool) deciding keys and buckets
+// (cl's own buffers, or none), and waits for its reply, for ctx to end or
+// for deadline (if not zero), whichever comes first. Only a deadline of the
 // caller's own needs a timer: ctx's ends ctx.
-func (c *coalescer) run(ctx context.Context, deadline time.Time, keys []string, buckets []bucketArgs) ([]int64, error) {
+func (c *coalescer) run(ctx context.Context, deadline time.Time, cl *call, keys []string, buckets []bucketArgs) ([]int64, error) {
+	cl.keys, cl.buckets = keys, buckets
 	if c.closed.Load() {
+		cl.recycle()
 		return nil, ErrClosed
 	}
 	own := !deadline.IsZero()
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
 	}
-	cl := callPool.Get().(*call)
-	cl.ctx, cl.deadline, cl.keys, cl.buckets = ctx, deadline, keys, buckets
+	cl.ctx, cl.deadline = ctx, deadline
 	var expired <-chan time.Time
 	if own {
 		left := time.Until(deadline)
@@ -224,12 +226,14 @@ func (c *coalescer) run(ctx context.Context, deadline time.Time, keys []string, 
 }
 
 // recycle returns a call whose reply has been read (or that was never
-// queued) to the pool, its timer stopped.
+// queued) to the pool, its timer stopped. It keeps the call's key and
+// bucket buffers, emptied, for the next decision.
 func (cl *call) recycle() {
 	if cl.timer != nil {
 		cl.timer.Stop()
 	}
-	cl.ctx, cl.deadline, cl.keys, cl.buckets, cl.reply, cl.err = nil, time.Time{}, nil, nil, nil, nil
+	clear(cl.keys)
+	cl.ctx, cl.deadline, cl.keys, cl.buckets, cl.reply, cl.err = nil, time.Time{}, cl.keys[:0], cl.buckets[:0], nil, nil
 	callPool.Put(cl)
 }
 
