@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/config"
 )
 
 func nproc() int        { return runtime.NumCPU() }
@@ -34,6 +36,24 @@ type benchOptions struct {
 	ghz                    string // drive the cells with this ghz binary instead of the in-process client
 	ghzVersion             string // what that binary says it is (set by bench)
 	ratelimit              string // envoyproxy/ratelimit's service_cmd, for scenario (r)
+	gogc                   int    // the collector setting of floodgate and the no-op server alike (0: config.DefaultGOGC)
+}
+
+// gcSetting says what collector setting both Go servers run with: the
+// GOGC environment variable, which both inherit and which wins over
+// runtime.gogc, or o.gogc.
+func (o benchOptions) gcSetting() string {
+	if v, ok := os.LookupEnv("GOGC"); ok {
+		return "GOGC=" + v + " (from the environment)"
+	}
+	return fmt.Sprintf("GOGC=%d, no memory limit (floodgate: runtime.gogc, memory_limit_ratio: 0; the no-op server: --gogc)", o.gcPercent())
+}
+
+func (o benchOptions) gcPercent() int {
+	if o.gogc == 0 {
+		return config.DefaultGOGC
+	}
+	return o.gogc
 }
 
 // row is one measured cell.
@@ -65,6 +85,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.client, "client", clientLean, "the in-process client: lean (pre-encoded requests, answers' status read from the wire) or proto (protobuf's work on every call too: decode and marshal the request, decode the answer)")
 	fs.StringVar(&o.ghz, "ghz", "", "drive every cell with this ghz binary (make bench-ghz) instead of the in-process client")
 	fs.StringVar(&o.ratelimit, "ratelimit", "", "envoyproxy/ratelimit's service_cmd binary, for scenario r (make bench-ghz installs it)")
+	fs.IntVar(&o.gogc, "gogc", config.DefaultGOGC, "the collector setting (GOGC) of floodgate (runtime.gogc) and of the no-op server alike; the GOGC environment variable, when set, wins for both")
 	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b) and (e) at the highest concurrency to this directory")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -173,12 +194,12 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		var p *proc
 		switch name {
 		case "noop":
-			p, err = startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0")
+			p, err = startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0", "--gogc", strconv.Itoa(o.gcPercent()))
 		case "ratelimit":
 			p, err = startRatelimit(ctx, o.ratelimit, dir, rp.addr)
 		default:
 			var cfg string
-			if cfg, err = floodgateConfig(name, rp.addr); err != nil {
+			if cfg, err = floodgateConfig(name, rp.addr, o.gcPercent()); err != nil {
 				return err
 			}
 			path := dir + "/floodgate-" + name + ".yaml"
@@ -300,18 +321,164 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	return nil
 }
 
-// printTable prints the machine, the settings and one row per cell, grouped
-// by scenario, with ratios to its baseline ((a), or (a') for (r)) at the same
-// concurrency.
-func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, rows []row) {
+// costs is one row's CPU per decision, in µs: the serving process, Redis
+// and the load generator. redisOK is false when Redis' counters could not
+// be read; n is the decisions the figures divide by (0: none, no figures).
+type costs struct {
+	server, redis, client float64
+	redisOK               bool
+	n                     int64
+}
+
+func (r row) costs() costs {
+	c := costs{n: r.res.decisions, redisOK: r.rerr == nil}
+	if c.n <= 0 {
+		return costs{}
+	}
+	n := float64(c.n)
+	c.server, c.client = r.serverCPU*1e6/n, r.clientCPU*1e6/n
+	if c.redisOK {
+		c.redis = math.Max(0, r.redis.cpu) * 1e6 / n
+	}
+	return c
+}
+
+// total is what a decision costs on the server side: the serving process
+// and Redis.
+func (c costs) total() float64 { return c.server + c.redis }
+
+// ratios are a row's figures divided by its baseline's ((a), or (a') for
+// (r)) at the same concurrency in the same run. total and server divide by
+// the baseline server's CPU per Check: total is the headline, what an
+// operator pays per decision on the server side (floodgate and Redis)
+// against a Check that does nothing; it does not depend on the load
+// generator's own cost. "" is a figure that cannot be computed.
+type ratios struct{ total, server, rate, p99 string }
+
+func rowRatios(r, base row) ratios {
+	if r.sc.id == "a" || r.sc.id == "a'" {
+		return ratios{"1", "1", "1", "1"}
+	}
+	q := ratios{"?", "?", "?", "?"}
+	c, b := r.costs(), base.costs()
+	if c.n > 0 && b.n > 0 && b.server > 0 {
+		q.server = fmt.Sprintf("%.2f", c.server/b.server)
+		if c.redisOK {
+			q.total = fmt.Sprintf("%.2f", c.total()/b.server)
+		}
+	}
+	if br := base.res.rate(); br > 0 {
+		q.rate = fmt.Sprintf("%.2f", r.res.rate()/br)
+	}
+	if base.res.p99 > 0 {
+		q.p99 = fmt.Sprintf("%.2f", float64(r.res.p99)/float64(base.res.p99))
+	}
+	return q
+}
+
+// tableHeader is the table's columns. The first ratio is the headline.
+var tableHeader = []string{"scenario", "conc", "decisions/s", "p50", "p99", "server+Redis ×(a)", "server ×(a)", "rate ×(a)", "p99 ×(a)",
+	"Redis µs/dec", "server µs/dec", "server+Redis µs/dec", "client µs/dec", "scripts/dec", "dec/read", "errors"}
+
+// tableRows is the table: one row per cell, grouped by scenario in table
+// order, with its ratios to its baseline at the same concurrency.
+func tableRows(rows []row) [][]string {
 	type cellID struct {
 		id   string
 		conc int
 	}
-	base := map[cellID]result{}
+	base := map[cellID]row{}
 	for _, r := range rows {
-		base[cellID{r.sc.id, r.conc}] = r.res
+		base[cellID{r.sc.id, r.conc}] = r
 	}
+	cells := [][]string{tableHeader}
+	for _, sc := range scenarios { // table order
+		for _, r := range rows {
+			if r.sc.id != sc.id {
+				continue
+			}
+			b, ok := base[cellID{sc.baseID(), r.conc}]
+			if !ok {
+				b = row{sc: scenario{id: sc.baseID()}}
+			}
+			q := rowRatios(r, b)
+			c := r.costs()
+			cpu, scripts, perRead, server, total, client := "?", "?", "-", "?", "?", "?"
+			if n := float64(c.n); n > 0 {
+				if c.redisOK {
+					cpu = fmt.Sprintf("%.1f", c.redis)
+					total = fmt.Sprintf("%.1f", c.total())
+					scripts = fmt.Sprintf("%.2f", float64(r.redis.scripts)/n)
+					if r.redis.scripts > 0 && r.redis.reads > 0 {
+						perRead = fmt.Sprintf("%.1f", n/float64(r.redis.reads))
+					}
+				}
+				server = fmt.Sprintf("%.1f", c.server)
+				client = fmt.Sprintf("%.0f", c.client)
+			}
+			errs := "0"
+			if n := r.res.unexpected + r.res.rpcErrors; n > 0 {
+				errs = fmt.Sprintf("%d", n)
+				if r.res.firstErr != nil && !errors.Is(r.res.firstErr, context.Canceled) {
+					errs += " (" + shorten(r.res.firstErr.Error(), 40) + ")"
+				}
+			}
+			cells = append(cells, []string{r.sc.label, strconv.Itoa(r.conc), fmt.Sprintf("%.0f", r.res.rate()),
+				fmtDur(r.res.p50), fmtDur(r.res.p99), q.total, q.server, q.rate, q.p99, cpu, server, total, client, scripts, perRead, errs})
+		}
+	}
+	return cells
+}
+
+// peerRows sets floodgate's (b) against envoyproxy/ratelimit's (r) at each
+// concurrency where both ran: Redis CPU per decision and everything on the
+// server side (the service and Redis), and (b)'s over (r)'s. Nil when no
+// concurrency has both.
+func peerRows(rows []row) [][]string {
+	byConc := map[int]map[string]row{}
+	var concs []int
+	for _, r := range rows {
+		if r.sc.id != "b" && r.sc.id != "r" {
+			continue
+		}
+		if byConc[r.conc] == nil {
+			byConc[r.conc] = map[string]row{}
+			concs = append(concs, r.conc)
+		}
+		byConc[r.conc][r.sc.id] = r
+	}
+	cells := [][]string{{"conc", "Redis µs/dec (b)", "Redis µs/dec (r)", "Redis (b)/(r)", "server+Redis µs/dec (b)", "server+Redis µs/dec (r)", "server+Redis (b)/(r)"}}
+	for _, conc := range concs {
+		b, okb := byConc[conc]["b"]
+		r, okr := byConc[conc]["r"]
+		if !okb || !okr {
+			continue
+		}
+		cb, cr := b.costs(), r.costs()
+		if cb.n == 0 || cr.n == 0 || !cb.redisOK || !cr.redisOK {
+			cells = append(cells, []string{strconv.Itoa(conc), "?", "?", "?", "?", "?", "?"})
+			continue
+		}
+		ratio := func(x, y float64) string {
+			if y <= 0 {
+				return "?"
+			}
+			return fmt.Sprintf("%.2f", x/y)
+		}
+		cells = append(cells, []string{strconv.Itoa(conc),
+			fmt.Sprintf("%.1f", cb.redis), fmt.Sprintf("%.1f", cr.redis), ratio(cb.redis, cr.redis),
+			fmt.Sprintf("%.1f", cb.total()), fmt.Sprintf("%.1f", cr.total()), ratio(cb.total(), cr.total())})
+	}
+	if len(cells) == 1 {
+		return nil
+	}
+	return cells
+}
+
+// printTable prints the machine, the settings and one row per cell, grouped
+// by scenario, with ratios to its baseline ((a), or (a') for (r)) at the same
+// concurrency; then, when (r) ran, floodgate against it.
+func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, rows []row) {
 	fmt.Fprintf(w, "machine: %s\n", mach)
 	fmt.Fprintf(w, "steadiness: %s\n", steady)
 	requests := "pre-encoded Envoy-shaped CheckRequests"
@@ -326,53 +493,20 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	}
 	fmt.Fprintf(w, "run: %s; %s, %d distinct callers; everything on 127.0.0.1\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), client, o.keys)
-	fmt.Fprintln(w, "ratios: rate and p99 divided by (a)'s at the same concurrency, from this run ((r)'s by (a')'s: the same no-op server answering the rate-limit API).")
+	fmt.Fprintf(w, "collector: floodgate and the no-op server both at %s\n", o.gcSetting())
+	fmt.Fprintln(w, "ratios divide by (a) at the same concurrency, from this run ((r)'s by (a'): the same no-op server answering the rate-limit API).")
+	fmt.Fprintln(w, "server+Redis ×(a) (the headline): the serving process' CPU plus Redis' per decision over the no-op server's CPU per Check; server ×(a): the serving process' alone.")
 	fmt.Fprintln(w, "CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
 	fmt.Fprintln(w, "the serving process (floodgate, or the no-op server for (a); /proc/PID/stat) and the load generator; scripts/dec: EVALSHA+EVAL calls per decision;")
 	fmt.Fprintln(w, "dec/read: decisions per read event in Redis (INFO total_reads_processed), i.e. the pipelines' depth (a script call may carry several decisions)")
 	fmt.Fprintln(w)
-	cells := [][]string{{"scenario", "conc", "decisions/s", "p50", "p99", "rate ×(a)", "p99 ×(a)", "Redis µs/dec", "scripts/dec", "dec/read", "server µs/dec", "client µs/dec", "errors"}}
-	for _, sc := range scenarios { // table order
-		id := sc.id
-		for _, r := range rows {
-			if r.sc.id != id {
-				continue
-			}
-			b := base[cellID{sc.baseID(), r.conc}]
-			rate, p99 := "1", "1"
-			if id != "a" && id != "a'" {
-				rate, p99 = "?", "?"
-				if b.rate() > 0 {
-					rate = fmt.Sprintf("%.2f", r.res.rate()/b.rate())
-				}
-				if b.p99 > 0 {
-					p99 = fmt.Sprintf("%.2f", float64(r.res.p99)/float64(b.p99))
-				}
-			}
-			cpu, scripts, perRead, server, client := "?", "?", "-", "?", "?"
-			if n := float64(r.res.decisions); n > 0 {
-				if r.rerr == nil {
-					cpu = fmt.Sprintf("%.1f", math.Max(0, r.redis.cpu)*1e6/n)
-					scripts = fmt.Sprintf("%.2f", float64(r.redis.scripts)/n)
-					if r.redis.scripts > 0 && r.redis.reads > 0 {
-						perRead = fmt.Sprintf("%.1f", n/float64(r.redis.reads))
-					}
-				}
-				server = fmt.Sprintf("%.0f", r.serverCPU*1e6/n)
-				client = fmt.Sprintf("%.0f", r.clientCPU*1e6/n)
-			}
-			errs := "0"
-			if n := r.res.unexpected + r.res.rpcErrors; n > 0 {
-				errs = fmt.Sprintf("%d", n)
-				if r.res.firstErr != nil && !errors.Is(r.res.firstErr, context.Canceled) {
-					errs += " (" + shorten(r.res.firstErr.Error(), 40) + ")"
-				}
-			}
-			cells = append(cells, []string{r.sc.label, strconv.Itoa(r.conc), fmt.Sprintf("%.0f", r.res.rate()),
-				fmtDur(r.res.p50), fmtDur(r.res.p99), rate, p99, cpu, scripts, perRead, server, client, errs})
-		}
+	writeMarkdown(w, tableRows(rows))
+	if peer := peerRows(rows); peer != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "floodgate (b) against envoyproxy/ratelimit (r), both on the same redis-server with the same callers: CPU per decision")
+		fmt.Fprintln(w)
+		writeMarkdown(w, peer)
 	}
-	writeMarkdown(w, cells)
 }
 
 // writeMarkdown prints cells as a Markdown table, padded to line up in a

@@ -66,6 +66,9 @@ func TestSmoke(t *testing.T) {
 	if !strings.HasPrefix(out.String(), "machine: ") || !strings.Contains(out.String(), "CPUs (nproc)") {
 		t.Errorf("the table does not start with the machine:\n%s", out.String())
 	}
+	if !strings.Contains(out.String(), "\ncollector: floodgate and the no-op server both at GOGC=") {
+		t.Errorf("the table does not say the servers' collector setting:\n%s", out.String())
+	}
 	if !strings.Contains(out.String(), "\nsteadiness: a fixed CPU task (hashing 2 MiB) took ") || !strings.Contains(out.String(), "before each of the 2 rounds") {
 		t.Errorf("no steadiness line for the run's 2 rounds:\n%s", out.String())
 	}
@@ -104,7 +107,7 @@ func TestSmoke(t *testing.T) {
 		if r["errors"] != "0" {
 			t.Errorf("%s: errors %q, want 0", id, r["errors"])
 		}
-		for _, col := range []string{"rate ×(a)", "p99 ×(a)", "Redis µs/dec", "server µs/dec", "client µs/dec"} {
+		for _, col := range []string{"server+Redis ×(a)", "server ×(a)", "rate ×(a)", "p99 ×(a)", "Redis µs/dec", "server µs/dec", "server+Redis µs/dec", "client µs/dec"} {
 			if n, err := strconv.ParseFloat(r[col], 64); err != nil || n < 0 {
 				t.Errorf("%s: %s is %q, want a number", id, col, r[col])
 			}
@@ -168,7 +171,7 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		{"redis-2flushers", "redis", true, 2},
 		{"memory", "memory", true, 0},
 	} {
-		y, err := floodgateConfig(tc.server, "127.0.0.1:6379")
+		y, err := floodgateConfig(tc.server, "127.0.0.1:6379", 250)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.server, err)
 		}
@@ -180,8 +183,12 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		if c.Store.Backend != tc.backend || *r.Pipeline != tc.pipeline || r.PipelineFlushers != tc.flushers {
 			t.Errorf("%s: backend %s, pipeline %v, flushers %d; want %s, %v, %d", tc.server, c.Store.Backend, *r.Pipeline, r.PipelineFlushers, tc.backend, tc.pipeline, tc.flushers)
 		}
+		// The no-op server's collector setting: GOGC 250 (its --gogc), no memory limit.
+		if c.Runtime.GOGC == nil || *c.Runtime.GOGC != 250 || c.Runtime.MemoryLimitRatio == nil || *c.Runtime.MemoryLimitRatio != 0 {
+			t.Errorf("%s: runtime %+v, want gogc 250 and memory_limit_ratio 0", tc.server, c.Runtime)
+		}
 	}
-	if _, err := floodgateConfig("nonsense", ""); err == nil {
+	if _, err := floodgateConfig("nonsense", "", 400); err == nil {
 		t.Error("an unknown instance got a configuration")
 	}
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -186,16 +188,160 @@ func TestRatiosDivideByTheRowsBaseline(t *testing.T) {
 	}
 	var out bytes.Buffer
 	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 1000), mk("b", 500), mk("a'", 2000), mk("r", 500)})
-	for label, want := range map[string]string{"(b) Redis, distinct keys": "0.50", "(r) envoyproxy/ratelimit": "0.25"} {
-		var line string
-		for _, l := range strings.Split(out.String(), "\n") {
-			if strings.HasPrefix(l, "| "+label) {
-				line = l
+	table := parseTable(t, out.String())
+	for label, want := range map[string]string{"(b) Redis, distinct keys": "0.50", "(r) envoyproxy/ratelimit, Redis, distinct keys": "0.25"} {
+		r := table[label]
+		if r == nil {
+			t.Fatalf("no row %q in\n%s", label, out.String())
+		}
+		if r["rate ×(a)"] != want || r["p99 ×(a)"] != want {
+			t.Errorf("%s: rate and p99 ratios %q and %q, want %s", label, r["rate ×(a)"], r["p99 ×(a)"], want)
+		}
+	}
+}
+
+// parseTable reads the first Markdown table in out: label → column → cell.
+func parseTable(t *testing.T, out string) map[string]map[string]string {
+	t.Helper()
+	var header []string
+	rows := map[string]map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "| ") {
+			if header != nil && len(rows) > 0 {
+				break
+			}
+			continue
+		}
+		var cells []string
+		for _, c := range strings.Split(strings.Trim(line, "|"), "|") {
+			cells = append(cells, strings.TrimSpace(c))
+		}
+		if header == nil {
+			header = cells
+			continue
+		}
+		if strings.HasPrefix(cells[0], "-") {
+			continue
+		}
+		if len(cells) != len(header) {
+			t.Fatalf("row %q has %d cells, the header %d", line, len(cells), len(header))
+		}
+		r := map[string]string{}
+		for i, c := range cells {
+			r[header[i]] = c
+		}
+		rows[cells[0]+" @"+r["conc"]] = r
+		rows[cells[0]] = r
+	}
+	return rows
+}
+
+// The headline is what a decision costs on the server side (the serving
+// process and Redis) over the no-op server's CPU per Check at the same
+// concurrency; it is the first ratio column, the serving process' own ratio
+// and the rate ratio after it. Pure arithmetic on rows: no timing.
+func TestHeadlineColumns(t *testing.T) {
+	// decisions n over one second; server and Redis CPU in seconds.
+	mk := func(id string, conc int, n int64, server, redis float64) row {
+		sc, ok := scenarioByID(id)
+		if !ok {
+			t.Fatalf("no scenario %s", id)
+		}
+		return row{sc: sc, conc: conc, res: result{decisions: n, window: time.Second, p99: time.Millisecond},
+			serverCPU: server, redis: redisStats{cpu: redis, scripts: n / 10, reads: n / 12}}
+	}
+	rows := []row{
+		// (a): 30 µs per Check at conc 64, 40 at conc 16.
+		mk("a", 64, 30000, 0.9, 0.001), mk("a", 16, 20000, 0.8, 0),
+		// (b): floodgate 36 µs, Redis 5 µs per decision at 64 → 41/30.
+		mk("b", 64, 20000, 0.72, 0.1), mk("b", 16, 10000, 0.5, 0.08),
+		// (e): no Redis work, 30 µs → 1.00.
+		mk("e", 64, 30000, 0.9, 0),
+		// (a') 20 µs, (r) 90 µs + Redis 15 µs → 105/20.
+		mk("a'", 64, 40000, 0.8, 0), mk("r", 64, 10000, 0.9, 0.15),
+	}
+	cells := tableRows(rows)
+	header := cells[0]
+	col := map[string]int{}
+	for i, h := range header {
+		col[h] = i
+	}
+	firstRatio := -1
+	for i, h := range header {
+		if strings.Contains(h, "×") {
+			firstRatio = i
+			break
+		}
+	}
+	if firstRatio < 0 || header[firstRatio] != "server+Redis ×(a)" || header[firstRatio+1] != "server ×(a)" || header[firstRatio+2] != "rate ×(a)" {
+		t.Fatalf("ratio columns %v: want server+Redis ×(a), server ×(a), rate ×(a) first", header)
+	}
+	get := func(label string, conc int) []string {
+		for _, c := range cells[1:] {
+			if strings.HasPrefix(c[0], label) && c[col["conc"]] == strconv.Itoa(conc) {
+				return c
 			}
 		}
-		cols := strings.Split(line, "|")
-		if len(cols) < 8 || strings.TrimSpace(cols[6]) != want || strings.TrimSpace(cols[7]) != want {
-			t.Errorf("%s: rate and p99 ratios in %q, want %s", label, line, want)
+		t.Fatalf("no row %s at %d", label, conc)
+		return nil
+	}
+	for _, tc := range []struct {
+		label                                  string
+		conc                                   int
+		total, server, rate, perDec, redisPerD string
+	}{
+		{"(a)", 64, "1", "1", "1", "30.0", "0.0"},
+		{"(a')", 64, "1", "1", "1", "20.0", "0.0"},
+		{"(b)", 64, "1.37", "1.20", "0.67", "41.0", "5.0"},
+		{"(b)", 16, "1.45", "1.25", "0.50", "58.0", "8.0"},
+		{"(e)", 64, "1.00", "1.00", "1.00", "30.0", "0.0"},
+		{"(r)", 64, "5.25", "4.50", "0.25", "105.0", "15.0"},
+	} {
+		c := get(tc.label, tc.conc)
+		got := [5]string{c[col["server+Redis ×(a)"]], c[col["server ×(a)"]], c[col["rate ×(a)"]], c[col["server+Redis µs/dec"]], c[col["Redis µs/dec"]]}
+		want := [5]string{tc.total, tc.server, tc.rate, tc.perDec, tc.redisPerD}
+		if got != want {
+			t.Errorf("%s at %d: headline, server, rate ratios, server+Redis and Redis µs/dec %v, want %v", tc.label, tc.conc, got, want)
 		}
+	}
+	// Redis' counters unreadable: no headline, but the server's own ratio.
+	b := mk("b", 64, 20000, 0.72, 0.1)
+	b.rerr = errors.New("INFO failed")
+	if q := rowRatios(b, rows[0]); q.total != "?" || q.server != "1.20" {
+		t.Errorf("without Redis' counters: %+v, want total ? and server 1.20", q)
+	}
+	// No baseline measured: nothing divides.
+	if q := rowRatios(rows[2], row{sc: scenario{id: "a"}}); q.total != "?" || q.server != "?" || q.rate != "?" {
+		t.Errorf("without a baseline: %+v", q)
+	}
+}
+
+// floodgate against envoyproxy/ratelimit: Redis CPU per decision and the
+// server side's (the service plus Redis), each (b) over (r), at every
+// concurrency where both ran; no table without (r).
+func TestPeerRows(t *testing.T) {
+	mk := func(id string, conc int, n int64, server, redis float64) row {
+		sc, _ := scenarioByID(id)
+		return row{sc: sc, conc: conc, res: result{decisions: n, window: time.Second}, serverCPU: server, redis: redisStats{cpu: redis}}
+	}
+	if p := peerRows([]row{mk("a", 50, 1000, 0.05, 0), mk("b", 50, 1000, 0.05, 0.016)}); p != nil {
+		t.Fatalf("a peer table without (r): %v", p)
+	}
+	p := peerRows([]row{
+		mk("a", 50, 7000, 0.32, 0), mk("b", 50, 5000, 0.27, 0.06), mk("e", 50, 6000, 0.3, 0),
+		mk("a'", 50, 10000, 0.36, 0), mk("r", 50, 5000, 0.5, 0.075),
+		mk("b", 64, 5000, 0.2, 0.05), // no (r) at 64: no row
+	})
+	if len(p) != 2 {
+		t.Fatalf("peer rows %v, want the header and one row (conc 50)", p)
+	}
+	want := []string{"50", "12.0", "15.0", "0.80", "66.0", "115.0", "0.57"}
+	if strings.Join(p[1], " ") != strings.Join(want, " ") {
+		t.Errorf("conc 50: %v, want %v", p[1], want)
+	}
+	var out bytes.Buffer
+	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 50, 7000, 0.32, 0), mk("b", 50, 5000, 0.27, 0.06), mk("a'", 50, 10000, 0.36, 0), mk("r", 50, 5000, 0.5, 0.075)})
+	if !strings.Contains(out.String(), "floodgate (b) against envoyproxy/ratelimit (r)") || !strings.Contains(out.String(), " 0.57 |") {
+		t.Errorf("the printed table lacks the peer comparison:\n%s", out.String())
 	}
 }

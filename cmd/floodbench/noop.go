@@ -57,6 +57,7 @@ func runNoop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("noop", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "gRPC listen address (loopback)")
+	gogc := fs.Int("gogc", config.DefaultGOGC, "the collector setting (GOGC), as floodgate's runtime.gogc; the GOGC environment variable, when set, wins")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -68,7 +69,7 @@ func runNoop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Floodgate's collector setting too (runtime.gogc, unless GOGC is set):
 	// the ceiling runs with the same runtime as the server it is compared to.
 	if _, ok := os.LookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(config.DefaultGOGC)
+		debug.SetGCPercent(*gogc)
 	}
 	gs := grpc.NewServer(serverOptions()...)
 	authv3.RegisterAuthorizationServer(gs, noopServer{})

@@ -371,6 +371,7 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	} else {
 		rstore = redisstore.New(client, ro.Prefix)
 	}
+	rstore.ObserveScripts(scriptMetrics(reg))
 	closers := []func(){rstore.Close, func() { client.Close() }}
 	if cfg.Store.OnFailure == "local" {
 		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
@@ -417,6 +418,27 @@ func pipelineMetrics(reg prometheus.Registerer) func(decisions, scriptCalls int)
 	return func(decisions, scriptCalls int) {
 		batches.Observe(float64(decisions))
 		calls.Add(float64(scriptCalls))
+	}
+}
+
+// scriptMetrics registers the latency of the token-bucket script's calls and
+// returns what the Redis store reports each round trip of them to: every
+// call it carried is observed with the round trip's time (the calls of one
+// pipeline share it), so _count matches floodgate_redis_script_calls_total
+// when pipelining. What Redis adds to a Check, apart from the wait for a
+// batch to leave.
+func scriptMetrics(reg prometheus.Registerer) func(calls int, elapsed time.Duration) {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "floodgate_redis_script_duration_seconds",
+		Help:    "Time from sending a token-bucket script call to Redis to reading its reply (the round trip of the pipeline carrying it); one observation per call.",
+		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+	})
+	reg.MustRegister(h)
+	return func(calls int, elapsed time.Duration) {
+		sec := elapsed.Seconds()
+		for range calls {
+			h.Observe(sec)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/limiter"
@@ -93,6 +94,35 @@ func benchModes(b *testing.B, keys, buckets int) {
 		defer ap.Close()
 		benchTake(b, cpuOf(b, c), redisstore.New(ap, ""), keys, buckets)
 	})
+}
+
+// BenchmarkScriptObserver weighs ObserveScripts, which floodgate serve
+// hooks to its script-latency histogram: the pipelined distinct-keys
+// benchmark without an observer and with one observing a Prometheus
+// histogram per script call, as serve's does. client-µs/op is the benchmark
+// process's CPU per decision; alternate the two (-count) to compare.
+func BenchmarkScriptObserver(b *testing.B) {
+	for _, mode := range []string{"off", "on"} {
+		b.Run(mode, func(b *testing.B) {
+			c := benchClient(b)
+			s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{})
+			defer s.Close()
+			var observed atomic.Int64
+			if mode == "on" {
+				h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "script_seconds", Buckets: prometheus.ExponentialBuckets(5e-5, 2.5, 12)})
+				s.ObserveScripts(func(calls int, elapsed time.Duration) {
+					for range calls {
+						h.Observe(elapsed.Seconds())
+					}
+					observed.Add(int64(calls))
+				})
+			}
+			benchTake(b, cpuOf(b, c), s, 100_000, 1)
+			if mode == "on" && observed.Load() == 0 {
+				b.Fatal("the observer heard no script call")
+			}
+		})
+	}
 }
 
 // redisCPU reads Redis' CPU time in seconds (user + sys).

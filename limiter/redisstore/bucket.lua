@@ -138,7 +138,10 @@ local function store(key, m)
 end
 
 -- flush writes every bucket this call changed, or deletes it when full.
+-- Buckets of one call often share their expiry (the same millisecond): its
+-- text is formatted once.
 local function flush()
+  local pxat = {}
   for key in pairs(dirty) do
     local m, l = M[key], L[key]
     if m <= 0 then
@@ -149,7 +152,12 @@ local function flush()
       local step = 1000 * g                   -- ticks per millisecond
       local d = floordiv(f + step - 1, step)  -- whole milliseconds until full, rounded up
       local e = now_ms + d
-      redis.call('SET', key, pack(FORMAT, e, d * step - f, cap[l], per[l], g), 'PXAT', string.format('%d', e))
+      local at = pxat[e]
+      if not at then
+        at = string.format('%d', e)
+        pxat[e] = at
+      end
+      redis.call('SET', key, pack(FORMAT, e, d * step - f, cap[l], per[l], g), 'PXAT', at)
     end
   end
 end

@@ -24,8 +24,15 @@ import (
 // connection each at a time) take the first waiting decision, add every
 // other one already waiting up to MaxBatch, and send them at once: a batch
 // leaves as soon as it is full or nothing else is waiting, so a lone
-// decision is sent at once (no timer, no added delay at low load) and
-// batches grow only when decisions queue up behind a batch on the wire.
+// decision is sent at once (no added delay at low load) and batches grow
+// when decisions queue up behind a batch on the wire. One exception: when
+// the flusher's previous batch held at least minWaitBatch decisions (the
+// load is steady and high enough that decisions keep arriving) and this one
+// holds fewer, it waits up to PipelineOptions.Wait for more to join, until
+// it holds as many as the previous one. Under moderate load the pipelines
+// are otherwise shallow and each batch's fixed costs (a write and a read on
+// each side, waking Redis, a script call) fall on few decisions; the
+// README's Performance section has the figures.
 //
 // go-redis' own AutoPipeline (v9.23) was considered and not used: it does
 // not honour a command's context once the command is queued (its blocking
@@ -50,6 +57,16 @@ const DefaultMaxBatch = 128
 // Redis would otherwise idle while a batch's replies travel back.
 const DefaultFlushers = 1
 
+// DefaultWait is how long a flusher may hold a batch for more decisions to
+// join (see the comment at the top of pipeline.go) when
+// PipelineOptions.Wait is 0.
+const DefaultWait = 100 * time.Microsecond
+
+// minWaitBatch is the smallest previous batch after which a flusher waits
+// for a smaller one to grow: below it the load is light, and a decision
+// leaves at once.
+const minWaitBatch = 4
+
 // PipelineOptions tune the coalescer of NewPipelined.
 type PipelineOptions struct {
 	// MaxBatch bounds the decisions sent in one pipeline (default DefaultMaxBatch).
@@ -57,6 +74,10 @@ type PipelineOptions struct {
 	// Flushers is how many batches may be in flight at once, each on one
 	// connection (default DefaultFlushers).
 	Flushers int
+	// Wait bounds how long a flusher holds a batch smaller than its
+	// previous one (of at least minWaitBatch decisions) for more decisions
+	// to join (default DefaultWait; negative: never).
+	Wait time.Duration
 	// OnBatch, when set, is called after each batch with the decisions it
 	// sent and the script calls that carried them: how deep the pipelines
 	// run in production. It must not block.
@@ -105,6 +126,7 @@ func (cl *call) finish() { cl.done <- struct{}{} }
 type coalescer struct {
 	store    *Store
 	maxBatch int
+	wait     time.Duration // <= 0: never
 	onBatch  func(decisions, scriptCalls int)
 	calls    chan *call
 	quit     chan struct{}
@@ -120,9 +142,13 @@ func newCoalescer(s *Store, o PipelineOptions) *coalescer {
 	if o.Flushers <= 0 {
 		o.Flushers = DefaultFlushers
 	}
+	if o.Wait == 0 {
+		o.Wait = DefaultWait
+	}
 	c := &coalescer{
 		store:    s,
 		maxBatch: o.MaxBatch,
+		wait:     o.Wait,
 		onBatch:  o.OnBatch,
 		// Room for every flusher's next full batch: beyond that, callers
 		// wait to enqueue (bounded by their own deadline).
@@ -161,19 +187,21 @@ func (c *coalescer) failQueued() {
 	}
 }
 
-// run queues one decision and waits for its reply, for ctx to end or for
-// deadline (if not zero), whichever comes first. Only a deadline of the
+// run queues one decision, cl (from callPool) deciding keys and buckets
+// (cl's own buffers, or none), and waits for its reply, for ctx to end or
+// for deadline (if not zero), whichever comes first. Only a deadline of the
 // caller's own needs a timer: ctx's ends ctx.
-func (c *coalescer) run(ctx context.Context, deadline time.Time, keys []string, buckets []bucketArgs) ([]int64, error) {
+func (c *coalescer) run(ctx context.Context, deadline time.Time, cl *call, keys []string, buckets []bucketArgs) ([]int64, error) {
+	cl.keys, cl.buckets = keys, buckets
 	if c.closed.Load() {
+		cl.recycle()
 		return nil, ErrClosed
 	}
 	own := !deadline.IsZero()
 	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
 		deadline = d
 	}
-	cl := callPool.Get().(*call)
-	cl.ctx, cl.deadline, cl.keys, cl.buckets = ctx, deadline, keys, buckets
+	cl.ctx, cl.deadline = ctx, deadline
 	var expired <-chan time.Time
 	if own {
 		left := time.Until(deadline)
@@ -224,12 +252,14 @@ func (c *coalescer) run(ctx context.Context, deadline time.Time, keys []string, 
 }
 
 // recycle returns a call whose reply has been read (or that was never
-// queued) to the pool, its timer stopped.
+// queued) to the pool, its timer stopped. It keeps the call's key and
+// bucket buffers, emptied, for the next decision.
 func (cl *call) recycle() {
 	if cl.timer != nil {
 		cl.timer.Stop()
 	}
-	cl.ctx, cl.deadline, cl.keys, cl.buckets, cl.reply, cl.err = nil, time.Time{}, nil, nil, nil, nil
+	clear(cl.keys)
+	cl.ctx, cl.deadline, cl.keys, cl.buckets, cl.reply, cl.err = nil, time.Time{}, cl.keys[:0], cl.buckets[:0], nil, nil
 	callPool.Put(cl)
 }
 
@@ -239,6 +269,9 @@ func (c *coalescer) flusher() {
 	defer c.wg.Done()
 	batch := make([]*call, 0, c.maxBatch)
 	live := make([]*call, 0, c.maxBatch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	prev := 0
 	for {
 		select {
 		case cl := <-c.calls:
@@ -246,20 +279,47 @@ func (c *coalescer) flusher() {
 		case <-c.quit:
 			return
 		}
-	fill:
-		for len(batch) < c.maxBatch {
-			select {
-			case cl := <-c.calls:
-				batch = append(batch, cl)
-			default:
-				break fill
-			}
-		}
+		batch = c.fill(batch, prev, timer)
+		prev = len(batch)
 		c.flush(batch, live)
 		clear(batch)
 		clear(live[:cap(live)])
 		batch = batch[:0]
 	}
+}
+
+// fill adds to batch (which holds a call) every call already waiting, up to
+// maxBatch. Then, when the previous batch held prev >= minWaitBatch calls
+// and this one fewer, it waits for more, with timer (stopped), until batch
+// holds as many as the previous one, c.wait has passed or the coalescer
+// closes.
+func (c *coalescer) fill(batch []*call, prev int, timer *time.Timer) []*call {
+queued:
+	for len(batch) < c.maxBatch {
+		select {
+		case cl := <-c.calls:
+			batch = append(batch, cl)
+		default:
+			break queued
+		}
+	}
+	target := min(prev, c.maxBatch)
+	if c.wait <= 0 || prev < minWaitBatch || len(batch) >= target {
+		return batch
+	}
+	timer.Reset(c.wait)
+	defer timer.Stop()
+	for len(batch) < target {
+		select {
+		case cl := <-c.calls:
+			batch = append(batch, cl)
+		case <-timer.C:
+			return batch
+		case <-c.quit:
+			return batch
+		}
+	}
+	return batch
 }
 
 // flush sends one batch and completes every call in it. Calls whose

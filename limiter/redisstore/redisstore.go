@@ -86,6 +86,10 @@ type Store struct {
 	refund  *script
 	pipe    *coalescer // NewPipelined: decisions share round trips (pipeline.go)
 
+	// onScripts, when set (ObserveScripts), hears how long each round trip
+	// of script calls took and how many calls it carried.
+	onScripts func(calls int, elapsed time.Duration)
+
 	// testClock, set by tests only, is appended to every script call's
 	// arguments (seconds, microseconds) for scripts whose TIME call the
 	// tests replaced by those arguments.
@@ -101,6 +105,13 @@ func New(client Client, prefix string) *Store {
 	cluster, _ := client.(*redis.ClusterClient)
 	return &Store{client: client, cluster: cluster, prefix: prefix, take: takeScript, refund: refundScript}
 }
+
+// ObserveScripts makes the store call f after every round trip of script
+// calls (a pipelined batch's, or one decision's without pipelining) with
+// the calls it carried and the time from sending them to reading every
+// reply, the resend of a script Redis did not have cached included. Call it
+// before the store decides anything; f must not block.
+func (s *Store) ObserveScripts(f func(calls int, elapsed time.Duration)) { s.onScripts = f }
 
 // Key returns the Redis key of bucket (name, id).
 func (s *Store) Key(name, id string) string {
@@ -128,8 +139,24 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	if len(reqs) > maxBuckets {
 		return false, fmt.Errorf("redis: a decision over %d buckets, above the script's %d", len(reqs), maxBuckets)
 	}
-	keys, buckets := s.prepare(reqs)
+	// A pipelined decision's keys and arguments live in its pooled call.
+	var cl *call
+	var keys []string
+	var buckets []bucketArgs
+	if s.pipe != nil {
+		cl = callPool.Get().(*call)
+		keys, buckets = s.prepareInto(reqs, cl.keys[:0], cl.buckets[:0])
+	} else {
+		keys, buckets = s.prepare(reqs)
+	}
 	acrossSlots := s.cluster != nil && len(keys) > 1 && !sameSlot(keys)
+	if acrossSlots && cl != nil {
+		// keys and buckets stay with this decision: the call goes back
+		// without them.
+		cl.keys, cl.buckets = nil, nil
+		cl.recycle()
+		cl = nil
+	}
 	if !deadline.IsZero() && (s.pipe == nil || acrossSlots) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
@@ -141,7 +168,7 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	var reply []int64
 	var err error
 	if s.pipe != nil {
-		reply, err = s.pipe.run(ctx, deadline, keys, buckets)
+		reply, err = s.pipe.run(ctx, deadline, cl, keys, buckets)
 	} else {
 		sc := s.takeCall(keys, 1, func(int) []bucketArgs { return buckets })
 		s.exec(ctx, sc)
@@ -160,13 +187,16 @@ const maxBuckets = 1<<16 - 1
 // prepare returns the keys of reqs' buckets and what the script reads of
 // each.
 func (s *Store) prepare(reqs []limiter.Request) ([]string, []bucketArgs) {
-	keys := make([]string, len(reqs))
-	buckets := make([]bucketArgs, len(reqs))
+	return s.prepareInto(reqs, make([]string, 0, len(reqs)), make([]bucketArgs, 0, len(reqs)))
+}
+
+// prepareInto is prepare appending to keys and buckets.
+func (s *Store) prepareInto(reqs []limiter.Request, keys []string, buckets []bucketArgs) ([]string, []bucketArgs) {
 	for i := range reqs {
 		r := &reqs[i]
-		keys[i] = s.Key(r.Name, r.ID)
+		keys = append(keys, s.Key(r.Name, r.ID))
 		k, g := r.Limit.Units()
-		buckets[i] = bucketArgs{limitArgs{r.Limit.Capacity, k, g}, r.Cost}
+		buckets = append(buckets, bucketArgs{limitArgs{r.Limit.Capacity, k, g}, r.Cost})
 	}
 	return keys, buckets
 }
@@ -223,6 +253,10 @@ var ErrKeyType = errors.New("WRONGTYPE: a bucket's key holds another kind of val
 // or SCRIPT FLUSH) are sent once more with EVAL, which caches it. Each call
 // gets its reply, checked to hold want values, or its error.
 func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
+	if s.onScripts != nil {
+		start := time.Now()
+		defer func() { s.onScripts(len(calls), time.Since(start)) }()
+	}
 	var clock []any
 	if s.testClock != nil {
 		now := s.testClock()
