@@ -82,25 +82,10 @@ const sharedID = "-"
 func (e *Engine) identity(p *Policy, v *View) (string, bool) {
 	for i := range p.keys {
 		k := &p.keys[i]
-		var val string
-		switch k.kind {
-		case srcHeader:
-			val, _ = v.Header(k.name)
-			val = strings.TrimSpace(val)
-		case srcClientIP:
-			if ip := e.clientIP.Resolve(v); ip.IsValid() {
-				return e.hasher.idPrefix(k.tag, ip), true
-			}
-		case srcContext:
-			val, _ = v.Context(k.name)
-		case srcMetadata:
-			val, _ = v.Metadata(k.name, k.path)
-		case srcFingerprint:
-			val = fingerprint(v, p.printHdrs)
-		case srcPrincipal:
-			val = v.Principal
-		}
-		if val != "" {
+		switch val, ip := e.keyValue(p, k, v); {
+		case ip.IsValid():
+			return e.hasher.idPrefix(k.tag, ip), true
+		case val != "":
 			return e.hasher.id(k.tag, val), true
 		}
 	}
@@ -108,6 +93,29 @@ func (e *Engine) identity(p *Policy, v *View) (string, bool) {
 		return "", false
 	}
 	return sharedID, true
+}
+
+// keyValue is what key source k reads from v: for client_ip the client's
+// network (ip valid; invalid when there is no usable address), for every
+// other source its value ("" when absent). identity hashes it into a
+// bucket identity; Caller names it in the clear.
+func (e *Engine) keyValue(p *Policy, k *keySource, v *View) (val string, ip netip.Prefix) {
+	switch k.kind {
+	case srcHeader:
+		val, _ = v.Header(k.name)
+		val = strings.TrimSpace(val)
+	case srcClientIP:
+		ip = e.clientIP.Resolve(v)
+	case srcContext:
+		val, _ = v.Context(k.name)
+	case srcMetadata:
+		val, _ = v.Metadata(k.name, k.path)
+	case srcFingerprint:
+		val = fingerprint(v, p.printHdrs)
+	case srcPrincipal:
+		val = v.Principal
+	}
+	return val, ip
 }
 
 // fingerprint joins the named headers' values; empty when none is present.

@@ -106,36 +106,19 @@ func (d *Decider) Decide(ctx context.Context, plan []Bucket, res []limiter.Resul
 // one identity chose) and its value. A client_ip value is the bucket's
 // network: the address, or its prefix when ipv4_prefix/ipv6_prefix group
 // several. source is "" for the shared bucket of requests without a key. A
-// source with no clear form here reads as its bucket identity (a hash).
+// fingerprint, a digest of headers with no clear form, reads as its bucket
+// identity (a hash). The values are keyValue's, as identity reads them.
 func (e *Engine) Caller(p *Policy, v *View) (source, value string) {
 	for i := range p.keys {
 		k := &p.keys[i]
-		var val string
-		switch k.kind {
-		case srcHeader:
-			val, _ = v.Header(k.name)
-			val = strings.TrimSpace(val)
-		case srcClientIP:
-			if ip := e.clientIP.Resolve(v); ip.IsValid() {
-				if ip.IsSingleIP() {
-					return k.tag, ip.Addr().String()
-				}
-				return k.tag, ip.String()
-			}
-		case srcContext:
-			val, _ = v.Context(k.name)
-		case srcMetadata:
-			val, _ = v.Metadata(k.name, k.path)
-		case srcFingerprint:
-			if fingerprint(v, p.printHdrs) != "" {
-				val = e.hasher.id(k.tag, fingerprint(v, p.printHdrs))
-			}
-		default:
-			one := *p
-			one.keys, one.skipMissed = p.keys[i:i+1], true
-			val, _ = e.identity(&one, v)
-		}
-		if val != "" {
+		switch val, ip := e.keyValue(p, k, v); {
+		case ip.IsValid() && ip.IsSingleIP():
+			return k.tag, ip.Addr().String()
+		case ip.IsValid():
+			return k.tag, ip.String()
+		case val != "" && k.kind == srcFingerprint: // a digest of headers: no clear form
+			return k.tag, e.hasher.id(k.tag, val)
+		case val != "":
 			return k.tag, val
 		}
 	}
