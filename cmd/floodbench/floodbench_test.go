@@ -73,27 +73,10 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("no steadiness line for the run's 2 rounds:\n%s", out.String())
 	}
 	rows := map[string]map[string]string{} // "(b)" → column → cell
-	var header []string
-	for _, line := range strings.Split(out.String(), "\n") {
-		if !strings.HasPrefix(line, "| ") {
-			continue
+	for label, r := range parseTable(t, out.String()) {
+		if strings.HasPrefix(label, "(") && !strings.Contains(label, " @") {
+			rows[label[:3]] = r
 		}
-		var cells []string
-		for _, c := range strings.Split(strings.Trim(line, "|"), "|") {
-			cells = append(cells, strings.TrimSpace(c))
-		}
-		if header == nil {
-			header = cells
-			continue
-		}
-		if !strings.HasPrefix(cells[0], "(") || len(cells) != len(header) {
-			continue
-		}
-		row := map[string]string{}
-		for i, c := range cells {
-			row[header[i]] = c
-		}
-		rows[cells[0][:3]] = row
 	}
 	for _, id := range []string{"(a)", "(b)", "(d)"} {
 		r, ok := rows[id]
