@@ -55,13 +55,20 @@ func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return unmarshalWith(c.base, data, v, unmarshalCheckRequest)
+}
+
+// unmarshalWith decodes a CheckRequest with decode, from one contiguous
+// buffer, and hands any other message to base: both of floodgate's codecs
+// differ only in how they read a CheckRequest.
+func unmarshalWith(base encoding.CodecV2, data mem.BufferSlice, v any, decode func([]byte, *authv3.CheckRequest) error) error {
 	req, ok := v.(*authv3.CheckRequest)
 	if !ok {
-		return c.base.Unmarshal(data, v)
+		return base.Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return unmarshalCheckRequest(buf.ReadOnlyData(), req)
+	return decode(buf.ReadOnlyData(), req)
 }
 
 // unmarshalCheckRequest is lenientUnmarshal(b, req) for a new req.

@@ -101,11 +101,5 @@ func (c protobufCodec) Name() string                           { return "proto" 
 func (c protobufCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
 
 func (c protobufCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	req, ok := v.(*authv3.CheckRequest)
-	if !ok {
-		return c.base.Unmarshal(data, v)
-	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	return lenientUnmarshal(buf.ReadOnlyData(), req)
+	return unmarshalWith(c.base, data, v, func(b []byte, req *authv3.CheckRequest) error { return lenientUnmarshal(b, req) })
 }
