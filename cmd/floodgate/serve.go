@@ -366,6 +366,7 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		rstore = redisstore.NewPipelined(client, ro.Prefix, redisstore.PipelineOptions{
 			MaxBatch: cfg.Store.Redis.PipelineMaxBatch,
 			Flushers: cfg.Store.Redis.PipelineFlushers,
+			Wait:     pipelineWait(cfg.Store.Redis.PipelineWait.Duration),
 			OnBatch:  pipelineMetrics(reg),
 		})
 	} else {
@@ -398,6 +399,16 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 			c()
 		}
 	}}, nil
+}
+
+// pipelineWait is store.redis.pipeline_wait as redisstore reads it: the
+// validator has put the default in place of a wait left out, so 0 is the
+// file's 0s, never wait.
+func pipelineWait(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // pipelineMetrics registers how deep the Redis pipelines run and returns

@@ -135,11 +135,16 @@ func (v *validator) checkRedis(r *Redis) {
 	}
 	v.intIn("store.redis.pipeline_max_batch", &r.PipelineMaxBatch, 0, 1, MaxPipelineBatch)
 	v.intIn("store.redis.pipeline_flushers", &r.PipelineFlushers, 0, 1, MaxPipelineFlushers)
+	v.durationIn("store.redis.pipeline_wait", &r.PipelineWait, redisstore.DefaultWait, 0, MaxPipelineWait, "as every decision of a held batch waits that long")
 	for _, k := range []struct {
 		path string
-		n    int
-	}{{"store.redis.pipeline_max_batch", r.PipelineMaxBatch}, {"store.redis.pipeline_flushers", r.PipelineFlushers}} {
-		if k.n > 0 && !*r.Pipeline {
+		set  bool
+	}{
+		{"store.redis.pipeline_max_batch", r.PipelineMaxBatch > 0},
+		{"store.redis.pipeline_flushers", r.PipelineFlushers > 0},
+		{"store.redis.pipeline_wait", r.PipelineWait.IsSet()},
+	} {
+		if k.set && !*r.Pipeline {
 			v.at(k.path, "only applies with pipeline: true")
 		}
 	}
@@ -192,6 +197,11 @@ func redisPath(field string, r *Redis) string {
 // MaxPipelineBatch bounds store.redis.pipeline_max_batch: a batch of this
 // many script calls is tens of milliseconds of Redis' time.
 const MaxPipelineBatch = 4096
+
+// MaxPipelineWait bounds store.redis.pipeline_wait: a held batch adds its
+// wait to every decision in it, and an idle Go process wakes its timers in
+// whole milliseconds.
+const MaxPipelineWait = 10 * time.Millisecond
 
 // MaxPipelineFlushers bounds store.redis.pipeline_flushers: each flusher
 // holds a connection while its batch is on the wire.

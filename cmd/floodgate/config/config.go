@@ -195,9 +195,13 @@ type Redis struct {
 	// PipelineFlushers is how many pipelines may be on the wire at once
 	// (default 1: the deepest batches, best when Redis shares cores with
 	// its clients; 2 or more for a Redis far away, with cores of its own).
-	Pipeline         *bool `yaml:"pipeline"`
-	PipelineMaxBatch int   `yaml:"pipeline_max_batch"`
-	PipelineFlushers int   `yaml:"pipeline_flushers"`
+	// PipelineWait bounds how long a batch smaller than the one before it
+	// (under steady load) waits for more decisions to join (default 100µs;
+	// 0s: never wait).
+	Pipeline         *bool    `yaml:"pipeline"`
+	PipelineMaxBatch int      `yaml:"pipeline_max_batch"`
+	PipelineFlushers int      `yaml:"pipeline_flushers"`
+	PipelineWait     Duration `yaml:"pipeline_wait"`
 }
 
 // RedisTLS enables TLS to Redis.

@@ -2,6 +2,7 @@ package config
 
 import (
 	"testing"
+	"time"
 )
 
 func TestRedisPipeliningIsOnByDefaultAndConfigurable(t *testing.T) {
@@ -13,6 +14,18 @@ func TestRedisPipeliningIsOnByDefaultAndConfigurable(t *testing.T) {
 	if r := c.Store.Redis; !*r.Pipeline || r.PipelineMaxBatch != 32 || r.PipelineFlushers != 3 {
 		t.Errorf("pipeline %v, max batch %d, flushers %d; want on, 32, 3", *r.Pipeline, r.PipelineMaxBatch, r.PipelineFlushers)
 	}
+	if w := c.Store.Redis.PipelineWait; w.Duration != 100*time.Microsecond || w.IsSet() {
+		t.Errorf("pipeline_wait left out: %v (set %v); want the store's default, 100µs", w.Duration, w.IsSet())
+	}
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{{"2ms", 2 * time.Millisecond}, {"0s", 0}, {"10ms", 10 * time.Millisecond}} {
+		c = mustParse(t, "store:\n  backend: redis\n  redis: {addresses: [\"r:6379\"], pipeline_wait: "+tc.yaml+"}\n"+goodPolicy)
+		if w := c.Store.Redis.PipelineWait; w.Duration != tc.want || !w.IsSet() {
+			t.Errorf("pipeline_wait: %s read as %v (set %v)", tc.yaml, w.Duration, w.IsSet())
+		}
+	}
 	c = mustParse(t, "store:\n  backend: redis\n  redis: {addresses: [\"r:6379\"], pipeline: false}\n"+goodPolicy)
 	if *c.Store.Redis.Pipeline {
 		t.Error("pipeline: false read as on")
@@ -23,6 +36,9 @@ func TestRedisPipeliningIsOnByDefaultAndConfigurable(t *testing.T) {
 		{"store:\n  redis:\n    pipeline: false\n    pipeline_max_batch: 8\n", `bad.yaml:4: store.redis.pipeline_max_batch: only applies with pipeline: true`},
 		{"store:\n  redis:\n    pipeline_flushers: 65\n", `bad.yaml:3: store.redis.pipeline_flushers: must be between 1 and 64 (got 65)`},
 		{"store:\n  redis:\n    pipeline: false\n    pipeline_flushers: 2\n", `bad.yaml:4: store.redis.pipeline_flushers: only applies with pipeline: true`},
+		{"store:\n  redis:\n    pipeline_wait: 11ms\n", `bad.yaml:3: store.redis.pipeline_wait: must be between 0s and 10ms, as every decision of a held batch waits that long (got 11ms)`},
+		{"store:\n  redis:\n    pipeline_wait: -1ms\n", `bad.yaml:3: store.redis.pipeline_wait: must be between 0s and 10ms, as every decision of a held batch waits that long (got -1ms)`},
+		{"store:\n  redis:\n    pipeline: false\n    pipeline_wait: 0s\n", `bad.yaml:4: store.redis.pipeline_wait: only applies with pipeline: true`},
 		{"store:\n  redis:\n    pipeline: maybe\n", `bad.yaml:3:`},
 	} {
 		wantProblem(t, tc.yaml+goodPolicy, tc.want)
