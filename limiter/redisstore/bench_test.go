@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"flag"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,11 +19,16 @@ import (
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
-// The Redis benchmarks run 64 goroutines against one real redis-server. Their
-// baseline is BenchmarkRawEvalSha: go-redis calling EVALSHA on a script that
-// returns at once, the floor of any one-round-trip design on this machine.
-// Compare the two in the same run (make bench prints the ratio).
-const parallelism = 64
+// The Redis benchmarks run 64 goroutines (-goroutines) against one real
+// redis-server. Their baseline is BenchmarkRawEvalSha: go-redis calling
+// EVALSHA on a script that returns at once, the floor of any one-round-trip
+// design on this machine. Compare the two in the same run (make bench
+// prints the ratio). More goroutines make deeper pipelines.
+var parallelism = 64
+
+func init() {
+	flag.IntVar(&parallelism, "goroutines", parallelism, "goroutines deciding at once in the Redis benchmarks")
+}
 
 func benchClient(b *testing.B) *redis.Client {
 	srv := redistest.Start(b)
@@ -81,9 +87,11 @@ func benchModes(b *testing.B, keys, buckets int) {
 	})
 	b.Run("pipelined", func(b *testing.B) {
 		c := benchClient(b)
-		s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{})
+		var depth batchDepth
+		s := redisstore.NewPipelined(c, "", depth.options())
 		defer s.Close()
 		benchTake(b, cpuOf(b, c), s, keys, buckets)
+		depth.report(b)
 	})
 	b.Run("goredis-autopipeline", func(b *testing.B) {
 		c := benchClient(b)
@@ -142,11 +150,20 @@ func redisCPU(b *testing.B, c *redis.Client) float64 {
 }
 
 // BenchmarkTakeCluster is BenchmarkTakeDistinctKeys/pipelined on a Redis
-// Cluster of three masters: redis-µs/op sums the three, and
-// busiest-node-share is the largest node's part of that CPU (a third when
-// decisions spread evenly).
+// Cluster: redis-µs/op sums its masters, and busiest-node-share is the
+// largest one's part of that CPU (1/masters when decisions spread evenly).
+// masters=1 is one cluster-mode server holding every slot, deciding the
+// same batches as a standalone one: against BenchmarkTakeDistinctKeys it
+// measures what cluster mode costs Redis per decision, and masters=3
+// against it what splitting every batch three ways costs.
 func BenchmarkTakeCluster(b *testing.B) {
-	cl := redistest.StartCluster(b, 3)
+	for _, masters := range []int{1, 3} {
+		b.Run("masters="+strconv.Itoa(masters), func(b *testing.B) { benchCluster(b, masters) })
+	}
+}
+
+func benchCluster(b *testing.B, masters int) {
+	cl := redistest.StartCluster(b, masters)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: parallelism})
 	defer cc.Close()
 	nodes := make([]*redis.Client, len(cl.Nodes))
@@ -161,7 +178,8 @@ func BenchmarkTakeCluster(b *testing.B) {
 		}
 		return out
 	}
-	s := redisstore.NewPipelined(cc, "", redisstore.PipelineOptions{})
+	var depth batchDepth
+	s := redisstore.NewPipelined(cc, "", depth.options())
 	defer s.Close()
 	before := perNode()
 	benchTake(b, func() float64 {
@@ -178,6 +196,24 @@ func BenchmarkTakeCluster(b *testing.B) {
 		busiest = max(busiest, d)
 	}
 	b.ReportMetric(busiest/total, "busiest-node-share")
+	depth.report(b)
+}
+
+// batchDepth counts a pipelined store's batches: dec/batch is how deep its
+// pipelines ran (on a Cluster, before a batch splits over the nodes).
+type batchDepth struct{ batches, decisions atomic.Int64 }
+
+func (d *batchDepth) options() redisstore.PipelineOptions {
+	return redisstore.PipelineOptions{OnBatch: func(decisions, _ int) {
+		d.batches.Add(1)
+		d.decisions.Add(int64(decisions))
+	}}
+}
+
+func (d *batchDepth) report(b *testing.B) {
+	if n := d.batches.Load(); n > 0 {
+		b.ReportMetric(float64(d.decisions.Load())/float64(n), "dec/batch")
+	}
 }
 
 // cpuOf reads c's server's CPU time in seconds.

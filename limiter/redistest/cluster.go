@@ -20,15 +20,18 @@ type Cluster struct {
 	Nodes []*Server
 }
 
-// StartCluster starts masters (>= 3) cluster-enabled redis-servers with a
-// node timeout of 2s, joins them into one cluster covering all 16384 slots
-// and waits until every node reports cluster_state:ok. extra is appended to
+// StartCluster starts masters (1, or >= 3) cluster-enabled redis-servers
+// with a node timeout of 2s, joins them into one cluster covering all 16384
+// slots and waits until every node reports cluster_state:ok. One master
+// (which redis-cli --cluster create refuses) is given every slot with
+// CLUSTER ADDSLOTSRANGE: a server that pays what cluster mode costs, on the
+// same batches as a standalone one. extra is appended to
 // every node's arguments (e.g. "--cluster-require-full-coverage", "no").
 // The nodes are killed when the test ends; the test may kill any earlier.
 func StartCluster(t testing.TB, masters int, extra ...string) *Cluster {
 	t.Helper()
-	if masters < 3 {
-		t.Fatalf("redistest: a Redis Cluster needs at least 3 masters (asked for %d)", masters)
+	if masters != 1 && masters < 3 {
+		t.Fatalf("redistest: a Redis Cluster needs 1, or at least 3 masters (asked for %d)", masters)
 	}
 	cli := lookPath(t, "redis-cli")
 	c := &Cluster{t: t}
@@ -49,6 +52,10 @@ func StartCluster(t testing.TB, masters int, extra ...string) *Cluster {
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if masters == 1 {
+		host, port, _ := strings.Cut(c.Nodes[0].Addr, ":")
+		args = []string{"-h", host, "-p", port, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()

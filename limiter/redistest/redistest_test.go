@@ -51,3 +51,26 @@ func TestServerClientsCarryTheirCredentials(t *testing.T) {
 		t.Error("a client without a certificate was let in where tls-auth-clients is yes")
 	}
 }
+
+// A one-master cluster holds every slot: a cluster client reaches keys of
+// any slot through it, and the node reports itself in cluster mode.
+func TestOneMasterClusterServesEverySlot(t *testing.T) {
+	cl := redistest.StartCluster(t, 1)
+	if len(cl.Nodes) != 1 {
+		t.Fatalf("%d nodes, want 1", len(cl.Nodes))
+	}
+	c := cl.Client()
+	ctx := context.Background()
+	for _, key := range []string{"a", "b", "{user:1}", "slot-12182"} {
+		if err := c.Set(ctx, key, "v", 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 4 {
+		t.Errorf("DBSIZE = %d, %v; want 4 keys on the one master", n, err)
+	}
+	info, err := c.ClusterInfo(ctx).Result()
+	if err != nil || !strings.Contains(info, "cluster_size:1") {
+		t.Errorf("CLUSTER INFO: %v\n%s", err, info)
+	}
+}
