@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,9 @@ type row struct {
 	// CPU seconds over the windows: the serving process (floodgate or the
 	// no-op server) and the load generator.
 	serverCPU, clientCPU float64
+	// rounds is each round's own figures, in turn: how far the machine's
+	// noise moves a ratio within the run (byRound).
+	rounds []costs
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -289,14 +293,17 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 					res = clients[sc.server].drive(ctx, work[sc.cache(o.keys)], cl)
 					serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
 				}
+				one := row{res: res, rerr: rerr, serverCPU: serverCPU, clientCPU: clientCPU}
 				if rerr == nil {
 					var after redisStats
-					after, rerr = readRedisStats(ctx, rc)
-					r.redis = r.redis.plus(after.minus(before))
+					after, one.rerr = readRedisStats(ctx, rc)
+					one.redis = after.minus(before)
+					r.redis = r.redis.plus(one.redis)
 				}
-				if rerr != nil && r.rerr == nil {
-					r.rerr = rerr
+				if one.rerr != nil && r.rerr == nil {
+					r.rerr = one.rerr
 				}
+				r.rounds = append(r.rounds, one.costs())
 				r.serverCPU += serverCPU
 				r.clientCPU += clientCPU
 				r.res.merge(res)
@@ -430,6 +437,62 @@ func tableRows(rows []row) [][]string {
 	return cells
 }
 
+// byRound is a line per cell of two rounds or more (and a baseline with as
+// many): the lowest, highest and median of its headline and server ratios
+// taken round by round, each round against its baseline's round at the same
+// concurrency. Nil when no cell has such rounds.
+func byRound(rows []row) []string {
+	type cellID struct {
+		id   string
+		conc int
+	}
+	base := map[cellID]row{}
+	for _, r := range rows {
+		base[cellID{r.sc.id, r.conc}] = r
+	}
+	var lines []string
+	for _, sc := range scenarios { // table order
+		for _, r := range rows {
+			b, ok := base[cellID{sc.baseID(), r.conc}]
+			if r.sc.id != sc.id || sc.baseID() == sc.id || !ok || len(r.rounds) < 2 || len(b.rounds) != len(r.rounds) {
+				continue
+			}
+			var total, server []float64
+			for i, c := range r.rounds {
+				bc := b.rounds[i]
+				if c.n == 0 || bc.n == 0 || bc.server <= 0 {
+					continue
+				}
+				server = append(server, c.server/bc.server)
+				if c.redisOK {
+					total = append(total, c.total()/bc.server)
+				}
+			}
+			if len(server) < 2 {
+				continue
+			}
+			line := fmt.Sprintf("%s, conc %d, %d rounds: ", r.sc.label, r.conc, len(server))
+			if len(total) == len(server) {
+				line += "server+Redis ×(a) " + spread(total) + "; "
+			}
+			lines = append(lines, line+"server ×(a) "+spread(server))
+		}
+	}
+	return lines
+}
+
+// spread is "lowest–highest (median)" of xs (at least one).
+func spread(xs []float64) string {
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	n := len(xs)
+	median := xs[n/2]
+	if n%2 == 0 {
+		median = (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return fmt.Sprintf("%.2f–%.2f (%.2f)", xs[0], xs[n-1], median)
+}
+
 // peerRows sets floodgate's (b) against envoyproxy/ratelimit's (r) at each
 // concurrency where both ran: Redis CPU per decision and everything on the
 // server side (the service and Redis), and (b)'s over (r)'s. Nil when no
@@ -501,6 +564,13 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	fmt.Fprintln(w, "dec/read: decisions per read event in Redis (INFO total_reads_processed), i.e. the pipelines' depth (a script call may carry several decisions)")
 	fmt.Fprintln(w)
 	writeMarkdown(w, tableRows(rows))
+	if lines := byRound(rows); lines != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "by round: each round's ratio to (a)'s round at the same concurrency just before it, lowest–highest (median): how far the machine's noise moves the figures within this run")
+		for _, l := range lines {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
 	if peer := peerRows(rows); peer != nil {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "floodgate (b) against envoyproxy/ratelimit (r), both on the same redis-server with the same callers: CPU per decision")

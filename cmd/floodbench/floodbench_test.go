@@ -72,6 +72,9 @@ func TestSmoke(t *testing.T) {
 	if !strings.Contains(out.String(), "\nsteadiness: a fixed CPU task (hashing 2 MiB) took ") || !strings.Contains(out.String(), "before each of the 2 rounds") {
 		t.Errorf("no steadiness line for the run's 2 rounds:\n%s", out.String())
 	}
+	if !strings.Contains(out.String(), "\nby round: ") || !strings.Contains(out.String(), "(b) Redis, distinct keys, conc 2, 2 rounds: server+Redis ×(a) ") {
+		t.Errorf("no by-round line for (b)'s 2 rounds:\n%s", out.String())
+	}
 	rows := map[string]map[string]string{} // "(b)" → column → cell
 	for label, r := range parseTable(t, out.String()) {
 		if strings.HasPrefix(label, "(") && !strings.Contains(label, " @") {

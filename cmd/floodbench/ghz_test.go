@@ -345,3 +345,40 @@ func TestPeerRows(t *testing.T) {
 		t.Errorf("the printed table lacks the peer comparison:\n%s", out.String())
 	}
 }
+
+// byRound: each round's ratio against the baseline's round of the same
+// index at the same concurrency, lowest–highest (median); the headline
+// only when every round read Redis' counters; no line for a baseline, a
+// single round, or rounds the baseline does not match.
+func TestByRound(t *testing.T) {
+	sc := func(id string) scenario {
+		s, ok := scenarioByID(id)
+		if !ok {
+			t.Fatalf("no scenario %s", id)
+		}
+		return s
+	}
+	// µs per decision: server, Redis.
+	c := func(server, redis float64) costs { return costs{server: server, redis: redis, redisOK: true, n: 1000} }
+	base := row{sc: sc("a"), conc: 64, rounds: []costs{c(30, 0), c(20, 0), c(40, 0)}}
+	b := row{sc: sc("b"), conc: 64, rounds: []costs{c(36, 5), c(30, 4), c(44, 8)}}
+	e := row{sc: sc("e"), conc: 64, rounds: []costs{c(30, 0), c(22, 0), c(40, 0)}}
+	e.rounds[1].redisOK = false
+	lone := row{sc: sc("f"), conc: 64, rounds: []costs{c(40, 9)}}
+	other := row{sc: sc("b"), conc: 16, rounds: []costs{c(40, 9), c(40, 9)}} // no (a) at 16
+	lines := byRound([]row{base, b, e, lone, other})
+	if len(lines) != 2 {
+		t.Fatalf("lines %q, want one for (b) and one for (e) at 64", lines)
+	}
+	// (b): 41/30 = 1.37, 34/20 = 1.70, 52/40 = 1.30; server 1.20, 1.50, 1.10.
+	if want := "(b) Redis, distinct keys, conc 64, 3 rounds: server+Redis ×(a) 1.30–1.70 (1.37); server ×(a) 1.10–1.50 (1.20)"; lines[0] != want {
+		t.Errorf("(b):\n got %q\nwant %q", lines[0], want)
+	}
+	// (e): a round without Redis' counters leaves out the headline.
+	if want := "(e) in-memory store, conc 64, 3 rounds: server ×(a) 1.00–1.10 (1.00)"; lines[1] != want {
+		t.Errorf("(e):\n got %q\nwant %q", lines[1], want)
+	}
+	if got := spread([]float64{4, 1, 3, 2}); got != "1.00–4.00 (2.50)" {
+		t.Errorf("spread of four: %q", got)
+	}
+}
