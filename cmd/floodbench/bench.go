@@ -454,7 +454,7 @@ func byRound(rows []row) []string {
 	for _, sc := range scenarios { // table order
 		for _, r := range rows {
 			b, ok := base[cellID{sc.baseID(), r.conc}]
-			if r.sc.id != sc.id || sc.baseID() == sc.id || !ok || len(r.rounds) < 2 || len(b.rounds) != len(r.rounds) {
+			if r.sc.id != sc.id || sc.id == "a" || sc.id == "a'" || !ok || len(r.rounds) < 2 || len(b.rounds) != len(r.rounds) {
 				continue
 			}
 			var total, server []float64

@@ -365,8 +365,9 @@ func TestByRound(t *testing.T) {
 	e := row{sc: sc("e"), conc: 64, rounds: []costs{c(30, 0), c(22, 0), c(40, 0)}}
 	e.rounds[1].redisOK = false
 	lone := row{sc: sc("f"), conc: 64, rounds: []costs{c(40, 9)}}
-	other := row{sc: sc("b"), conc: 16, rounds: []costs{c(40, 9), c(40, 9)}} // no (a) at 16
-	lines := byRound([]row{base, b, e, lone, other})
+	other := row{sc: sc("b"), conc: 16, rounds: []costs{c(40, 9), c(40, 9)}}               // no (a) at 16
+	basePeer := row{sc: sc("a'"), conc: 64, rounds: []costs{c(20, 0), c(20, 0), c(20, 0)}} // (a') is a baseline too: no line
+	lines := byRound([]row{base, b, e, lone, other, basePeer})
 	if len(lines) != 2 {
 		t.Fatalf("lines %q, want one for (b) and one for (e) at 64", lines)
 	}
