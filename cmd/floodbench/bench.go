@@ -387,17 +387,26 @@ func rowRatios(r, base row) ratios {
 var tableHeader = []string{"scenario", "conc", "decisions/s", "p50", "p99", "server+Redis ×(a)", "server ×(a)", "rate ×(a)", "p99 ×(a)",
 	"Redis µs/dec", "server µs/dec", "server+Redis µs/dec", "client µs/dec", "scripts/dec", "dec/read", "errors"}
 
+// cellID names a cell: a scenario at a concurrency.
+type cellID struct {
+	id   string
+	conc int
+}
+
+// byCell indexes rows by cell, where each row finds its baseline
+// (cellID{sc.baseID(), conc}).
+func byCell(rows []row) map[cellID]row {
+	m := make(map[cellID]row, len(rows))
+	for _, r := range rows {
+		m[cellID{r.sc.id, r.conc}] = r
+	}
+	return m
+}
+
 // tableRows is the table: one row per cell, grouped by scenario in table
 // order, with its ratios to its baseline at the same concurrency.
 func tableRows(rows []row) [][]string {
-	type cellID struct {
-		id   string
-		conc int
-	}
-	base := map[cellID]row{}
-	for _, r := range rows {
-		base[cellID{r.sc.id, r.conc}] = r
-	}
+	base := byCell(rows)
 	cells := [][]string{tableHeader}
 	for _, sc := range scenarios { // table order
 		for _, r := range rows {
@@ -442,14 +451,7 @@ func tableRows(rows []row) [][]string {
 // taken round by round, each round against its baseline's round at the same
 // concurrency. Nil when no cell has such rounds.
 func byRound(rows []row) []string {
-	type cellID struct {
-		id   string
-		conc int
-	}
-	base := map[cellID]row{}
-	for _, r := range rows {
-		base[cellID{r.sc.id, r.conc}] = r
-	}
+	base := byCell(rows)
 	var lines []string
 	for _, sc := range scenarios { // table order
 		for _, r := range rows {
