@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"math"
 	"os"
@@ -78,7 +79,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var o benchOptions
 	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
-	scen := fs.String("scenarios", "a,b,b0,c,d,e,f", "scenarios to run, from a b b0 b2 c d e f a' r (b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; r: envoyproxy/ratelimit, needs --ratelimit, and brings its baseline a')")
+	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g", "scenarios to run, from a b b0 b2 c d e f g a' r (b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit, and brings its baseline a')")
 	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
 	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
@@ -177,12 +178,39 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			procs[i].stop()
 		}
 	}()
-	rp, rc, err := startRedis(ctx, redisBin, dir)
+	rp, rc, err := startRedis(ctx, redisBin, dir, nil)
 	if err != nil {
 		return err
 	}
 	procs = append(procs, rp)
 	defer rc.Close()
+	// Whose counters a row reads: the standalone server's, or for the
+	// cluster scenario the sum of its masters'.
+	redisOf := map[string][]*redis.Client{}
+	var clusterAddrs []string
+	if wanted["redis-cluster"] {
+		fmt.Fprintf(stderr, "floodbench: starting a Redis Cluster of %d masters\n", clusterMasters)
+		cps, ccs, err := startCluster(ctx, redisBin, dir, clusterMasters)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, cps...)
+		defer func() {
+			for _, c := range ccs {
+				c.Close()
+			}
+		}()
+		for _, p := range cps {
+			clusterAddrs = append(clusterAddrs, p.addr)
+		}
+		redisOf["redis-cluster"] = ccs
+	}
+	statsOf := func(server string) []*redis.Client {
+		if cs, ok := redisOf[server]; ok {
+			return cs
+		}
+		return []*redis.Client{rc}
+	}
 
 	clients := map[string]*client{}
 	defer func() {
@@ -191,7 +219,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}()
 	servers := map[string]*proc{}
-	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "memory", "ratelimit"} {
+	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "memory", "ratelimit"} {
 		if !wanted[name] {
 			continue
 		}
@@ -203,7 +231,11 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			p, err = startRatelimit(ctx, o.ratelimit, dir, rp.addr)
 		default:
 			var cfg string
-			if cfg, err = floodgateConfig(name, rp.addr, o.gcPercent()); err != nil {
+			addrs := []string{rp.addr}
+			if name == "redis-cluster" {
+				addrs = clusterAddrs
+			}
+			if cfg, err = floodgateConfig(name, addrs, o.gcPercent()); err != nil {
 				return err
 			}
 			path := dir + "/floodgate-" + name + ".yaml"
@@ -269,7 +301,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 				var serverBefore, clientBefore float64
 				var rerr error
 				atWindow := func() {
-					before, rerr = readRedisStats(ctx, rc)
+					before, rerr = readAllRedisStats(ctx, statsOf(sc.server))
 					serverBefore, clientBefore = procCPU(server), selfCPU()
 				}
 				cl := cell{conc: conc, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
@@ -296,7 +328,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 				one := row{res: res, rerr: rerr, serverCPU: serverCPU, clientCPU: clientCPU}
 				if rerr == nil {
 					var after redisStats
-					after, one.rerr = readRedisStats(ctx, rc)
+					after, one.rerr = readAllRedisStats(ctx, statsOf(sc.server))
 					one.redis = after.minus(before)
 					r.redis = r.redis.plus(one.redis)
 				}
@@ -483,6 +515,37 @@ func byRound(rows []row) []string {
 	return lines
 }
 
+// clusterLines sets (g) against (b) at each concurrency where both ran:
+// Redis CPU per decision, (g)'s summed over its masters, over (b)'s, over
+// the whole cell and round by round. Nil when no concurrency has both.
+func clusterLines(rows []row) []string {
+	cells := byCell(rows)
+	var lines []string
+	for _, r := range rows {
+		b, ok := cells[cellID{"b", r.conc}]
+		if r.sc.id != "g" || !ok {
+			continue
+		}
+		cg, cb := r.costs(), b.costs()
+		if cg.n == 0 || cb.n == 0 || !cg.redisOK || !cb.redisOK || cb.redis <= 0 {
+			lines = append(lines, fmt.Sprintf("conc %d: ?", r.conc))
+			continue
+		}
+		line := fmt.Sprintf("conc %d: %.1f against %.1f µs, %.2f ×", r.conc, cg.redis, cb.redis, cg.redis/cb.redis)
+		var byRound []float64
+		for i, g := range r.rounds {
+			if i < len(b.rounds) && g.redisOK && b.rounds[i].redisOK && g.n > 0 && b.rounds[i].n > 0 && b.rounds[i].redis > 0 {
+				byRound = append(byRound, g.redis/b.rounds[i].redis)
+			}
+		}
+		if len(byRound) >= 2 {
+			line += "; by round " + spread(byRound)
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}
+
 // spread is "lowest–highest (median)" of xs (at least one).
 func spread(xs []float64) string {
 	xs = slices.Clone(xs)
@@ -569,6 +632,13 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	if lines := byRound(rows); lines != nil {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "by round: each round's ratio to (a)'s round at the same concurrency just before it, lowest–highest (median): how far the machine's noise moves the figures within this run")
+		for _, l := range lines {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
+	if lines := clusterLines(rows); lines != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "Redis Cluster (g) against one server (b), the same callers: Redis CPU per decision summed over the %d masters over (b)'s (all rounds; each round against (b)'s, lowest–highest (median))\n", clusterMasters)
 		for _, l := range lines {
 			fmt.Fprintln(w, "  "+l)
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,7 +57,7 @@ func TestSmoke(t *testing.T) {
 	var out, log bytes.Buffer
 	err := bench(ctx, benchOptions{
 		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
-		scenarios: []string{"b", "d"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
+		scenarios: []string{"b", "d", "g"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
 		maxCount: 100_000, keys: 1000, conns: 1,
 	}, &out, &log)
 	if err != nil {
@@ -81,7 +82,7 @@ func TestSmoke(t *testing.T) {
 			rows[label[:3]] = r
 		}
 	}
-	for _, id := range []string{"(a)", "(b)", "(d)"} {
+	for _, id := range []string{"(a)", "(b)", "(d)", "(g)"} {
 		r, ok := rows[id]
 		if !ok {
 			t.Errorf("no row for %s:\n%s", id, out.String())
@@ -107,6 +108,16 @@ func TestSmoke(t *testing.T) {
 		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n <= 0 || n > 1.1 {
 			t.Errorf("(b): %s script calls per decision, want more than 0 and at most 1", r["scripts/dec"])
 		}
+	}
+	// (g) decides on the cluster: its script calls and reads are counted
+	// on the masters, and the table sets its Redis CPU against (b)'s.
+	if r := rows["(g)"]; r != nil {
+		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n <= 0 || n > 1.1 {
+			t.Errorf("(g): %s script calls per decision on the cluster's masters, want more than 0 and at most 1", r["scripts/dec"])
+		}
+	}
+	if !strings.Contains(out.String(), "\nRedis Cluster (g) against one server (b)") || !strings.Contains(out.String(), "\n  conc 2: ") {
+		t.Errorf("no cluster line:\n%s", out.String())
 	}
 	if r := rows["(d)"]; r != nil {
 		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n > 0.05 {
@@ -146,18 +157,21 @@ func TestOnlyLoopbackTargets(t *testing.T) {
 // TestFloodgateConfigsParse: every floodgate instance the bench starts has
 // a configuration floodgate accepts, with the store settings its rows claim.
 func TestFloodgateConfigsParse(t *testing.T) {
+	one, three := []string{"127.0.0.1:6379"}, []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}
 	for _, tc := range []struct {
 		server   string
+		addrs    []string
 		backend  string
 		pipeline bool
 		flushers int
 	}{
-		{"redis", "redis", true, 0},
-		{"redis-nopipe", "redis", false, 0},
-		{"redis-2flushers", "redis", true, 2},
-		{"memory", "memory", true, 0},
+		{"redis", one, "redis", true, 0},
+		{"redis-nopipe", one, "redis", false, 0},
+		{"redis-2flushers", one, "redis", true, 2},
+		{"redis-cluster", three, "redis", true, 0},
+		{"memory", nil, "memory", true, 0},
 	} {
-		y, err := floodgateConfig(tc.server, "127.0.0.1:6379", 250)
+		y, err := floodgateConfig(tc.server, tc.addrs, 250)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.server, err)
 		}
@@ -169,12 +183,15 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		if c.Store.Backend != tc.backend || *r.Pipeline != tc.pipeline || r.PipelineFlushers != tc.flushers {
 			t.Errorf("%s: backend %s, pipeline %v, flushers %d; want %s, %v, %d", tc.server, c.Store.Backend, *r.Pipeline, r.PipelineFlushers, tc.backend, tc.pipeline, tc.flushers)
 		}
+		if tc.backend == "redis" && !slices.Equal(r.Addresses, tc.addrs) {
+			t.Errorf("%s: addresses %v, want %v (several make a Cluster)", tc.server, r.Addresses, tc.addrs)
+		}
 		// The no-op server's collector setting: GOGC 250 (its --gogc), no memory limit.
 		if c.Runtime.GOGC == nil || *c.Runtime.GOGC != 250 || c.Runtime.MemoryLimitRatio == nil || *c.Runtime.MemoryLimitRatio != 0 {
 			t.Errorf("%s: runtime %+v, want gogc 250 and memory_limit_ratio 0", tc.server, c.Runtime)
 		}
 	}
-	if _, err := floodgateConfig("nonsense", "", 400); err == nil {
+	if _, err := floodgateConfig("nonsense", nil, 400); err == nil {
 		t.Error("an unknown instance got a configuration")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -381,5 +382,45 @@ func TestByRound(t *testing.T) {
 	}
 	if got := spread([]float64{4, 1, 3, 2}); got != "1.00–4.00 (2.50)" {
 		t.Errorf("spread of four: %q", got)
+	}
+}
+
+// clusterLines: (g)'s Redis CPU per decision (summed over the masters) over
+// (b)'s at the same concurrency, over the cell and round by round; no line
+// where (b) did not run, "?" where a figure is missing.
+func TestClusterLines(t *testing.T) {
+	sc := func(id string) scenario {
+		s, ok := scenarioByID(id)
+		if !ok {
+			t.Fatalf("no scenario %s", id)
+		}
+		return s
+	}
+	c := func(redis float64) costs { return costs{server: 20, redis: redis, redisOK: true, n: 1000} }
+	// Each round has 1000 decisions, so the cell's figure is the rounds' mean.
+	mk := func(id string, conc int, rounds ...float64) row {
+		r := row{sc: sc(id), conc: conc, res: result{decisions: int64(1000 * len(rounds)), window: time.Second}, serverCPU: 0.02 * float64(len(rounds))}
+		var sum float64
+		for _, x := range rounds {
+			r.rounds = append(r.rounds, c(x))
+			sum += x
+		}
+		r.redis = redisStats{cpu: sum * 1000 / 1e6}
+		return r
+	}
+	lines := clusterLines([]row{
+		mk("a", 64, 0, 0), mk("b", 64, 4, 5), mk("g", 64, 6, 6),
+		mk("g", 16, 9, 9), // no (b) at 16: no line
+	})
+	if want := []string{"conc 64: 6.0 against 4.5 µs, 1.33 ×; by round 1.20–1.50 (1.35)"}; !slices.Equal(lines, want) {
+		t.Errorf("lines %q, want %q", lines, want)
+	}
+	b := mk("b", 64, 4, 5)
+	b.rerr = errors.New("INFO failed")
+	if lines := clusterLines([]row{b, mk("g", 64, 6, 6)}); !slices.Equal(lines, []string{"conc 64: ?"}) {
+		t.Errorf("without (b)'s Redis counters: %q", lines)
+	}
+	if lines := clusterLines([]row{mk("b", 64, 4, 5)}); lines != nil {
+		t.Errorf("lines without (g): %q", lines)
 	}
 }

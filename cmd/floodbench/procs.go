@@ -140,8 +140,9 @@ func freePort() (int, error) {
 }
 
 // startRedis runs redis-server on a free loopback port, persistence off,
-// and waits until it answers PING.
-func startRedis(ctx context.Context, bin, dir string) (*proc, *redis.Client, error) {
+// and waits until it answers PING. portArgs, when set, gives more
+// arguments for the port it is about to use (a cluster node's files).
+func startRedis(ctx context.Context, bin, dir string, portArgs func(port int) []string) (*proc, *redis.Client, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
@@ -150,8 +151,12 @@ func startRedis(ctx context.Context, bin, dir string) (*proc, *redis.Client, err
 		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		p := &proc{name: "redis-server", done: make(chan struct{}), addr: addr}
-		p.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+		args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning"}
+		if portArgs != nil {
+			args = append(args, portArgs(port)...)
+		}
+		p.cmd = exec.Command(bin, args...)
 		logf, err := os.Create(filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log"))
 		if err != nil {
 			return nil, nil, err
@@ -186,6 +191,69 @@ func startRedis(ctx context.Context, bin, dir string) (*proc, *redis.Client, err
 		}
 	}
 	return nil, nil, fmt.Errorf("redis-server would not start: %v", lastErr)
+}
+
+// startCluster runs masters cluster-enabled redis-servers, gives each an
+// equal share of the 16384 slots, introduces them to one another (CLUSTER
+// MEET) and waits until every node reports cluster_state:ok and knows the
+// others. The caller stops the processes and closes the clients, which
+// talk to one node each (the table reads every node's counters).
+func startCluster(ctx context.Context, bin, dir string, masters int) ([]*proc, []*redis.Client, error) {
+	var procs []*proc
+	var nodes []*redis.Client
+	fail := func(err error) ([]*proc, []*redis.Client, error) {
+		for _, c := range nodes {
+			c.Close()
+		}
+		for _, p := range procs {
+			p.stop()
+		}
+		return nil, nil, fmt.Errorf("redis cluster: %w", err)
+	}
+	var buses []int // each node's cluster bus port, which CLUSTER MEET needs
+	for i := 0; i < masters; i++ {
+		var bus int
+		p, c, err := startRedis(ctx, bin, dir, func(port int) []string {
+			// An explicit bus port: port+10000, the default, may be taken
+			// or above 65535 for a high ephemeral port.
+			var err error
+			if bus, err = freePort(); err != nil {
+				bus = port + 10000
+			}
+			return []string{"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
+				"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(bus)}
+		})
+		if err != nil {
+			return fail(err)
+		}
+		procs, nodes, buses = append(procs, p), append(nodes, c), append(buses, bus)
+	}
+	for i, c := range nodes {
+		first, last := i*16384/masters, (i+1)*16384/masters-1
+		if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", first, last).Err(); err != nil {
+			return fail(err)
+		}
+		if i > 0 {
+			host, port, _ := net.SplitHostPort(procs[i].addr)
+			if err := nodes[0].Do(ctx, "CLUSTER", "MEET", host, port, buses[i]).Err(); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, c := range nodes {
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(masters)) {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fail(fmt.Errorf("not ready within 30s: %v\n%s", err, info))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return procs, nodes, nil
 }
 
 // redisStats are the counters the table reads from INFO before and after a
@@ -227,6 +295,20 @@ func readRedisStats(ctx context.Context, c *redis.Client) (redisStats, error) {
 		}
 	}
 	return s, nil
+}
+
+// readAllRedisStats sums the counters of every server in cs (a cluster's
+// nodes, or the one standalone server).
+func readAllRedisStats(ctx context.Context, cs []*redis.Client) (redisStats, error) {
+	var sum redisStats
+	for _, c := range cs {
+		s, err := readRedisStats(ctx, c)
+		if err != nil {
+			return redisStats{}, err
+		}
+		sum = sum.plus(s)
+	}
+	return sum, nil
 }
 
 func (s redisStats) plus(o redisStats) redisStats {
