@@ -181,11 +181,7 @@ func TestRatiosDivideByTheRowsBaseline(t *testing.T) {
 		return result{decisions: n, window: time.Second, p99: time.Duration(n) * time.Microsecond}
 	}
 	mk := func(id string, n int64) row {
-		sc, ok := scenarioByID(id)
-		if !ok {
-			t.Fatalf("no scenario %s", id)
-		}
-		return row{sc: sc, conc: 8, res: res(n)}
+		return row{sc: mustScenario(t, id), conc: 8, res: res(n)}
 	}
 	var out bytes.Buffer
 	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 1000), mk("b", 500), mk("a'", 2000), mk("r", 500)})
@@ -244,11 +240,7 @@ func parseTable(t *testing.T, out string) map[string]map[string]string {
 func TestHeadlineColumns(t *testing.T) {
 	// decisions n over one second; server and Redis CPU in seconds.
 	mk := func(id string, conc int, n int64, server, redis float64) row {
-		sc, ok := scenarioByID(id)
-		if !ok {
-			t.Fatalf("no scenario %s", id)
-		}
-		return row{sc: sc, conc: conc, res: result{decisions: n, window: time.Second, p99: time.Millisecond},
+		return row{sc: mustScenario(t, id), conc: conc, res: result{decisions: n, window: time.Second, p99: time.Millisecond},
 			serverCPU: server, redis: redisStats{cpu: redis, scripts: n / 10, reads: n / 12}}
 	}
 	rows := []row{
@@ -352,13 +344,7 @@ func TestPeerRows(t *testing.T) {
 // only when every round read Redis' counters; no line for a baseline, a
 // single round, or rounds the baseline does not match.
 func TestByRound(t *testing.T) {
-	sc := func(id string) scenario {
-		s, ok := scenarioByID(id)
-		if !ok {
-			t.Fatalf("no scenario %s", id)
-		}
-		return s
-	}
+	sc := func(id string) scenario { return mustScenario(t, id) }
 	// µs per decision: server, Redis.
 	c := func(server, redis float64) costs { return costs{server: server, redis: redis, redisOK: true, n: 1000} }
 	base := row{sc: sc("a"), conc: 64, rounds: []costs{c(30, 0), c(20, 0), c(40, 0)}}
@@ -389,13 +375,7 @@ func TestByRound(t *testing.T) {
 // (b)'s at the same concurrency, over the cell and round by round; no line
 // where (b) did not run, "?" where a figure is missing.
 func TestClusterLines(t *testing.T) {
-	sc := func(id string) scenario {
-		s, ok := scenarioByID(id)
-		if !ok {
-			t.Fatalf("no scenario %s", id)
-		}
-		return s
-	}
+	sc := func(id string) scenario { return mustScenario(t, id) }
 	c := func(redis float64) costs { return costs{server: 20, redis: redis, redisOK: true, n: 1000} }
 	// Each round has 1000 decisions, so the cell's figure is the rounds' mean.
 	mk := func(id string, conc int, rounds ...float64) row {
@@ -423,4 +403,14 @@ func TestClusterLines(t *testing.T) {
 	if lines := clusterLines([]row{mk("b", 64, 4, 5)}); lines != nil {
 		t.Errorf("lines without (g): %q", lines)
 	}
+}
+
+// mustScenario is the scenario id, which the test needs to exist.
+func mustScenario(t *testing.T, id string) scenario {
+	t.Helper()
+	s, ok := scenarioByID(id)
+	if !ok {
+		t.Fatalf("no scenario %s", id)
+	}
+	return s
 }
