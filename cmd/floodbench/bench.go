@@ -91,7 +91,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.ghz, "ghz", "", "drive every cell with this ghz binary (make bench-ghz) instead of the in-process client")
 	fs.StringVar(&o.ratelimit, "ratelimit", "", "envoyproxy/ratelimit's service_cmd binary, for scenario r (make bench-ghz installs it)")
 	fs.IntVar(&o.gogc, "gogc", config.DefaultGOGC, "the collector setting (GOGC) of floodgate (runtime.gogc) and of the no-op server alike; the GOGC environment variable, when set, wins for both")
-	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b) and (e) at the highest concurrency to this directory")
+	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b), (e) and (g), those that run, at the highest concurrency to this directory")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -306,7 +306,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 				}
 				cl := cell{conc: conc, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
 				var stopProfile func() error
-				if o.profileDir != "" && rd == o.rounds-1 && conc == o.conc[len(o.conc)-1] && (sc.id == "b" || sc.id == "e") {
+				if o.profileDir != "" && rd == o.rounds-1 && conc == o.conc[len(o.conc)-1] && (sc.id == "b" || sc.id == "e" || sc.id == "g") {
 					cl.atWindow = func() {
 						atWindow()
 						stopProfile = startProfile(ctx, server, o.profileDir, "floodgate-"+sc.id, round)
