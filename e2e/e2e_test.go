@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
@@ -42,24 +42,13 @@ const fixtures = "../extauthz/testdata/envoy"
 var floodgateBin, goBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		dir, err := os.MkdirTemp("", "floodgate-e2e-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "e2e:", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		floodgateBin = filepath.Join(dir, "floodgate")
-		if goBin, err = exec.LookPath("go"); err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		build := exec.Command(goBin, "build", "-o", floodgateBin, "github.com/floodgate/floodgate/cmd/floodgate")
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: go build ./cmd/floodgate: %v\n%s", err, out)
-			return 1
-		}
-		return m.Run()
-	}())
+	goBin = buildtest.Go()
+	var err error
+	if floodgateBin, err = (buildtest.Build{}).Path(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	os.Exit(buildtest.Main(m))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
@@ -474,45 +475,13 @@ func (p *serveProc) waitMetric(t *testing.T, name string, want float64) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// floodgateBinary builds cmd/floodgate once for the package's tests.
-func floodgateBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "floodgate-manifests")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "floodgate")
-		if out, err := exec.Command("go", "build", "-o", binPath, "../cmd/floodgate").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(buildtest.Main(m)) }
 
 // startServe runs `floodgate serve --config cfg` and waits (at most 15s) for its "serving" log
 // line, which names the addresses it bound.
 func startServe(t *testing.T, cfg string) *serveProc {
 	t.Helper()
-	p := &serveProc{cmd: exec.Command(floodgateBinary(t), "serve", "--config", cfg, "--log-format", "json")}
+	p := &serveProc{cmd: exec.Command(buildtest.Floodgate(t, buildtest.Build{}), "serve", "--config", cfg, "--log-format", "json")}
 	out, _ := p.cmd.StdoutPipe()
 	p.cmd.Stderr = p.cmd.Stdout
 	if err := p.cmd.Start(); err != nil {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
 )
 
@@ -27,21 +28,24 @@ import (
 var bins struct{ floodgate, floodbench string }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "floodbench-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bins.floodgate, bins.floodbench = filepath.Join(dir, "floodgate"), filepath.Join(dir, "floodbench")
-	for _, b := range [][2]string{{bins.floodgate, "../floodgate"}, {bins.floodbench, "."}} {
-		if out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", b[1], err, out)
-			os.Exit(1)
+	os.Exit(func() int {
+		dir, err := os.MkdirTemp("", "floodbench-bin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+		defer os.RemoveAll(dir)
+		bins.floodbench = filepath.Join(dir, "floodbench")
+		if out, err := exec.Command(buildtest.Go(), "build", "-o", bins.floodbench, ".").CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building floodbench: %v\n%s", err, out)
+			return 1
+		}
+		if bins.floodgate, err = (buildtest.Build{}).Path(); err != nil {
+			fmt.Fprintln(os.Stderr, "building floodgate:", err)
+			return 1
+		}
+		return buildtest.Main(m)
+	}())
 }
 
 // TestSmoke runs the whole orchestrator with tiny cells: real redis-server,

@@ -3,7 +3,6 @@ package main
 import (
 	"archive/tar"
 	"debug/buildinfo"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -12,51 +11,26 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
-)
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 )
 
 // staticBinary builds cmd/floodgate as make image does (CGO_ENABLED=0, GOOS=linux, -trimpath),
 // once for the package's tests.
 func staticBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "floodgate-image-test")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "floodgate")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=9.9.9-test -X main.revision=abc123", "-o", binPath, "../floodgate")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+	return buildtest.Floodgate(t, buildtest.Build{
+		Args: []string{"-trimpath", "-ldflags", "-s -w -X main.version=9.9.9-test -X main.revision=abc123"},
+		Env:  []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH},
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(buildtest.Main(m)) }
 
 // TestTheLicenseLabelIsTheRepositorysLicense: the image says Apache-2.0, LICENSE is that text,
 // and the README names it.

@@ -18,25 +18,20 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 )
 
 // binary is the floodgate command built once for the package's tests.
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "floodgate-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	var err error
+	if binary, err = (buildtest.Build{}).Path(); err != nil {
+		fmt.Fprintln(os.Stderr, "building floodgate:", err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "floodgate")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building floodgate: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(buildtest.Main(m))
 }
 
 // proc is a running floodgate process.

@@ -7,16 +7,14 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 )
 
 // TestVersionPrintsTheStampedBuild: what -ldflags stamps (as make build and
 // make image do) is what `floodgate version` prints, with the Go toolchain.
 func TestVersionPrintsTheStampedBuild(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "floodgate")
-	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X main.version=1.2.3-test -X main.revision=0123abcd-dirty", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildtest.Floodgate(t, buildtest.Build{Args: []string{"-ldflags", "-X main.version=1.2.3-test -X main.revision=0123abcd-dirty"}})
 	out, err := exec.Command(bin, "version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("floodgate version: %v\n%s", err, out)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
+
+	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 )
 
 // benchConfig is a realistic edge: per API key (per address without one),
@@ -138,16 +140,16 @@ var (
 	millionCallers = flag.Int("replay.callers", 100_000, "callers in BenchmarkReplayBinary's log")
 )
 
+// TestMain removes the floodgate binary BenchmarkReplayBinary builds.
+func TestMain(m *testing.M) { os.Exit(buildtest.Main(m)) }
+
 // BenchmarkReplayBinary is `make bench-replay`: it builds floodgate,
 // generates a log of a million lines from 100,000 callers, replays it with
 // the binary and reports lines per second and the process's peak resident
 // memory.
 func BenchmarkReplayBinary(b *testing.B) {
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "floodgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildtest.Floodgate(b, buildtest.Build{})
 	cfgPath := filepath.Join(dir, "bench.yaml")
 	if err := os.WriteFile(cfgPath, []byte(benchConfig), 0o644); err != nil {
 		b.Fatal(err)
