@@ -2,7 +2,6 @@ package extauthz
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -10,8 +9,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
 
@@ -109,21 +108,7 @@ func BenchmarkCheckGRPC(b *testing.B) {
 }
 
 func benchGRPC(b *testing.B, opts ...grpc.ServerOption) {
-	s := benchServer(b, benchPerKey)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	gs := grpc.NewServer(opts...)
-	authv3.RegisterAuthorizationServer(gs, s)
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	client := authv3.NewAuthorizationClient(conn)
+	client := authv3.NewAuthorizationClient(extauthztest.Serve(b, benchServer(b, benchPerKey), opts...))
 	reqs := benchRequests(benchKeys)
 	ctx := context.Background()
 	for _, r := range reqs {

@@ -3,19 +3,18 @@ package extauthz
 import (
 	"bytes"
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
@@ -70,19 +69,7 @@ func TestInvalidUTF8IsDecidedNotAnRPCError(t *testing.T) {
 				t.Fatal(err)
 			}
 			srv := NewServer(eng, memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(1_800_000_000, 0))}), ServerOptions{})
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			gs := grpc.NewServer(grpc.ForceServerCodecV2(codec))
-			authv3.RegisterAuthorizationServer(gs, srv)
-			go gs.Serve(lis)
-			defer gs.Stop()
-			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
+			conn := extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(codec))
 			check := func(req []byte) *authv3.CheckResponse {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()

@@ -3,7 +3,6 @@ package extauthz
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
@@ -44,20 +43,7 @@ func newRig(t *testing.T, policies []PolicySpec, opts Options, store limiter.Sto
 	}
 	so.Registerer = r.reg
 	r.server = NewServer(eng, store, so)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(ServerCodec())) // as floodgate serves
-	authv3.RegisterAuthorizationServer(gs, r.server)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	r.client = authv3.NewAuthorizationClient(conn)
+	r.client = authv3.NewAuthorizationClient(extauthztest.Serve(t, r.server, grpc.ForceServerCodecV2(ServerCodec()))) // as floodgate serves
 	return r
 }
 

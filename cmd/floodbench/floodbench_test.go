@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,12 +15,12 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 )
 
 // bins are the floodgate and floodbench binaries, built once for the tests.
@@ -267,15 +266,8 @@ func TestProtoClientDoesProtobufsWork(t *testing.T) {
 // connection, to an in-process no-op server: every call answered as
 // expected.
 func TestProtoClientDrivesAServer(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(gs, noopServer{})
-	go gs.Serve(lis)
-	defer gs.Stop()
-	c, err := dial(lis.Addr().String(), 1, clientProto)
+	addr := extauthztest.Serve(t, noopServer{}).Target()
+	c, err := dial(addr, 1, clientProto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +276,7 @@ func TestProtoClientDrivesAServer(t *testing.T) {
 	if r.decisions == 0 || r.rpcErrors != 0 || r.unexpected != 0 {
 		t.Errorf("%d decisions, %d RPC errors (first: %v), %d unexpected; want some, none, none", r.decisions, r.rpcErrors, r.firstErr, r.unexpected)
 	}
-	if _, err := dial(lis.Addr().String(), 1, "fat"); err == nil {
+	if _, err := dial(addr, 1, "fat"); err == nil {
 		t.Error("dial accepted an unknown client kind")
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"runtime"
 	"strconv"
 	"testing"
@@ -13,11 +12,10 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
@@ -79,18 +77,8 @@ policies:%s`, srv.Addr, store, onFailure, extra, policies)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(gs, newAuthzServer(cfg, bs, zap.NewNop(), reg))
-	go gs.Serve(lis)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); gs.Stop(); bs.close() })
+	t.Cleanup(bs.close) // after the server stops (cleanups run last first)
+	conn := extauthztest.Serve(t, newAuthzServer(cfg, bs, zap.NewNop(), reg))
 	return &faultRig{t: t, redis: srv, client: authv3.NewAuthorizationClient(conn), mode: onFailure, envoyTimeout: 250 * time.Millisecond}
 }
 

@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,10 +12,10 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
@@ -59,20 +58,7 @@ func TestReplayAgreesWithServe(t *testing.T) {
 	clock := limiter.NewManualClock(time.UnixMilli(reqs[0].ms))
 	store := memory.New(memory.Options{Clock: clock})
 	srv := extauthz.NewServer(cfg.Engine, store, extauthz.ServerOptions{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(extauthz.ServerCodec()))
-	authv3.RegisterAuthorizationServer(gs, srv)
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := authv3.NewAuthorizationClient(conn)
+	client := authv3.NewAuthorizationClient(extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(extauthz.ServerCodec())))
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
