@@ -31,7 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
+	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
@@ -42,13 +42,13 @@ const fixtures = "../extauthz/testdata/envoy"
 var floodgateBin, goBin string
 
 func TestMain(m *testing.M) {
-	goBin = buildtest.Go()
+	goBin = floodgatetest.Go()
 	var err error
-	if floodgateBin, err = (buildtest.Build{}).Path(); err != nil {
+	if floodgateBin, err = (floodgatetest.Build{}).Path(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	os.Exit(buildtest.Main(m))
+	os.Exit(floodgatetest.Main(m))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,18 +1,15 @@
 package manifests
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,12 +22,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
+	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
@@ -357,12 +352,12 @@ policies:
 	}
 	p.allowed(t, "/api/items", nil)      // no x-api-key: the shared bucket
 	p.allowed(t, "/elsewhere", key)      // no policy matches
-	p.cmd.Process.Signal(syscall.SIGHUP) // a reload of the same file
+	p.Cmd.Process.Signal(syscall.SIGHUP) // a reload of the same file
 	p.waitMetric(t, "floodgate_config_reloads_total", 1)
 	if err := os.WriteFile(cfgPath, []byte("policies: [oops\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Process.Signal(syscall.SIGHUP) // rejected
+	p.Cmd.Process.Signal(syscall.SIGHUP) // rejected
 	p.waitMetric(t, "floodgate_config_reload_failures_total", 1)
 
 	srv.Kill()
@@ -372,7 +367,7 @@ policies:
 	families := p.scrape(t)
 	for _, want := range []string{"floodgate_breaker_state", "floodgate_fallback_decisions_total"} {
 		if value(families[want]) == 0 {
-			t.Fatalf("%s is 0 after Redis went away: the degraded traffic did not happen\n%s", want, p.output())
+			t.Fatalf("%s is 0 after Redis went away: the degraded traffic did not happen\n%s", want, p.Output())
 		}
 	}
 
@@ -428,24 +423,11 @@ func value(f *dto.MetricFamily) float64 {
 }
 
 // serveProc is a running `floodgate serve`.
-type serveProc struct {
-	cmd    *exec.Cmd
-	grpc   string
-	admin  string
-	client authv3.AuthorizationClient
-	mu     sync.Mutex
-	logs   []string
-}
-
-func (p *serveProc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.logs, "\n")
-}
+type serveProc struct{ *floodgatetest.Process }
 
 func (p *serveProc) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + p.admin + "/metrics")
+	resp, err := http.Get("http://" + p.Admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,71 +451,20 @@ func (p *serveProc) waitMetric(t *testing.T, name string, want float64) {
 	deadline := time.Now().Add(10 * time.Second)
 	for p.metric(t, name) < want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not reach %v within 10s\n%s", name, want, p.output())
+			t.Fatalf("%s did not reach %v within 10s\n%s", name, want, p.Output())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-func TestMain(m *testing.M) { os.Exit(buildtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(floodgatetest.Main(m)) }
 
 // startServe runs `floodgate serve --config cfg` and waits (at most 15s) for its "serving" log
 // line, which names the addresses it bound.
 func startServe(t *testing.T, cfg string) *serveProc {
 	t.Helper()
-	p := &serveProc{cmd: exec.Command(buildtest.Floodgate(t, buildtest.Build{}), "serve", "--config", cfg, "--log-format", "json")}
-	out, _ := p.cmd.StdoutPipe()
-	p.cmd.Stderr = p.cmd.Stdout
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	serving := make(chan map[string]any, 1)
-	go func() {
-		defer close(exited)
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.logs = append(p.logs, sc.Text())
-			p.mu.Unlock()
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "serving" {
-				serving <- m
-			}
-		}
-		p.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			p.cmd.Process.Kill()
-			t.Error("floodgate did not exit within 15s of SIGTERM")
-		}
-	})
-	select {
-	case m := <-serving:
-		p.grpc, _ = m["grpc"].(string)
-		p.admin, _ = m["admin"].(string)
-	case <-exited:
-		t.Fatalf("floodgate exited before serving\n%s", p.output())
-	case <-time.After(15 * time.Second):
-		t.Fatalf("floodgate did not report serving within 15s\n%s", p.output())
-	}
-	p.client = dialAuthz(t, p.grpc)
-	return p
-}
-
-func dialAuthz(t *testing.T, addr string) authv3.AuthorizationClient {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return authv3.NewAuthorizationClient(conn)
+	bin := floodgatetest.Floodgate(t, floodgatetest.Build{})
+	return &serveProc{floodgatetest.Start(t, bin, "serve", "--config", cfg, "--log-format", "json")}
 }
 
 // allowed sends one HTTP Check, as Envoy sends it, and reports whether it was allowed.
@@ -552,9 +483,9 @@ func (p *serveProc) allowed(t *testing.T, path string, headers map[string]string
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	resp, err := p.client.Check(ctx, req)
+	resp, err := p.Client.Check(ctx, req)
 	if err != nil {
-		t.Fatalf("Check %s: %v\n%s", path, err, p.output())
+		t.Fatalf("Check %s: %v\n%s", path, err, p.Output())
 	}
 	return resp.GetStatus().GetCode() == 0
 }

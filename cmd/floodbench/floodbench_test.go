@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 )
 
@@ -35,15 +35,15 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		bins.floodbench = filepath.Join(dir, "floodbench")
-		if out, err := exec.Command(buildtest.Go(), "build", "-o", bins.floodbench, ".").CombinedOutput(); err != nil {
+		if out, err := exec.Command(floodgatetest.Go(), "build", "-o", bins.floodbench, ".").CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building floodbench: %v\n%s", err, out)
 			return 1
 		}
-		if bins.floodgate, err = (buildtest.Build{}).Path(); err != nil {
+		if bins.floodgate, err = (floodgatetest.Build{}).Path(); err != nil {
 			fmt.Fprintln(os.Stderr, "building floodgate:", err)
 			return 1
 		}
-		return buildtest.Main(m)
+		return floodgatetest.Main(m)
 	}())
 }
 

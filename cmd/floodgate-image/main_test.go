@@ -18,19 +18,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
+	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 )
 
 // staticBinary builds cmd/floodgate as make image does (CGO_ENABLED=0, GOOS=linux, -trimpath),
 // once for the package's tests.
 func staticBinary(t *testing.T) string {
-	return buildtest.Floodgate(t, buildtest.Build{
+	return floodgatetest.Floodgate(t, floodgatetest.Build{
 		Args: []string{"-trimpath", "-ldflags", "-s -w -X main.version=9.9.9-test -X main.revision=abc123"},
 		Env:  []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH},
 	})
 }
 
-func TestMain(m *testing.M) { os.Exit(buildtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(floodgatetest.Main(m)) }
 
 // TestTheLicenseLabelIsTheRepositorysLicense: the image says Apache-2.0, LICENSE is that text,
 // and the README names it.

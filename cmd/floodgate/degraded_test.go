@@ -37,7 +37,7 @@ policies:
     capacity: 10
     refill_per_second: 1/60
 `, srv.Addr))
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ policies:
 		return r.GetStatus()
 	}
 	readyz := func(query string) (int, string) {
-		resp, err := http.Get("http://" + p.admin + "/readyz" + query)
+		resp, err := http.Get("http://" + p.Admin + "/readyz" + query)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ policies:
 	req := request(t, "/x", "203.0.113.5")
 	allowed := 0
 	for i := 0; i < 12; i++ {
-		resp := p.check(t, req)
+		resp := p.Check(t, req)
 		if isAllowed(resp) {
 			allowed++
 		}
@@ -92,7 +92,7 @@ policies:
 
 	srv.Restart()
 	waitFor(t, 3*time.Second, "exact decisions after Redis returned", func() bool {
-		return hdr(p.check(t, req), "x-ratelimit-degraded") == "" && status("floodgate.exact") == healthpb.HealthCheckResponse_SERVING
+		return hdr(p.Check(t, req), "x-ratelimit-degraded") == "" && status("floodgate.exact") == healthpb.HealthCheckResponse_SERVING
 	})
 	if m := metrics(t, p); !strings.Contains(m, "floodgate_breaker_transitions_total") || !strings.Contains(m, "floodgate_fallback_decisions_total") {
 		t.Errorf("breaker and fallback metrics missing:\n%s", grep(m, "floodgate_"))

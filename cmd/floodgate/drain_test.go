@@ -21,21 +21,21 @@ listen: {grpc: "127.0.0.1:0", admin: "127.0.0.1:0", drain_delay: 1s}
 policies:
   - {name: a, key: [client_ip], capacity: 100, refill_per_second: 1}
 `)
-	p.check(t, request(t, "/x", "203.0.113.1"))
+	p.Check(t, request(t, "/x", "203.0.113.1"))
 	start := time.Now()
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	waitFor(t, 900*time.Millisecond, "/readyz to report 503", func() bool {
-		resp, err := http.Get("http://" + p.admin + "/readyz")
+		resp, err := http.Get("http://" + p.Admin + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusServiceUnavailable
 	})
-	if !isAllowed(p.check(t, request(t, "/x", "203.0.113.1"))) {
+	if !isAllowed(p.Check(t, request(t, "/x", "203.0.113.1"))) {
 		t.Error("a Check during the drain delay was not answered normally")
 	}
-	err, ok := p.wait(10 * time.Second)
+	err, ok := p.Wait(10 * time.Second)
 	if !ok {
 		t.Fatal("did not exit")
 	}
@@ -55,12 +55,12 @@ listen: {grpc: "127.0.0.1:0", admin: "", max_request_bytes: 8192}
 policies:
   - {name: a, key: [client_ip], capacity: 100, refill_per_second: 1}
 `)
-	if !isAllowed(p.check(t, request(t, "/x", "203.0.113.1", "x-pad: "+strings.Repeat("a", 4000)))) {
+	if !isAllowed(p.Check(t, request(t, "/x", "203.0.113.1", "x-pad: "+strings.Repeat("a", 4000)))) {
 		t.Fatal("a request under the limit was not decided")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := p.client.Check(ctx, request(t, "/x", "203.0.113.1", "x-pad: "+strings.Repeat("a", 9000)))
+	_, err := p.Client.Check(ctx, request(t, "/x", "203.0.113.1", "x-pad: "+strings.Repeat("a", 9000)))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a 9 KB request against an 8 KiB limit: %v, want ResourceExhausted", err)
 	}

@@ -124,16 +124,16 @@ func TestAReloadSaysWhatWaitsForARestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "floodgate.yaml")
 	os.WriteFile(path, []byte(policyYAML("3")), 0o600)
 	p := startCommand(t, "serve", "--config", path)
-	limit := func() string { return hdr(p.check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
+	limit := func() string { return hdr(p.Check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
 	if limit() != "3" {
 		t.Fatal("initial limit")
 	}
 	os.WriteFile(path, []byte("runtime: {gogc: 150}\nlog: {level: warn}\n"+policyYAML("4")), 0o600)
 	waitFor(t, 5*time.Second, "the new policies to be served", func() bool { return limit() == "4" })
 	waitFor(t, 5*time.Second, "the restart-only changes to be logged", func() bool {
-		return strings.Contains(p.output(), `"msg":"reloaded the policies; changes to log, runtime take effect on restart only"`)
+		return strings.Contains(p.Output(), `"msg":"reloaded the policies; changes to log, runtime take effect on restart only"`)
 	})
-	resp, err := http.Get("http://" + p.admin + "/metrics")
+	resp, err := http.Get("http://" + p.Admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

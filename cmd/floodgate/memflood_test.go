@@ -51,7 +51,7 @@ func flood(t *testing.T, p *proc, n, workers int) {
 			for i := w; i < n; i += workers {
 				req := withKey(base, "k"+strconv.Itoa(i))
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := p.client.Check(ctx, req)
+				_, err := p.Client.Check(ctx, req)
 				cancel()
 				if err != nil {
 					mu.Lock()
@@ -106,7 +106,7 @@ func TestAKeyFloodStaysWithinTheMemoryLimit(t *testing.T) {
 	}
 	flood(t, p, checks, 8)
 	const uncounted = 24 << 20 // code, and memory the Go runtime does not manage
-	hwm := procStatus(t, p.cmd.Process.Pid, "VmHWM")
+	hwm := procStatus(t, p.Cmd.Process.Pid, "VmHWM")
 	t.Logf("%d Checks, %d new buckets each: peak RSS %d MiB, memory limit %d MiB", checks, policies, hwm>>20, limit>>20)
 	if hwm > limit+uncounted {
 		t.Errorf("peak RSS %d MiB, above the memory limit of %d MiB + %d MiB", hwm>>20, limit>>20, uncounted>>20)

@@ -26,7 +26,7 @@ type readiness struct {
 }
 
 func newReadiness(t *testing.T, p *proc) *readiness {
-	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func newReadiness(t *testing.T, p *proc) *readiness {
 // floodgate.exact health service is SERVING.
 func (r *readiness) exact() (code int, body string, serving bool) {
 	r.t.Helper()
-	resp, err := http.Get("http://" + r.p.admin + "/readyz?exact=1")
+	resp, err := http.Get("http://" + r.p.Admin + "/readyz?exact=1")
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -121,14 +121,14 @@ policies:
 		t.Errorf("/readyz?exact=1 says %q; want what to fix", body)
 	}
 	found := false
-	for _, l := range strings.Split(p.output(), "\n") {
+	for _, l := range strings.Split(p.Output(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) == nil && m["level"] == "error" && strings.Contains(fmt.Sprint(m["msg"]), "password_file or password_env") {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no error-level log line saying what to fix:\n%s", p.output())
+		t.Errorf("no error-level log line saying what to fix:\n%s", p.Output())
 	}
 	if n := metricValue(t, metrics(t, p), `floodgate_store_misconfigured_total{kind="noauth"}`); n < 1 {
 		t.Errorf("floodgate_store_misconfigured_total{kind=noauth} = %v", n)

@@ -69,7 +69,7 @@ func runCheckExample(t *testing.T, line string, want []string) {
 		t.Fatalf("the embedded default no longer lists listen.grpc %s and listen.admin %s:\n%s", config.DefaultGRPC, config.DefaultAdmin, def)
 	}
 	p := startFloodgate(t, cfg)
-	out, err := exec.Command(binary, append(strings.Fields(cmdLine), "--addr", p.grpc)...).CombinedOutput()
+	out, err := exec.Command(binary, append(strings.Fields(cmdLine), "--addr", p.GRPC)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", cmdLine, err, out)
 	}

@@ -41,7 +41,7 @@ policies:
 	p := startFloodgate(t, cfg(pw))
 	req := request(t, "/x", "203.0.113.1")
 	for i, want := range []bool{true, true, false} {
-		resp := p.check(t, req)
+		resp := p.Check(t, req)
 		if isAllowed(resp) != want || hdr(resp, "x-ratelimit-degraded") != "" {
 			t.Fatalf("request %d over TLS+ACL: allowed %v, degraded %q", i+1, isAllowed(resp), hdr(resp, "x-ratelimit-degraded"))
 		}
@@ -49,7 +49,7 @@ policies:
 	wrong := filepath.Join(dir, "wrong")
 	os.WriteFile(wrong, []byte("nope-nope-nope"), 0o600)
 	p2 := startFloodgate(t, cfg(wrong))
-	if resp := p2.check(t, req); isAllowed(resp) || hdr(resp, "x-ratelimit-degraded") != "true" {
+	if resp := p2.Check(t, req); isAllowed(resp) || hdr(resp, "x-ratelimit-degraded") != "true" {
 		t.Fatalf("with a wrong password: %v", resp)
 	}
 }

@@ -16,7 +16,7 @@ func TestAChangedFileIsReloadedWithoutASignal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "floodgate.yaml")
 	os.WriteFile(path, []byte(policyYAML("3")), 0o600)
 	p := startCommand(t, "serve", "--config", path)
-	limit := func() string { return hdr(p.check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
+	limit := func() string { return hdr(p.Check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
 	if limit() != "3" {
 		t.Fatal("initial limit")
 	}
@@ -25,7 +25,7 @@ func TestAChangedFileIsReloadedWithoutASignal(t *testing.T) {
 
 	os.WriteFile(path, []byte(policyYAML("-1")), 0o600)
 	waitFor(t, 5*time.Second, "the broken file to be rejected", func() bool {
-		return strings.Contains(p.output(), path+":6: policies[0].capacity")
+		return strings.Contains(p.Output(), path+":6: policies[0].capacity")
 	})
 	if limit() != "7" {
 		t.Error("a broken file replaced the running policies")
@@ -34,8 +34,8 @@ func TestAChangedFileIsReloadedWithoutASignal(t *testing.T) {
 	if !strings.Contains(m, "floodgate_config_reload_failures_total 1") || !strings.Contains(m, "floodgate_config_reloads_total 1") {
 		t.Errorf("reload metrics:\n%s", grep(m, "floodgate_config"))
 	}
-	if strings.Count(p.output(), "reload rejected") != 1 {
-		t.Errorf("the same broken file was reported %d times", strings.Count(p.output(), "reload rejected"))
+	if strings.Count(p.Output(), "reload rejected") != 1 {
+		t.Errorf("the same broken file was reported %d times", strings.Count(p.Output(), "reload rejected"))
 	}
 }
 
@@ -63,7 +63,7 @@ func TestAConfigMapSymlinkSwapIsReloaded(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startCommand(t, "serve", "--config", path)
-	limit := func() string { return hdr(p.check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
+	limit := func() string { return hdr(p.Check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
 	if limit() != "3" {
 		t.Fatal("initial limit")
 	}

@@ -95,12 +95,12 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 	run("a burst of capacity passes with remaining counting down, then 429", func(t *testing.T) {
 		req := loadFixture(t, "checkrequest-get-apikey.json")
 		for want := 2; want >= 0; want-- {
-			resp := p.check(t, req)
+			resp := p.Check(t, req)
 			if !isAllowed(resp) || hdr(resp, "ratelimit-remaining") != fmt.Sprint(want) {
 				t.Fatalf("want allowed with remaining %d, got %v", want, resp)
 			}
 		}
-		resp := p.check(t, req)
+		resp := p.Check(t, req)
 		if isAllowed(resp) || resp.GetDeniedResponse().GetStatus().GetCode() != 429 || hdr(resp, "retry-after") != "60" {
 			t.Fatalf("4th: %v", resp)
 		}
@@ -114,34 +114,34 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 	run("headers only in header_map (encode_raw_headers) limit the same way", func(t *testing.T) {
 		req := loadFixture(t, "checkrequest-raw-header-map-h2-tls.json")
 		for i := 0; i < 3; i++ {
-			if !isAllowed(p.check(t, req)) {
+			if !isAllowed(p.Check(t, req)) {
 				t.Fatalf("raw request %d denied", i+1)
 			}
 		}
-		if isAllowed(p.check(t, req)) {
+		if isAllowed(p.Check(t, req)) {
 			t.Fatal("4th raw request allowed: the x-api-key in header_map was not the bucket")
 		}
 		// The same key through the headers map shares the bucket.
-		if isAllowed(p.check(t, loadFixture(t, "checkrequest-get-apikey.json"))) {
+		if isAllowed(p.Check(t, loadFixture(t, "checkrequest-get-apikey.json"))) {
 			t.Error("the same API key in the headers map has a separate bucket")
 		}
 	})
 
 	run("two API keys have separate buckets", func(t *testing.T) {
 		for i := 0; i < 3; i++ {
-			p.check(t, request(t, "/v1/a", "203.0.113.9", "x-api-key: alpha"))
+			p.Check(t, request(t, "/v1/a", "203.0.113.9", "x-api-key: alpha"))
 		}
-		if isAllowed(p.check(t, request(t, "/v1/a", "203.0.113.9", "x-api-key: alpha"))) {
+		if isAllowed(p.Check(t, request(t, "/v1/a", "203.0.113.9", "x-api-key: alpha"))) {
 			t.Fatal("alpha's 4th request allowed")
 		}
-		if resp := p.check(t, request(t, "/v1/a", "203.0.113.9", "x-api-key: beta")); !isAllowed(resp) || hdr(resp, "ratelimit-remaining") != "2" {
+		if resp := p.Check(t, request(t, "/v1/a", "203.0.113.9", "x-api-key: beta")); !isAllowed(resp) || hdr(resp, "ratelimit-remaining") != "2" {
 			t.Errorf("beta shares alpha's bucket: %v", resp)
 		}
 	})
 
 	run("unmatched paths pass untouched", func(t *testing.T) {
 		for i := 0; i < 10; i++ {
-			resp := p.check(t, request(t, "/public/x", "203.0.113.9"))
+			resp := p.Check(t, request(t, "/public/x", "203.0.113.9"))
 			if !isAllowed(resp) || len(resp.GetOkResponse().GetResponseHeadersToAdd()) != 0 {
 				t.Fatalf("unmatched: %v", resp)
 			}
@@ -153,7 +153,7 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 		// call of its own.
 		before := metrics(t, p)
 		for i := 0; i < 3; i++ {
-			if !isAllowed(p.check(t, request(t, "/v1/depth", "203.0.113.9", "x-api-key: depth"))) {
+			if !isAllowed(p.Check(t, request(t, "/v1/depth", "203.0.113.9", "x-api-key: depth"))) {
 				t.Fatalf("request %d denied", i+1)
 			}
 		}
@@ -167,7 +167,7 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 
 	run("shadow mode never denies", func(t *testing.T) {
 		for i := 0; i < 5; i++ {
-			if !isAllowed(p.check(t, request(t, "/shadow/x", "203.0.113.9"))) {
+			if !isAllowed(p.Check(t, request(t, "/shadow/x", "203.0.113.9"))) {
 				t.Fatal("a shadow policy denied")
 			}
 		}
@@ -178,16 +178,16 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 
 	run("several policies decide all-or-nothing", func(t *testing.T) {
 		for i := 0; i < 2; i++ {
-			if !isAllowed(p.check(t, request(t, "/both/x", "203.0.113.9", "x-api-key: k1"))) {
+			if !isAllowed(p.Check(t, request(t, "/both/x", "203.0.113.9", "x-api-key: k1"))) {
 				t.Fatal("denied inside both limits")
 			}
 		}
-		resp := p.check(t, request(t, "/both/x", "203.0.113.9", "x-api-key: k2"))
+		resp := p.Check(t, request(t, "/both/x", "203.0.113.9", "x-api-key: k2"))
 		if isAllowed(resp) || !strings.Contains(resp.GetDeniedResponse().GetBody(), `"policy":"both-ip"`) {
 			t.Fatalf("the per-IP bucket is empty, want a denial naming both-ip: %v", resp)
 		}
 		// k2's key bucket paid nothing for the denied request: from another IP, k2 has all 5 left.
-		resp = p.check(t, request(t, "/both/x", "203.0.113.10", "x-api-key: k2"))
+		resp = p.Check(t, request(t, "/both/x", "203.0.113.10", "x-api-key: k2"))
 		if !strings.Contains(hdr(resp, "ratelimit"), `"both-key";r=4`) {
 			t.Errorf("k2 was charged for a denied request: %s", hdr(resp, "ratelimit"))
 		}
@@ -197,32 +197,32 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 		// trusted_hops 2: the client is the third entry from the right.
 		for i := 0; i < 2; i++ {
 			xff := fmt.Sprintf("x-forwarded-for: 6.6.6.%d, 198.51.100.23, 192.0.2.10,10.0.0.5", i)
-			if !isAllowed(p.check(t, request(t, "/ip/x", "10.0.0.5", xff))) {
+			if !isAllowed(p.Check(t, request(t, "/ip/x", "10.0.0.5", xff))) {
 				t.Fatal("denied inside the limit")
 			}
 		}
 		for i := 2; i < 12; i++ {
 			xff := fmt.Sprintf("x-forwarded-for: 6.6.6.%d, 198.51.100.23, 192.0.2.10,10.0.0.5", i)
-			if isAllowed(p.check(t, request(t, "/ip/x", "10.0.0.5", xff))) {
+			if isAllowed(p.Check(t, request(t, "/ip/x", "10.0.0.5", xff))) {
 				t.Fatalf("rotating the spoofed entry (%s) bought a fresh bucket", xff)
 			}
 		}
 		// The fixture's chain (CDN, then LB, then Envoy) names 198.51.100.23;
 		// prepending forged entries to it changes nothing.
 		fx := loadFixture(t, "checkrequest-xff-two-proxies.json")
-		if resp := p.check(t, fx); hdr(resp, "ratelimit-remaining") != "2" {
+		if resp := p.Check(t, fx); hdr(resp, "ratelimit-remaining") != "2" {
 			t.Fatalf("fixture: %v", resp)
 		}
 		h := fx.GetAttributes().GetRequest().GetHttp().GetHeaders()
 		h["x-forwarded-for"] = "9.9.9.9, 8.8.8.8, " + h["x-forwarded-for"]
-		if resp := p.check(t, fx); hdr(resp, "ratelimit-remaining") != "1" {
+		if resp := p.Check(t, fx); hdr(resp, "ratelimit-remaining") != "1" {
 			t.Errorf("forged entries moved the fixture's client to another bucket: %v", resp)
 		}
 	})
 
 	run("garbage X-Forwarded-For gets a decision, not an error", func(t *testing.T) {
 		for _, xff := range []string{"not, an, ip", ",,,,", strings.Repeat("1.2.3.4,", 5000), "\x00!", "[::1", "1.2.3.4:99999"} {
-			resp := p.check(t, request(t, "/ip/x", "10.9.9.9", "x-forwarded-for: "+xff))
+			resp := p.Check(t, request(t, "/ip/x", "10.9.9.9", "x-forwarded-for: "+xff))
 			if resp.GetStatus() == nil {
 				t.Fatalf("xff %.20q: no status", xff)
 			}
@@ -230,32 +230,32 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 	})
 
 	run("IPv6 clients share a bucket per /64", func(t *testing.T) {
-		p.check(t, request(t, "/ip/x", "2001:db8:1:2::1"))
-		p.check(t, request(t, "/ip/x", "2001:db8:1:2:ffff::9"))
-		if isAllowed(p.check(t, request(t, "/ip/x", "2001:db8:1:2:abcd::77"))) {
+		p.Check(t, request(t, "/ip/x", "2001:db8:1:2::1"))
+		p.Check(t, request(t, "/ip/x", "2001:db8:1:2:ffff::9"))
+		if isAllowed(p.Check(t, request(t, "/ip/x", "2001:db8:1:2:abcd::77"))) {
 			t.Fatal("a third address in the same /64 got a fresh bucket")
 		}
-		if !isAllowed(p.check(t, request(t, "/ip/x", "2001:db8:1:3::1"))) {
+		if !isAllowed(p.Check(t, request(t, "/ip/x", "2001:db8:1:3::1"))) {
 			t.Fatal("a different /64 shares the bucket")
 		}
 	})
 
 	run("context_extensions select a policy", func(t *testing.T) {
-		if resp := p.check(t, request(t, "/ctx/x", "203.0.113.9", "context:tier=gold")); hdr(resp, "ratelimit-limit") != "1" {
+		if resp := p.Check(t, request(t, "/ctx/x", "203.0.113.9", "context:tier=gold")); hdr(resp, "ratelimit-limit") != "1" {
 			t.Fatalf("the gold route did not select the gold policy: %v", resp)
 		}
-		if isAllowed(p.check(t, request(t, "/ctx/x", "203.0.113.9", "context:tier=gold"))) {
+		if isAllowed(p.Check(t, request(t, "/ctx/x", "203.0.113.9", "context:tier=gold"))) {
 			t.Fatal("the gold policy allowed a second request")
 		}
 		for _, ext := range []string{"context:tier=silver", "context:other=gold"} {
-			if resp := p.check(t, request(t, "/ctx/x", "203.0.113.9", ext)); !isAllowed(resp) || hdr(resp, "ratelimit-limit") != "" {
+			if resp := p.Check(t, request(t, "/ctx/x", "203.0.113.9", ext)); !isAllowed(resp) || hdr(resp, "ratelimit-limit") != "" {
 				t.Errorf("%s matched the gold policy: %v", ext, resp)
 			}
 		}
 	})
 
 	run("grpc health reports SERVING and reflection lists the services", func(t *testing.T) {
-		conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,7 +288,7 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 
 	run("the admin endpoints answer", func(t *testing.T) {
 		for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200} {
-			resp, err := http.Get("http://" + p.admin + path)
+			resp, err := http.Get("http://" + p.Admin + path)
 			if err != nil || resp.StatusCode != want {
 				t.Errorf("GET %s: %v %v", path, resp, err)
 			}
@@ -300,10 +300,10 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 
 	run("identities never reach Redis keys, metrics or logs in the clear; every key expires", func(t *testing.T) {
 		secrets := []string{"k_live_3f9a2c7d", "sk-very-secret-token", "203.0.113.77", "198.51.100.23"}
-		p.check(t, loadFixture(t, "checkrequest-get-apikey.json"))
-		p.check(t, loadFixture(t, "checkrequest-xff-two-proxies.json"))
-		p.check(t, request(t, "/v1/x", "203.0.113.77", "x-api-key: sk-very-secret-token"))
-		p.check(t, request(t, "/both/x", "203.0.113.77", "x-api-key: sk-very-secret-token"))
+		p.Check(t, loadFixture(t, "checkrequest-get-apikey.json"))
+		p.Check(t, loadFixture(t, "checkrequest-xff-two-proxies.json"))
+		p.Check(t, request(t, "/v1/x", "203.0.113.77", "x-api-key: sk-very-secret-token"))
+		p.Check(t, request(t, "/both/x", "203.0.113.77", "x-api-key: sk-very-secret-token"))
 		keys, err := rc.Keys(context.Background(), "*").Result()
 		if err != nil || len(keys) < 4 {
 			t.Fatalf("keys %v %v", keys, err)
@@ -327,14 +327,14 @@ func TestServeDecidesOverGRPCWithRedis(t *testing.T) {
 	})
 
 	// No log line carries an API key in the clear.
-	if logs := p.output(); strings.Contains(logs, "k_live_3f9a2c7d") || strings.Contains(logs, "alpha") {
+	if logs := p.Output(); strings.Contains(logs, "k_live_3f9a2c7d") || strings.Contains(logs, "alpha") {
 		t.Errorf("a secret reached the log:\n%s", logs)
 	}
 }
 
 func metrics(t *testing.T, p *proc) string {
 	t.Helper()
-	resp, err := http.Get("http://" + p.admin + "/metrics")
+	resp, err := http.Get("http://" + p.Admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"testing"
 )
@@ -9,16 +8,11 @@ import (
 // logLine returns the first log line of p with this msg, decoded.
 func logLine(t *testing.T, p *proc, msg string) map[string]any {
 	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.logs {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
-			return m
-		}
+	m, ok := p.LogLine(msg)
+	if !ok {
+		t.Fatalf("no %q log line in:\n%s", msg, p.Output())
 	}
-	t.Fatalf("no %q log line in:\n%v", msg, p.logs)
-	return nil
+	return m
 }
 
 // TestTheProtobufDecoderServes: listen.decoder: protobuf takes the hand-written
@@ -36,7 +30,7 @@ policies:
 		}
 		req := request(t, "/x", "203.0.113.1", "x-api-key: k1")
 		for i, want := range []bool{true, true, false} {
-			if got := isAllowed(p.check(t, req)); got != want {
+			if got := isAllowed(p.Check(t, req)); got != want {
 				t.Fatalf("decoder %s, request %d: allowed %v, want %v", dec, i+1, got, want)
 			}
 		}

@@ -43,7 +43,7 @@ policies:
 			}
 			cfg.Certificates = []tls.Certificate{c}
 		}
-		conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 		if err != nil {
 			return nil, err
 		}

@@ -55,18 +55,18 @@ func TestSIGHUPReloadsPoliciesAndKeepsTheOldOnAnInvalidFile(t *testing.T) {
 	}
 	write("3")
 	p := startCommand(t, "serve", "--config", path)
-	limit := func() string { return hdr(p.check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
+	limit := func() string { return hdr(p.Check(t, request(t, "/x", "203.0.113.1")), "ratelimit-limit") }
 	if got := limit(); got != "3" {
 		t.Fatalf("limit %s, want 3", got)
 	}
 	write("10")
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, 5*time.Second, "the reload to take effect", func() bool { return limit() == "10" })
 
 	write("zero") // invalid: the old policies keep serving
-	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, 5*time.Second, "the rejection to be logged", func() bool {
-		return strings.Contains(p.output(), "reload rejected") && strings.Contains(p.output(), path+":5: policies[0].capacity")
+		return strings.Contains(p.Output(), "reload rejected") && strings.Contains(p.Output(), path+":5: policies[0].capacity")
 	})
 	if got := limit(); got != "10" {
 		t.Errorf("after an invalid reload the limit is %s, want the previous 10", got)

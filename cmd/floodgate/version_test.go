@@ -8,13 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
+	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 )
 
 // TestVersionPrintsTheStampedBuild: what -ldflags stamps (as make build and
 // make image do) is what `floodgate version` prints, with the Go toolchain.
 func TestVersionPrintsTheStampedBuild(t *testing.T) {
-	bin := buildtest.Floodgate(t, buildtest.Build{Args: []string{"-ldflags", "-X main.version=1.2.3-test -X main.revision=0123abcd-dirty"}})
+	bin := floodgatetest.Floodgate(t, floodgatetest.Build{Args: []string{"-ldflags", "-X main.version=1.2.3-test -X main.revision=0123abcd-dirty"}})
 	out, err := exec.Command(bin, "version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("floodgate version: %v\n%s", err, out)

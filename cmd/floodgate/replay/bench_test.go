@@ -17,7 +17,7 @@ import (
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/buildtest"
+	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 )
 
 // benchConfig is a realistic edge: per API key (per address without one),
@@ -141,7 +141,7 @@ var (
 )
 
 // TestMain removes the floodgate binary BenchmarkReplayBinary builds.
-func TestMain(m *testing.M) { os.Exit(buildtest.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(floodgatetest.Main(m)) }
 
 // BenchmarkReplayBinary is `make bench-replay`: it builds floodgate,
 // generates a log of a million lines from 100,000 callers, replays it with
@@ -149,7 +149,7 @@ func TestMain(m *testing.M) { os.Exit(buildtest.Main(m)) }
 // memory.
 func BenchmarkReplayBinary(b *testing.B) {
 	dir := b.TempDir()
-	bin := buildtest.Floodgate(b, buildtest.Build{})
+	bin := floodgatetest.Floodgate(b, floodgatetest.Build{})
 	cfgPath := filepath.Join(dir, "bench.yaml")
 	if err := os.WriteFile(cfgPath, []byte(benchConfig), 0o644); err != nil {
 		b.Fatal(err)

@@ -1,9 +1,10 @@
-// Package buildtest builds the floodgate command for tests that run it as a
-// process (the e2e replicas, the image's contents, the manifests' metrics,
-// the bench). Each such package needs the binary built from this module,
-// once, sometimes with the flags make build or make image pass; this is the
-// one place that does it.
-package buildtest
+// Package floodgatetest builds the floodgate command for tests that run it as
+// a process (cmd/floodgate's own, the e2e replicas, the image's contents, the
+// manifests' metrics, the bench), and runs it: each such package needs the
+// binary built from this module, once, sometimes with the flags make build or
+// make image pass, and a serve process whose addresses it learns from the
+// "serving" log line. This is the one place that does both.
+package floodgatetest
 
 import (
 	"fmt"
@@ -84,7 +85,7 @@ func Go() string {
 }
 
 // Main runs the package's tests and then removes what they built: call it
-// from TestMain, as os.Exit(buildtest.Main(m)).
+// from TestMain, as os.Exit(floodgatetest.Main(m)).
 func Main(m *testing.M) int {
 	code := m.Run()
 	mu.Lock()
