@@ -8,14 +8,17 @@
 // script call decides them together. Identities reach this package already
 // hashed where they carry secrets (extauthz does that).
 //
-// Each key is one small integer with an expiry at the instant its bucket is
-// full again; see the script for the exact encoding. Requires Redis >= 7.0
-// (PEXPIRETIME).
+// Each key holds its bucket's state, the instant it is full again and the
+// limit it was written under, read with one GET, and expires at that
+// instant; bucket.lua has the exact encoding. Requires Redis >= 7.0
+// (PEXPIRETIME, which reads a key of the previous encoding).
 //
 // Topologies: Dial builds the client for a standalone server, a Redis Cluster
-// or a Sentinel-managed master. On a Cluster, a decision whose buckets fall
-// in several slots (several identities) runs the script once per slot and
-// refunds the charged slots when another denies; see takeAcrossSlots.
+// or a Sentinel-managed master. On a Cluster, pipelined decisions of
+// different callers share a script call per node (pipeline.go); one
+// decision whose own buckets fall in several slots (several identities)
+// runs the script once per slot and refunds the charged slots when another
+// denies; see takeAcrossSlots.
 package redisstore
 
 import (
