@@ -173,6 +173,13 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		go admin.Serve(adminLis)
 	}
 
+	// SIGHUP is caught before "serving" is logged: whoever waits for that
+	// line (an operator, a test, a script) may reload at once, and an
+	// uncaught SIGHUP would end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(grpcLis) }()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -189,9 +196,6 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		defer stopWatch()
 		go rl.watch(wctx, cfg.Reload.Interval.Duration)
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	for {
 		select {
 		case <-hup:

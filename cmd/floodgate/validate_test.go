@@ -84,3 +84,24 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestASIGHUPRightAfterServingReloads: the "serving" line is the signal
+// that floodgate is up, so a SIGHUP sent the moment it appears is a reload,
+// never the signal's default action (the process ending). Serve catches
+// SIGHUP before it logs the line; before it did, this raced.
+func TestASIGHUPRightAfterServingReloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	cfg := "listen: {grpc: \"127.0.0.1:0\", admin: \"\"}\npolicies:\n  - {name: a, key: [client_ip], capacity: 3, refill_per_second: 1}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		p := startCommand(t, "serve", "--config", path)
+		p.Cmd.Process.Signal(syscall.SIGHUP)
+		waitFor(t, 5*time.Second, "the reload to be logged", func() bool { return strings.Contains(p.Output(), "reloaded") })
+		if !isAllowed(p.Check(t, request(t, "/x", "203.0.113.1"))) {
+			t.Fatalf("run %d: the first request after a SIGHUP was denied", i)
+		}
+		p.Stop(t)
+	}
+}
