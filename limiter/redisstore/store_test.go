@@ -361,29 +361,54 @@ func TestConcurrentCallersNeverMintTokens(t *testing.T) {
 }
 
 // hammer decides on one bucket (capacity 20, 50 tokens a second) from 64
-// goroutines for about the given time: the admitted count must be the
-// capacity plus what the rate refilled in that time by Redis' clock, within
-// 2, and the bucket must have been under pressure. It returns the number of
-// decisions.
+// goroutines for about the given time and checks that tokens were neither
+// minted nor lost: what was admitted plus what is left at the end must be the
+// capacity plus what the rate refilled between the first decision and the
+// last, by Redis' clock. Each end is bracketed by two TIME calls, so the
+// bounds hold however slowly a loaded machine starts or drains the
+// goroutines; the 1 is the whole-token floor of what is left. It returns the
+// number of decisions.
 func hammer(t *testing.T, s limiter.Store, c *redis.Client, d time.Duration) int64 {
 	t.Helper()
 	const capacity, rate = 20, 50
 	l := limiter.MustLimit(capacity, strconv.Itoa(rate))
+	one := limiter.Request{Name: "hammer", ID: "one", Limit: l, Cost: 1}
 	ctx := context.Background()
 	redisNow := func() time.Time { tm, _ := c.Time(ctx).Result(); return tm }
 
-	start := redisNow()
-	admitted, decisions := takeConcurrently(t, s, []limiter.Request{{Name: "hammer", ID: "one", Limit: l, Cost: 1}}, 64, 200_000, time.Now().Add(d))
-	elapsed := redisNow().Sub(start)
-	want := capacity + rate*elapsed.Seconds()
-	t.Logf("%d decisions, %d admitted in %v (Redis clock); capacity + rate·elapsed = %.1f", decisions, admitted, elapsed, want)
-	if got := float64(admitted); got < want-2 || got > want+2 {
-		t.Errorf("admitted %v, want %.1f ± 2", got, want)
+	// The first decision starts the refill: a full bucket refills nothing.
+	start1 := redisNow()
+	take(t, s, one)
+	start2 := redisNow()
+	admitted, decisions := takeConcurrently(t, s, []limiter.Request{one}, 64, 200_000, time.Now().Add(d))
+	// The last decision asks for the whole capacity: it takes nothing unless
+	// the bucket is full, and either way tells what is left.
+	all := one
+	all.Cost = capacity
+	end1 := redisNow()
+	ok, res := take(t, s, all)
+	end2 := redisNow()
+	admitted++ // the first decision
+	left := res[0].Remaining
+	if ok {
+		left += capacity
+	}
+	lo := capacity + rate*end1.Sub(start2).Seconds() - 1
+	hi := capacity + rate*end2.Sub(start1).Seconds()
+	got := float64(admitted + left)
+	t.Logf("%d decisions, %d admitted and %d left over %v (Redis clock): want %.2f to %.2f", decisions+2, admitted, left, end2.Sub(start1), lo, hi)
+	if got > hi {
+		t.Errorf("admitted + left = %v, above capacity + rate·elapsed = %.2f: tokens were minted", got, hi)
+	}
+	// A bucket found full may have refilled past its capacity in a slow
+	// drain, so only one found short of full shows whether tokens were lost.
+	if left < capacity && got < lo {
+		t.Errorf("admitted + left = %v, below %.2f: tokens were lost", got, lo)
 	}
 	if decisions < 10*admitted {
 		t.Errorf("only %d decisions for %d admitted: the bucket was not under pressure", decisions, admitted)
 	}
-	return decisions
+	return decisions + 2
 }
 
 // takeConcurrently runs the decision reqs from g goroutines, each at most
