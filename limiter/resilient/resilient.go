@@ -81,9 +81,9 @@ type Store struct {
 	cache    *overLimitCache
 	scaled   sync.Map // limiter.Limit → limiter.Limit for the fallback
 
-	stopProbe chan struct{}
+	probeCtx  context.Context // cancelled by Close: ends the loop and a probe in flight
+	stopProbe context.CancelFunc
 	probeDone chan struct{}
-	closeOnce sync.Once
 	problem   atomic.Pointer[string] // the last permanent error's fix, while degraded
 
 	stateGauge  prometheus.Gauge
@@ -137,7 +137,8 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 		s.cache = newOverLimitCache(o.OverLimitEntries)
 	}
 	if o.ProbeInterval > 0 {
-		s.stopProbe, s.probeDone = make(chan struct{}), make(chan struct{})
+		s.probeCtx, s.stopProbe = context.WithCancel(context.Background())
+		s.probeDone = make(chan struct{})
 		go s.probeLoop()
 	}
 	return s, nil
@@ -167,7 +168,7 @@ func (s *Store) Close() {
 	if s.stopProbe == nil {
 		return
 	}
-	s.closeOnce.Do(func() { close(s.stopProbe) })
+	s.stopProbe()
 	<-s.probeDone
 }
 
@@ -284,7 +285,7 @@ func (s *Store) probeLoop() {
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stopProbe:
+		case <-s.probeCtx.Done():
 			return
 		case <-t.C:
 			if !s.Exact() {
@@ -302,15 +303,7 @@ func (s *Store) probe(timeout time.Duration) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { // Close ends a probe in flight
-		select {
-		case <-s.stopProbe:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	defer cancel()
+	ctx := s.probeCtx
 	var res [1]limiter.Result
 	_, err := s.takePrimary(ctx, time.Now().Add(timeout), []limiter.Request{probeRequest}, res[:])
 	switch {
