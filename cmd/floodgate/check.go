@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -25,8 +24,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // check sends Envoy-shaped CheckRequests and prints each decision.
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("check", stderr)
 	addr := fs.String("addr", "127.0.0.1:9191", "Floodgate's gRPC address")
 	path := fs.String("path", "/", "request path (with query string, as Envoy sends it)")
 	method := fs.String("method", "GET", "request method")

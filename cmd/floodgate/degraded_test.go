@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -37,12 +35,7 @@ policies:
     capacity: 10
     refill_per_second: 1/60
 `, srv.Addr))
-	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	health := healthpb.NewHealthClient(conn)
+	health := healthpb.NewHealthClient(p.Conn)
 	status := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

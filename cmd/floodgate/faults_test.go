@@ -68,7 +68,18 @@ store:
   on_failure: %s%s
   over_limit_cache: {max_entries: 1000}
 policies:%s`, srv.Addr, store, onFailure, extra, policies)
-	cfg, err := config.Parse("faults.yaml", []byte(yaml))
+	cfg, bs, reg := storeFrom(t, "faults.yaml", yaml)
+	conn := extauthztest.Serve(t, newAuthzServer(cfg, bs, zap.NewNop(), reg))
+	return &faultRig{t: t, redis: srv, client: authv3.NewAuthorizationClient(conn), mode: onFailure, envoyTimeout: 250 * time.Millisecond}
+}
+
+// storeFrom parses a configuration and builds its store as serve does,
+// registering its metrics on a registry of its own; the store is closed
+// when the test ends (after the servers that use it, which stop first:
+// cleanups run last first).
+func storeFrom(t *testing.T, file, yaml string) (*config.Config, *builtStore, *prometheus.Registry) {
+	t.Helper()
+	cfg, err := config.Parse(file, []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +88,8 @@ policies:%s`, srv.Addr, store, onFailure, extra, policies)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(bs.close) // after the server stops (cleanups run last first)
-	conn := extauthztest.Serve(t, newAuthzServer(cfg, bs, zap.NewNop(), reg))
-	return &faultRig{t: t, redis: srv, client: authv3.NewAuthorizationClient(conn), mode: onFailure, envoyTimeout: 250 * time.Millisecond}
+	t.Cleanup(bs.close)
+	return cfg, bs, reg
 }
 
 // newFaultRigFor is the rig of TestRedisFaults: a 50ms store timeout and a

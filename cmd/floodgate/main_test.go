@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,14 +132,9 @@ func TestAReloadSaysWhatWaitsForARestart(t *testing.T) {
 	waitFor(t, 5*time.Second, "the restart-only changes to be logged", func() bool {
 		return strings.Contains(p.Output(), `"msg":"reloaded the policies; changes to log, runtime take effect on restart only"`)
 	})
-	resp, err := http.Get("http://" + p.Admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := metrics(t, p)
 	for _, want := range []string{`floodgate_config_reload_ignored_total{section="log"} 1`, `floodgate_config_reload_ignored_total{section="runtime"} 1`} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}

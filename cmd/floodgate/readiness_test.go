@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -26,12 +24,7 @@ type readiness struct {
 }
 
 func newReadiness(t *testing.T, p *proc) *readiness {
-	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &readiness{t: t, p: p, health: healthpb.NewHealthClient(conn)}
+	return &readiness{t: t, p: p, health: healthpb.NewHealthClient(p.Conn)}
 }
 
 // exact returns /readyz?exact=1's status and body, and whether the

@@ -18,24 +18,17 @@ import (
 // replayGOGC is replay's collector target (GOGC) unless GOGC is set.
 const replayGOGC = 200
 
-// setFlags collects repeated --set values.
-type setFlags []string
-
-func (s *setFlags) String() string     { return strings.Join(*s, " ") }
-func (s *setFlags) Set(v string) error { *s = append(*s, v); return nil }
-
 // replayCmd decides an Envoy access log offline with a configuration's
 // policies and reports what they would have done (package replay).
 func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("replay", stderr)
 	path := fs.String("config", "", "configuration whose policies decide the log")
 	logPath := fs.String("log", "", "Envoy JSON access log, one object a line (FILE.gz is read compressed; - reads standard input)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	top := fs.Int("top", 10, "callers listed with the most denials")
 	redact := fs.Bool("redact", false, "show callers as a hash of their bucket identity, not their key in the clear")
 	window := fs.Duration("reorder-window", replay.DefaultReorderWindow, "how far out of start_time order a line may come (Envoy logs a request when it ends)")
-	var sets setFlags
+	var sets listFlag
 	fs.Var(&sets, "set", "override a policy for the run: POLICY.capacity=N, POLICY.refill_per_second=R or POLICY.mode=shadow (repeatable; with --compare each --set is one more run of the log, its overrides joined by commas)")
 	compare := fs.Bool("compare", false, "run the log once with the configuration as it is and once per --set, and print one table")
 	printFormat := fs.Bool("print-log-format", false, "print the Envoy access-log block that logs what this configuration's policies read, and exit")
@@ -112,11 +105,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// than serve's setting and much less peak memory (make bench-replay
 	// measures both). GOGC, when set, wins; the container's memory limit
 	// applies as for serve.
-	gc := planGC(config.Runtime{MemoryLimitRatio: cfg.Runtime.MemoryLimitRatio}, 0, os.LookupEnv, cgroupMemoryLimit)
-	if _, ok := os.LookupEnv("GOGC"); !ok {
-		gc.gcPercent = replayGOGC
-	}
-	gc.apply()
+	gogc := replayGOGC
+	planGC(config.Runtime{GOGC: &gogc, MemoryLimitRatio: cfg.Runtime.MemoryLimitRatio}, 0, os.LookupEnv, cgroupMemoryLimit).apply()
 	// The store as serve would run it: the memory backend with its cap; for
 	// a Redis configuration no cap (Redis keeps every live bucket).
 	maxBuckets := 1 << 40

@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
@@ -26,21 +24,12 @@ func TestScriptLatencyIsObservedPerScriptCall(t *testing.T) {
 	for _, pipeline := range []bool{true, false} {
 		t.Run(fmt.Sprintf("pipeline=%v", pipeline), func(t *testing.T) {
 			srv := redistest.Start(t)
-			cfg, err := config.Parse("metrics.yaml", []byte(fmt.Sprintf(`store:
+			_, bs, reg := storeFrom(t, "metrics.yaml", fmt.Sprintf(`store:
   backend: redis
   redis: {addresses: [%q], pipeline: %v}
 policies:
   - {name: p, match: {path_prefix: /}, key: [client_ip], capacity: 1000, refill_per_second: 1}
-`, srv.Addr, pipeline)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			reg := prometheus.NewRegistry()
-			bs, err := buildStore(context.Background(), cfg, zap.NewNop(), reg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer bs.close()
+`, srv.Addr, pipeline))
 			lim := limiter.MustLimit(1000, "1")
 			take := func(id string) {
 				reqs := []limiter.Request{{Name: "p", ID: id, Limit: lim, Cost: 1}}

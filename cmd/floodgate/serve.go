@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -39,8 +38,7 @@ import (
 const drainTimeout = 10 * time.Second
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("serve", stderr)
 	path := fs.String("config", "", "configuration file (default: the embedded default)")
 	logFormat := fs.String("log-format", "", "json or console (overrides log.format)")
 	pprofAddr := fs.String("pprof", "", "serve Go's /debug/pprof/ on this loopback address, e.g. 127.0.0.1:6060 (for profiling; off by default)")
@@ -331,6 +329,12 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	if err != nil {
 		return nil, err
 	}
+	var share limiter.Rate // the fallback's share of each limit; zero: resilient's default
+	if cfg.Store.OnFailure == "local" && cfg.Store.LocalShare != nil {
+		if share, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
+			return nil, fmt.Errorf("store.local_share: %w", err)
+		}
+	}
 	if cfg.Identity.HashSecretFile == "" && cfg.Identity.HashSecretEnv == "" {
 		log.Warn("identity.hash_secret_file/_env is not set: bucket keys in Redis are hashed without a secret, so guessable identities (IP addresses) could be confirmed from them; set the same secret on every replica")
 	}
@@ -381,19 +385,13 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	if cfg.Store.OnFailure == "local" {
 		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
 		closers = append(closers, reclaimEvery(m, 10*time.Second))
-		opts.Fallback = m
-		if cfg.Store.LocalShare != nil {
-			if opts.FallbackShare, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
-				rstore.Close()
-				client.Close()
-				return nil, fmt.Errorf("store.local_share: %w", err)
-			}
-		}
+		opts.Fallback, opts.FallbackShare = m, share
 	}
 	rs, err := resilient.New(rstore, opts)
 	if err != nil {
-		rstore.Close()
-		client.Close()
+		for _, c := range closers {
+			c()
+		}
 		return nil, err
 	}
 	// The probe stops first: it decides through the pipelined store.

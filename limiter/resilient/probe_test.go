@@ -80,9 +80,7 @@ func TestAMisconfiguredStoreFailsExactAtOnce(t *testing.T) {
 	}
 	defer rs.Close()
 	waitUntil(t, time.Second, "degraded", func() bool { return !rs.Exact() })
-	if p := rs.Problem(); p == "" || !contains(p, "password") {
+	if p := rs.Problem(); p == "" || !strings.Contains(p, "password") {
 		t.Errorf("Problem() = %q, want what to fix about the password", p)
 	}
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -58,7 +58,7 @@ func (v *validator) check(c *Config) {
 	if len(c.Policies) == 0 {
 		v.at("policies", "must list at least one policy")
 	}
-	eng, err := extauthz.Compile(c.Policies, extauthz.Options{ClientIP: c.ClientIP, Headers: c.Headers, HashSecret: secret})
+	eng, err := extauthz.Compile(c.Policies, c.EngineOptions())
 	var errs extauthz.Errors
 	if errors.As(err, &errs) {
 		for _, e := range errs {

@@ -208,10 +208,7 @@ func TestValidateRefusesWhatDialRefuses(t *testing.T) {
 // TestARestartOnlyChangeIsNamed: a reload applies policies only; the
 // sections read at start are named when the new file changes them.
 func TestARestartOnlyChangeIsNamed(t *testing.T) {
-	base, err := Parse("a.yaml", []byte(goodPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	base := mustParse(t, goodPolicy)
 	for _, tc := range []struct {
 		yaml string
 		want string
@@ -222,11 +219,7 @@ func TestARestartOnlyChangeIsNamed(t *testing.T) {
 		{"store: {backend: memory, memory: {max_buckets: 10}}\nlog: {level: debug}\n" + goodPolicy, "store log"},
 		{"runtime: {gogc: 100}\nreload: {interval: 5s}\n" + goodPolicy, "runtime reload"},
 	} {
-		next, err := Parse("b.yaml", []byte(tc.yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := strings.Join(base.RestartOnlyChanges(next), " "); got != tc.want {
+		if got := strings.Join(base.RestartOnlyChanges(mustParse(t, tc.yaml)), " "); got != tc.want {
 			t.Errorf("%q: restart-only changes %q, want %q", tc.yaml, got, tc.want)
 		}
 	}

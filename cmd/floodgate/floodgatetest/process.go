@@ -21,7 +21,9 @@ type Process struct {
 	Cmd *exec.Cmd
 	// GRPC and Admin are the addresses the "serving" line named (Start).
 	GRPC, Admin string
-	// Client is connected to GRPC (Start).
+	// Conn is a connection to GRPC, for any service floodgate serves, and
+	// Client the ext_authz client on it (Start).
+	Conn   *grpc.ClientConn
 	Client authv3.AuthorizationClient
 
 	mu      sync.Mutex
@@ -36,7 +38,7 @@ type Process struct {
 // and stops the process when the test ends (Stop).
 func Start(t *testing.T, bin string, args ...string) *Process {
 	t.Helper()
-	p, serving := Launch(t, bin, args...)
+	p, serving := launch(t, bin, args...)
 	t.Cleanup(func() { p.Stop(t) })
 	select {
 	case m := <-serving:
@@ -53,13 +55,13 @@ func Start(t *testing.T, bin string, args ...string) *Process {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	p.Client = authv3.NewAuthorizationClient(conn)
+	p.Conn, p.Client = conn, authv3.NewAuthorizationClient(conn)
 	return p
 }
 
-// Launch starts bin with args, collecting its output (stdout and stderr);
+// launch starts bin with args, collecting its output (stdout and stderr);
 // serving receives its "serving" log line. The caller stops it.
-func Launch(t testing.TB, bin string, args ...string) (*Process, <-chan map[string]any) {
+func launch(t testing.TB, bin string, args ...string) (*Process, <-chan map[string]any) {
 	t.Helper()
 	p := &Process{Cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	stdout, _ := p.Cmd.StdoutPipe()
@@ -106,9 +108,6 @@ func (p *Process) LogLine(msg string) (map[string]any, bool) {
 	}
 	return nil, false
 }
-
-// Done is closed when the process has exited.
-func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Wait waits up to d for the process to exit and returns its exit status;
 // exited is false when it is still running.

@@ -25,8 +25,8 @@ func (r *recordTB) Errorf(format string, args ...any) {
 // (here: its config file is missing) is reported as exited with its status,
 // at once, not as "did not exit within 15s of SIGTERM".
 func TestStopReportsAnEarlyExitAsItWas(t *testing.T) {
-	p, _ := Launch(t, Floodgate(t, Build{}), "serve", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
-	<-p.Done() // not through Wait: as if no test had looked
+	p, _ := launch(t, Floodgate(t, Build{}), "serve", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
+	<-p.done // not through Wait: as if no test had looked
 	rec := &recordTB{TB: t}
 	p.Stop(rec)
 	if len(rec.errs) != 1 || !strings.HasPrefix(rec.errs[0], "floodgate exited on its own with exit status 1") {
