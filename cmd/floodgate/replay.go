@@ -107,10 +107,11 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// applies as for serve.
 	gogc := replayGOGC
 	planGC(config.Runtime{GOGC: &gogc, MemoryLimitRatio: cfg.Runtime.MemoryLimitRatio}, 0, os.LookupEnv, cgroupMemoryLimit).apply()
-	// The store as serve would run it: the memory backend with its cap; for
-	// a Redis configuration no cap (Redis keeps every live bucket).
+	// The store as serve would run it: the memory backend with its cap (0,
+	// left out, is the memory store's default, as for serve); for a Redis
+	// configuration no cap (Redis keeps every live bucket).
 	maxBuckets := 1 << 40
-	if cfg.Store.Backend == "memory" && cfg.Store.Memory.MaxBuckets > 0 {
+	if cfg.Store.Backend == "memory" {
 		maxBuckets = cfg.Store.Memory.MaxBuckets
 	}
 
