@@ -77,7 +77,6 @@ func (d *Decider) Decide(ctx context.Context, plan []Bucket, res []limiter.Resul
 			d.res = make([]limiter.Result, len(d.reqs))
 		}
 		d.res = d.res[:len(d.reqs)]
-		clear(d.res)
 		store := d.Store
 		if shadow {
 			store = shadowStore
@@ -138,9 +137,8 @@ func (p *Policy) KeyedByClientIP() bool {
 // Inputs is what an engine's policies read from a request beyond its
 // method, path, host and source address.
 type Inputs struct {
-	Headers  []string // lower case, sorted
-	Context  []string // context_extensions keys, sorted
-	Metadata []string // dynamic metadata namespaces, sorted
+	Headers []string // lower case, sorted
+	Context []string // context_extensions keys, sorted
 	// MetadataPaths is every metadata key's namespace and path, sorted.
 	MetadataPaths []MetadataPath
 	// Sources lists every key source as written (client_ip, header:NAME, ...).
@@ -150,9 +148,9 @@ type Inputs struct {
 // Inputs returns what e's policies read: the headers their matches, keys,
 // fingerprints and costs name (x-forwarded-for when a key is client_ip, and
 // x-envoy-external-address when that is trusted), the context_extensions
-// keys and the metadata namespaces.
+// keys, the metadata keys' namespaces and paths, and the key sources.
 func (e *Engine) Inputs() Inputs {
-	hs, cs, ms, ss := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
+	hs, cs, ss := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	var paths []MetadataPath
 	for _, p := range e.Policies {
 		for _, h := range p.match.headers {
@@ -177,7 +175,6 @@ func (e *Engine) Inputs() Inputs {
 			case srcContext:
 				cs[k.name] = true
 			case srcMetadata:
-				ms[k.name] = true
 				paths = append(paths, MetadataPath{Namespace: k.name, Path: k.path})
 			case srcFingerprint:
 				for _, h := range p.printHdrs {
@@ -192,7 +189,7 @@ func (e *Engine) Inputs() Inputs {
 	paths = slices.CompactFunc(paths, func(a, b MetadataPath) bool {
 		return a.Namespace == b.Namespace && slices.Equal(a.Path, b.Path)
 	})
-	return Inputs{Headers: sorted(hs), Context: sorted(cs), Metadata: sorted(ms), MetadataPaths: paths, Sources: sorted(ss)}
+	return Inputs{Headers: sorted(hs), Context: sorted(cs), MetadataPaths: paths, Sources: sorted(ss)}
 }
 
 // MetadataPath is one metadata key source: metadata:NAMESPACE:A.B reads

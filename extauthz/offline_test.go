@@ -8,27 +8,9 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
-
-// offlineRequest is an HTTP CheckRequest as Envoy sends it, built here so
-// this test depends on no other test's helpers.
-func offlineRequest(source, path string, headers map[string]string) *authv3.CheckRequest {
-	h := map[string]string{":method": "GET", ":path": path, ":authority": "api.example.com"}
-	for k, v := range headers {
-		h[k] = v
-	}
-	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
-			SocketAddress: &corev3.SocketAddress{Address: source}}}},
-		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: "GET", Path: path, Host: "api.example.com", Headers: h}},
-	}}
-}
 
 var offlineSpecs = []PolicySpec{
 	{Name: "per-key", Match: MatchSpec{PathPrefix: "/api/"}, Key: []string{"header:x-api-key", "client_ip"},
@@ -59,7 +41,8 @@ func TestPlanAndDecideAreWhatCheckDecides(t *testing.T) {
 		if rng.IntN(4) == 0 {
 			h["x-cost"] = "2"
 		}
-		req := offlineRequest("10.0.0.1", []string{"/api/x", "/other"}[rng.IntN(2)], h)
+		h[":path"] = []string{"/api/x", "/other"}[rng.IntN(2)]
+		req := checkRequest("10.0.0.1", h)
 		resp, err := srv.Check(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +79,7 @@ func TestCallerNamesTheKeyIdentityChose(t *testing.T) {
 		{map[string]string{"x-api-key": "  ", "x-forwarded-for": "203.0.113.5, 10.0.0.1"}, "client_ip", "203.0.113.5"},
 		{map[string]string{"x-forwarded-for": "6.6.6.6"}, "client_ip", "10.0.0.1"}, // too short: the peer
 	} {
-		v := NewView(offlineRequest("10.0.0.1", "/api/x", tc.headers))
+		v := NewView(checkRequest("10.0.0.1", tc.headers))
 		if src, val := eng.Caller(eng.Policies[0], v); src != tc.source || val != tc.val {
 			t.Errorf("%v: Caller = %q %q, want %q %q", tc.headers, src, val, tc.source, tc.val)
 		}

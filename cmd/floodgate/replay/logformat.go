@@ -86,15 +86,13 @@ func LogFormat(e *extauthz.Engine, configName, path string) string {
 			fmt.Fprintf(&b, "          %s: \"%%REQ(%s)%%\"\n", h, strings.ToUpper(h))
 		}
 	}
-	if len(in.Metadata) > 0 {
+	if len(in.MetadataPaths) > 0 {
 		b.WriteString("        # Only the values the keys read, not the whole namespace (all of a token's claims, say).\n")
 		b.WriteString("        metadata:\n")
 		writeMetadata(&b, in.MetadataPaths)
 	}
-	for _, s := range in.Sources {
-		if s == "source_principal" {
-			b.WriteString("        source_principal: \"%DOWNSTREAM_PEER_URI_SAN%\"\n")
-		}
+	if slices.Contains(in.Sources, "source_principal") {
+		b.WriteString("        source_principal: \"%DOWNSTREAM_PEER_URI_SAN%\"\n")
 	}
 	if len(in.Context) > 0 {
 		b.WriteString("        # context_extensions are per-route ext_authz settings, which Envoy cannot log. Give each route\n")

@@ -279,13 +279,12 @@ type decider struct {
 	lines, decided, skipped, late int64
 	from, to                      int64
 	shown                         int
-	policies                      []*extauthz.Policy
-	stats                         []*policyStats // stats[i] is policies[i]'s
+	stats                         []*policyStats // one per policy, in the engine's order
 	callers                       callerTable
 }
 
 func newDecider(o Options) *decider {
-	d := &decider{o: o, window: o.ReorderWindow.Microseconds(), policies: o.Engine.Policies,
+	d := &decider{o: o, window: o.ReorderWindow.Microseconds(),
 		from: math.MaxInt64, to: math.MinInt64, callers: callerTable{index: map[uint64]int32{}}}
 	for _, p := range o.Engine.Policies {
 		d.stats = append(d.stats, newPolicyStats(p))
@@ -295,9 +294,9 @@ func newDecider(o Options) *decider {
 
 // statsOf returns p's counts (a handful of policies: a scan beats a map).
 func (d *decider) statsOf(p *extauthz.Policy) *policyStats {
-	for i, q := range d.policies {
-		if q == p {
-			return d.stats[i]
+	for _, s := range d.stats {
+		if s.p == p {
+			return s
 		}
 	}
 	panic("replay: a plan names a policy of another engine")

@@ -1,13 +1,13 @@
 package replay
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/limiter"
 )
 
 // callerTable names every caller seen, once, whatever policies it met:
@@ -56,14 +56,13 @@ func (t *callerTable) behind(g int32, ua, key uint64) {
 
 // policyStats counts one policy's decisions.
 type policyStats struct {
-	p                          *extauthz.Policy
-	requests, allowed, denied  int64
-	local                      []int32 // caller row → 1 + index into callers
-	callers                    []callerStats
-	series                     series
-	collateral                 bool // keyed by client_ip: count who was behind each address
-	limit                      limiter.Limit
-	unitsPerToken, unitsPerMic int64
+	p                         *extauthz.Policy
+	requests, allowed, denied int64
+	local                     []int32 // caller row → 1 + index into callers
+	callers                   []callerStats
+	series                    series
+	collateral                bool // keyed by client_ip: count who was behind each address
+	unitsPerToken             int64
 }
 
 // callerStats is one caller at one policy.
@@ -76,8 +75,8 @@ type callerStats struct {
 }
 
 func newPolicyStats(p *extauthz.Policy) *policyStats {
-	k, g := p.Limit.Units()
-	return &policyStats{p: p, collateral: p.KeyedByClientIP(), limit: p.Limit, unitsPerToken: k, unitsPerMic: g}
+	k, _ := p.Limit.Units()
+	return &policyStats{p: p, collateral: p.KeyedByClientIP(), unitsPerToken: k}
 }
 
 // record counts e's i-th bucket, whose caller is row g: allowed is whether
@@ -105,7 +104,7 @@ func (s *policyStats) record(e *entry, i int, g int32, allowed, short bool) {
 		c.denied++
 	}
 	// Exact, as the store's own arithmetic: units and microseconds.
-	c.backlog = max(0, c.backlog-satMul(s.unitsPerMic, e.at-c.last))
+	c.backlog = s.p.Limit.Refill(c.backlog, e.at-c.last)
 	c.backlog = satAdd(c.backlog, satMul(e.plan[i].Request.Cost, s.unitsPerToken))
 	c.last = e.at
 	c.peak = max(c.peak, c.backlog)
@@ -305,7 +304,7 @@ func (r *Result) Report(o ReportOptions) *Result {
 	}
 	r.Policies = r.Policies[:0]
 	for _, s := range r.stats {
-		pr := PolicyResult{Name: s.p.Name, Mode: "enforce", Capacity: s.limit.Capacity, RefillPerSecond: s.limit.Rate.String(),
+		pr := PolicyResult{Name: s.p.Name, Mode: "enforce", Capacity: s.p.Limit.Capacity, RefillPerSecond: s.p.Limit.Rate.String(),
 			Requests: s.requests, Allowed: s.allowed, Denied: s.denied, DeniedByOther: s.requests - s.allowed - s.denied,
 			Callers: int64(len(s.callers)), TopDenied: []TopCaller{}, series: s.series}
 		if s.p.Shadow {
@@ -333,13 +332,7 @@ func (r *Result) Report(o ReportOptions) *Result {
 			pr.CapacityNeeded.Max = pr.needs[n-1]
 		}
 		slices.SortFunc(denied, func(a, b kv) int {
-			switch {
-			case a.c.denied != b.c.denied:
-				return cmp64(b.c.denied, a.c.denied)
-			case a.c.requests != b.c.requests:
-				return cmp64(b.c.requests, a.c.requests)
-			}
-			return strings.Compare(a.id, b.id)
+			return cmp.Or(cmp.Compare(b.c.denied, a.c.denied), cmp.Compare(b.c.requests, a.c.requests), strings.Compare(a.id, b.id))
 		})
 		for _, x := range denied[:min(o.Top, len(denied))] {
 			pr.TopDenied = append(pr.TopDenied, TopCaller{Caller: show(x.n, x.id, o.Redact), Requests: x.c.requests, Denied: x.c.denied,
@@ -364,16 +357,6 @@ func (r *Result) Report(o ReportOptions) *Result {
 		r.Policies = append(r.Policies, pr)
 	}
 	return r
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // rank is the nearest-rank p-th percentile of sorted values: the smallest
