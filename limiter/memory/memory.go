@@ -16,7 +16,6 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate/floodgate/limiter"
@@ -57,7 +56,7 @@ type Store struct {
 type limits struct {
 	ids sync.Map // limiter.Limit → uint32
 	mu  sync.Mutex
-	all atomic.Pointer[[]limiter.Limit] // by id; grows by copy
+	all []limiter.Limit // by id, under mu
 }
 
 func (ls *limits) id(l limiter.Limit) uint32 {
@@ -69,22 +68,17 @@ func (ls *limits) id(l limiter.Limit) uint32 {
 	if id, ok := ls.ids.Load(l); ok {
 		return id.(uint32)
 	}
-	var all []limiter.Limit
-	if p := ls.all.Load(); p != nil {
-		all = *p
-	}
-	all = append(all[:len(all):len(all)], l)
-	ls.all.Store(&all)
-	id := uint32(len(all) - 1)
+	ls.all = append(ls.all, l)
+	id := uint32(len(ls.all) - 1)
 	ls.ids.Store(l, id)
 	return id
 }
 
-func (ls *limits) byID() []limiter.Limit {
-	if p := ls.all.Load(); p != nil {
-		return *p
-	}
-	return nil
+// limit returns the limit numbered id.
+func (ls *limits) limit(id uint32) limiter.Limit {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.all[id]
 }
 
 // key identifies a bucket: a 64-bit keyed hash of its name and identity.
@@ -132,6 +126,24 @@ func New(o Options) *Store {
 	if o.Clock == nil {
 		o.Clock = limiter.SystemClock{}
 	}
+	n, shardCap := layout(o)
+	s := &Store{
+		clock:    o.Clock,
+		epoch:    o.Clock.Now(),
+		seed:     maphash.MakeSeed(),
+		mask:     uint64(n - 1),
+		shardCap: shardCap,
+		shards:   make([]shard, n),
+	}
+	for i := range s.shards {
+		s.shards[i].t = newTable()
+	}
+	return s
+}
+
+// layout returns the shards New makes for o, a power of two, and each
+// one's share of MaxBuckets (rounded down: the total never exceeds it).
+func layout(o Options) (shards, shardCap int) {
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = DefaultMaxBuckets
 	}
@@ -145,18 +157,7 @@ func New(o Options) *Store {
 	for n > 1 && n > o.MaxBuckets {
 		n >>= 1 // every shard holds at least one bucket
 	}
-	s := &Store{
-		clock:    o.Clock,
-		epoch:    o.Clock.Now(),
-		seed:     maphash.MakeSeed(),
-		mask:     uint64(n - 1),
-		shardCap: o.MaxBuckets / n, // rounded down: the total never exceeds MaxBuckets
-		shards:   make([]shard, n),
-	}
-	for i := range s.shards {
-		s.shards[i].t = newTable()
-	}
-	return s
+	return n, o.MaxBuckets / n
 }
 
 // maxInline is how many buckets one decision handles without allocating.
@@ -181,7 +182,6 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 		pend, idx = append(pend, p), append(idx, p.shard)
 	}
 	order = s.locked(idx, order)
-	lims := s.limits.byID() // after locking: holds every limit a held bucket names
 
 	allowed := true
 	for i := range reqs {
@@ -194,7 +194,7 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 				p.missing = r.Limit.Refill(b.missing, now-b.at(r.Limit))
 			} else {
 				// The bucket's limit changed (a reload): it keeps its tokens.
-				old := lims[b.lim]
+				old := s.limits.limit(b.lim)
 				p.missing = r.Limit.Convert(old, old.Refill(b.missing, now-b.at(old)))
 				p.converted = true
 			}

@@ -28,12 +28,12 @@ const slotBytes = int64(unsafe.Sizeof(slot{}))
 // MaxBuckets, and one shard's previous table while it grows. It is what a
 // flood of distinct callers costs, however long.
 func MaxTableBytes(o Options) int64 {
-	s := New(Options{MaxBuckets: o.MaxBuckets, Shards: o.Shards})
-	slots := int64(minTable)
-	for 4*int64(s.shardCap) > 3*slots { // insert's growth rule at shardCap buckets
+	shards, shardCap := layout(o)
+	slots := minTable
+	for crowded(shardCap, slots) { // insert's growth rule at shardCap buckets
 		slots *= 2
 	}
-	return int64(len(s.shards))*slots*slotBytes + slots/2*slotBytes
+	return int64(shards)*int64(slots)*slotBytes + int64(slots/2)*slotBytes
 }
 
 func newTable() table { return table{slots: make([]slot, minTable)} }
@@ -56,7 +56,7 @@ func (t *table) find(k key) (int, bool) {
 // insert puts a new k at the empty slot i (from find), growing the table
 // first when it is three-quarters full.
 func (t *table) insert(i int, k key, b bucket) {
-	if 4*(t.n+1) > 3*len(t.slots) {
+	if crowded(t.n+1, len(t.slots)) {
 		t.grow()
 		i, _ = t.find(k)
 	}
@@ -132,3 +132,6 @@ func (t *table) evictNearFull(start int) {
 		t.remove(victim)
 	}
 }
+
+// crowded reports whether n entries fill more than three quarters of slots.
+func crowded(n, slots int) bool { return 4*n > 3*slots }

@@ -22,16 +22,7 @@ import (
 func advanceCluster(t *testing.T, cc *redis.ClusterClient, prefix string, d time.Duration) {
 	t.Helper()
 	err := cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
-		keys, err := c.Keys(ctx, prefix+"*").Result()
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if err := shiftScript.Run(ctx, c, []string{k}, d.Milliseconds()).Err(); err != nil {
-				return err
-			}
-		}
-		return nil
+		return shiftKeys(ctx, c, prefix, d)
 	})
 	if err != nil {
 		t.Fatal(err)

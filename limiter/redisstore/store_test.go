@@ -66,16 +66,23 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
 // deleted, as it would be once expired.
 func advance(t *testing.T, c *redis.Client, d time.Duration) {
 	t.Helper()
-	ctx := context.Background()
-	keys, err := c.Keys(ctx, redisstore.DefaultPrefix+"*").Result()
-	if err != nil {
+	if err := shiftKeys(context.Background(), c, redisstore.DefaultPrefix, d); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// shiftKeys is advance for the keys under prefix on one server.
+func shiftKeys(ctx context.Context, c *redis.Client, prefix string, d time.Duration) error {
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		return err
 	}
 	for _, k := range keys {
 		if err := shiftScript.Run(ctx, c, []string{k}, d.Milliseconds()).Err(); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
+	return nil
 }
 
 var shiftScript = redis.NewScript(`
