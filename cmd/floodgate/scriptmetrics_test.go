@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,27 +96,6 @@ func scriptHistogram(t *testing.T, reg *prometheus.Registry) (count uint64, sum 
 // follows with an EVAL, one script call.
 func scriptCalls(t *testing.T, srv *redistest.Server, cmd string) uint64 {
 	t.Helper()
-	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-		if !ok {
-			continue
-		}
-		var calls, failed uint64
-		for _, f := range strings.Split(v, ",") {
-			k, n, _ := strings.Cut(f, "=")
-			x, _ := strconv.ParseUint(n, 10, 64)
-			switch k {
-			case "calls":
-				calls = x
-			case "failed_calls":
-				failed = x
-			}
-		}
-		return calls - failed
-	}
-	return 0
+	s := redistest.CommandStats(t, srv.Client())[cmd]
+	return uint64(s.Calls - s.Failed)
 }

@@ -66,11 +66,9 @@ func stateOf(t *testing.T, c redis.Cmdable, key string) keyState {
 func evalshaCalls(t *testing.T, cl *redistest.Cluster) (evalsha, eval int64) {
 	t.Helper()
 	for _, n := range cl.Nodes {
-		c := redis.NewClient(&redis.Options{Addr: n.Addr})
-		calls := commandCalls(t, c)
-		c.Close()
-		evalsha += calls["evalsha"]
-		eval += calls["eval"]
+		calls := redistest.CommandStats(t, n.Client())
+		evalsha += calls["evalsha"].Calls
+		eval += calls["eval"].Calls
 	}
 	return evalsha, eval
 }

@@ -37,28 +37,6 @@ func take(t *testing.T, s limiter.Store, reqs ...limiter.Request) (bool, []limit
 	return ok, res
 }
 
-// commandCalls reads the per-command call counters of INFO commandstats.
-func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, f := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				calls[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-	}
-	return calls
-}
-
 // advance makes d pass for every bucket in Redis by moving each bucket's
 // "full at" instant d earlier: E in its value and its expiry (see
 // bucket.lua). The rest of the value (the part of a millisecond, the limit)
@@ -156,7 +134,7 @@ func TestOneDecisionIsOneScriptCall(t *testing.T) {
 		take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1})
 		var sent []string
 		c.AddHook(countingHook{&sent})
-		before := commandCalls(t, c)
+		before := redistest.CommandStats(t, c)
 		sent = nil
 		for i := 0; i < 10; i++ {
 			take(t, s,
@@ -166,11 +144,11 @@ func TestOneDecisionIsOneScriptCall(t *testing.T) {
 		if len(sent) != 10 || strings.Count(strings.Join(sent, " "), "evalsha") != 10 {
 			t.Errorf("10 two-bucket decisions sent %v, want 10 EVALSHA", sent)
 		}
-		after := commandCalls(t, c)
-		if d := after["evalsha"] - before["evalsha"]; d != 10 {
+		after := redistest.CommandStats(t, c)
+		if d := after["evalsha"].Calls - before["evalsha"].Calls; d != 10 {
 			t.Errorf("Redis counted %d EVALSHA calls for 10 decisions, want 10", d)
 		}
-		if d := after["eval"] - before["eval"]; d != 0 {
+		if d := after["eval"].Calls - before["eval"].Calls; d != 0 {
 			t.Errorf("Redis counted %d EVAL calls: the script was sent again", d)
 		}
 	})
@@ -540,15 +518,15 @@ func TestPipelinedConcurrentDecisionsShareRoundTripsAndMintNothing(t *testing.T)
 	h.decisions.Store(0)
 	batched.Store(0)
 	batchCalls.Store(0)
-	before := commandCalls(t, c)
+	before := redistest.CommandStats(t, c)
 	n := hammer(t, s, c, time.Second)
-	after := commandCalls(t, c)
+	after := redistest.CommandStats(t, c)
 	if batched.Load() != n || batchCalls.Load() != h.scripts.Load() {
 		t.Errorf("OnBatch reported %d decisions in %d script calls; %d were decided in %d", batched.Load(), batchCalls.Load(), n, h.scripts.Load())
 	}
 	t.Logf("%d decisions in %d pipelines (largest %d decisions), %d script calls (largest %d decisions)",
 		n, h.pipelines.Load(), h.biggestPipeline.Load(), h.scripts.Load(), h.biggestCall.Load())
-	if d := after["evalsha"] - before["evalsha"]; d != h.scripts.Load() {
+	if d := after["evalsha"].Calls - before["evalsha"].Calls; d != h.scripts.Load() {
 		t.Errorf("Redis ran %d EVALSHA, the client sent %d", d, h.scripts.Load())
 	}
 	if h.decisions.Load() != n {
@@ -617,7 +595,7 @@ func TestPipelinedCallsWhoseCallerLeftAreNotSent(t *testing.T) {
 	s := pipelined(t, c, "")
 	r := limiter.Request{Name: "gone", ID: "a", Limit: limiter.MustLimit(5, "1/60"), Cost: 1}
 	take(t, s, r)
-	before := commandCalls(t, c)
+	before := redistest.CommandStats(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i := 0; i < 100; i++ {
@@ -634,7 +612,7 @@ func TestPipelinedCallsWhoseCallerLeftAreNotSent(t *testing.T) {
 	if ok, res := take(t, s, r); !ok || res[0].Remaining != 3 {
 		t.Errorf("after 200 decisions cancelled or past their deadline the bucket has %d left, want 3 (only two paid)", res[0].Remaining)
 	}
-	if d := commandCalls(t, c)["evalsha"] - before["evalsha"]; d != 1 {
+	if d := redistest.CommandStats(t, c)["evalsha"].Calls - before["evalsha"].Calls; d != 1 {
 		t.Errorf("%d EVALSHA sent for 200 decisions cancelled or past their deadline and one live one, want 1", d)
 	}
 }

@@ -333,3 +333,38 @@ func poll(within time.Duration, f func(ctx context.Context) error) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// CommandStat is one command's counters in INFO commandstats: every call,
+// and those that failed (a NOSCRIPT answer is a failed EVALSHA).
+type CommandStat struct{ Calls, Failed int64 }
+
+// CommandStats reads INFO commandstats from c, by command name in lower
+// case (evalsha, eval, ...).
+func CommandStats(t testing.TB, c *redis.Client) map[string]CommandStat {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats := map[string]CommandStat{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
+			continue
+		}
+		var s CommandStat
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				s.Calls = n
+			case "failed_calls":
+				s.Failed = n
+			}
+		}
+		stats[name] = s
+	}
+	return stats
+}

@@ -2,8 +2,6 @@ package resilient_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -94,16 +92,8 @@ func TestOverLimitDenialsSkipRedis(t *testing.T) {
 	if res[0].Allowed || res[0].RetryAfter < 59*time.Second {
 		t.Fatalf("setup: %+v", res[0])
 	}
-	evalshas := func() int64 {
-		info := srv.Client().Info(context.Background(), "commandstats").Val()
-		for _, line := range strings.Split(info, "\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-				return n
-			}
-		}
-		return 0
-	}
+	c := srv.Client()
+	evalshas := func() int64 { return redistest.CommandStats(t, c)["evalsha"].Calls }
 	before := evalshas()
 	for i := 0; i < 500; i++ {
 		clock.Advance(100 * time.Millisecond) // 50 s in all: still short of a token
