@@ -92,8 +92,8 @@ func harness(s *redisstore.Store, c redis.Cmdable, move func(t *testing.T, d tim
 			}
 			return n == 1
 		},
-		Reclaim: func(*testing.T) {},
-		Slack:   100 * time.Millisecond, // Redis' clock runs on meanwhile; the machine may be busy
+		Reclaim:   func(*testing.T) {},
+		RealClock: true, // Redis' clock runs on meanwhile; the machine may be busy
 	}
 }
 

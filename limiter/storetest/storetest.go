@@ -22,10 +22,11 @@ type Harness struct {
 	// Reclaim gives the store its chance to drop full buckets (Redis expires
 	// keys by itself; the memory store needs a nudge).
 	Reclaim func(t *testing.T)
-	// Slack is how much real time may pass unaccounted between two calls:
-	// zero for a store on an injected clock, a few milliseconds for Redis,
-	// whose clock cannot be injected. Expected durations are checked within it.
-	Slack time.Duration
+	// RealClock says the store's clock runs on between calls (Redis, whose
+	// clock cannot be injected); false for a store on an injected clock.
+	// Expected durations and tokens then allow for the real time measured
+	// since the case's first decision (slack).
+	RealClock bool
 }
 
 type step struct {
@@ -156,6 +157,8 @@ func Run(t *testing.T, h Harness) {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "conf-" + t.Name()
 			var reqs []limiter.Request
+			var fastest float64 // the first bucket's fastest rate so far, tokens a second
+			begun := time.Now()
 			for i, s := range tc.steps {
 				if s.advance > 0 {
 					h.Advance(t, s.advance)
@@ -171,29 +174,34 @@ func Run(t *testing.T, h Harness) {
 				if err != nil {
 					t.Fatalf("step %d: Take: %v", i, err)
 				}
+				cur := perSecond(reqs[0].Limit.Rate)
+				fastest = max(fastest, cur)
+				sl := h.slack(time.Since(begun), fastest, cur)
 				if allowed != s.allowed {
 					t.Fatalf("step %d: allowed = %v, want %v (results %+v)", i, allowed, s.allowed, res)
 				}
 				r := res[0]
-				if r.Remaining < s.remaining || r.Remaining > s.remaining+h.extraTokens(reqs[0].Limit) || r.ExceedsCapacity != s.exceeds || r.Limit != reqs[0].Limit.Capacity {
+				if r.Remaining < s.remaining || r.Remaining > s.remaining+sl.tokens || r.ExceedsCapacity != s.exceeds || r.Limit != reqs[0].Limit.Capacity {
 					t.Errorf("step %d: remaining %d exceeds %v limit %d, want %d %v %d", i, r.Remaining, r.ExceedsCapacity, r.Limit, s.remaining, s.exceeds, reqs[0].Limit.Capacity)
 				}
 				if !s.exceeds {
-					h.within(t, i, "reset-after", r.ResetAfter, s.resetAfter)
+					sl.within(t, i, "reset-after", r.ResetAfter, s.resetAfter)
 				}
 				if s.allowed || s.exceeds {
 					if got := limiter.RetryAfter(res); got != 0 {
 						t.Errorf("step %d: retry-after %v on a decision that cannot be retried", i, got)
 					}
 				} else if s.retryAfter > 0 {
-					h.within(t, i, "retry-after", limiter.RetryAfter(res), s.retryAfter)
+					sl.within(t, i, "retry-after", limiter.RetryAfter(res), s.retryAfter)
 				}
 			}
 		})
 	}
 	t.Run("a bucket is forgotten once it has refilled", func(t *testing.T) {
 		name := "conf-expiry"
-		l := limiter.MustLimit(2, "10")
+		// 20s from empty to full: a store on a real clock keeps a margin of
+		// seconds, not milliseconds, between "half refilled" and "full".
+		l := limiter.MustLimit(2, "1/10")
 		reqs := []limiter.Request{{Name: name, ID: "x", Limit: l, Cost: 2}}
 		res := make([]limiter.Result, 1)
 		if ok, err := h.Store.Take(context.Background(), reqs, res); !ok || err != nil {
@@ -202,11 +210,11 @@ func Run(t *testing.T, h Harness) {
 		if !h.Exists(t, name, "x") {
 			t.Fatal("an emptied bucket left no state")
 		}
-		h.Advance(t, 150*time.Millisecond)
+		h.Advance(t, 15*time.Second)
 		if !h.Exists(t, name, "x") {
-			t.Fatal("a bucket half refilled was dropped") // 150ms of 200ms
+			t.Fatal("a bucket half refilled was dropped") // 15s of 20s
 		}
-		h.Advance(t, 50*time.Millisecond)
+		h.Advance(t, 5*time.Second)
 		h.Reclaim(t)
 		if h.Exists(t, name, "x") {
 			t.Fatal("a full bucket still holds state")
@@ -240,15 +248,37 @@ func Run(t *testing.T, h Harness) {
 	})
 }
 
-// extraTokens is how many whole tokens l may gain within the slack.
-func (h Harness) extraTokens(l limiter.Limit) int64 {
-	num, den := l.Rate.Fraction()
-	return int64(h.Slack/time.Microsecond) * num / (den * 1_000_000)
+// slack is what a store on a real clock may be off by at one step.
+type slack struct {
+	d      time.Duration // durations may be short by this much
+	tokens int64         // and the remaining tokens over by this many
 }
 
-func (h Harness) within(t *testing.T, step int, what string, got, want time.Duration) {
+// slack is the allowance for the real time elapsed since a case began, in
+// which buckets refilled at rates up to fastest and now refill at cur.
+// Time that passed unaccounted at a faster rate refilled that rate's worth
+// of tokens, which cur reads as elapsed times the faster rate over cur: a
+// lowered rate makes a millisecond read as many. A millisecond more covers
+// Redis' rounding to whole milliseconds.
+func (h Harness) slack(elapsed time.Duration, fastest, cur float64) slack {
+	if !h.RealClock {
+		return slack{}
+	}
+	elapsed += time.Millisecond
+	return slack{
+		d:      time.Duration(float64(elapsed) * fastest / cur),
+		tokens: int64(elapsed.Seconds() * fastest),
+	}
+}
+
+func perSecond(r limiter.Rate) float64 {
+	n, d := r.Fraction()
+	return float64(n) / float64(d)
+}
+
+func (sl slack) within(t *testing.T, step int, what string, got, want time.Duration) {
 	t.Helper()
-	if got > want || got < want-h.Slack {
-		t.Errorf("step %d: %s = %v, want %v (slack %v)", step, what, got, want, h.Slack)
+	if got > want || got < want-sl.d {
+		t.Errorf("step %d: %s = %v, want %v (slack %v)", step, what, got, want, sl.d)
 	}
 }
