@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/limiter"
 )
@@ -527,7 +528,7 @@ func TestDockerfile(t *testing.T) {
 	}
 
 	// Every package of this module that the binary is built from must be inside a COPY source.
-	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", "github.com/floodgate/floodgate/cmd/floodgate").Output()
+	out, err := exec.Command(floodgatetest.Go(), "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}", floodgatetest.Package).Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

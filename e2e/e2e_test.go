@@ -38,11 +38,10 @@ import (
 // fixtures is where the Envoy-shaped CheckRequests live (relative to this package).
 const fixtures = "../extauthz/testdata/envoy"
 
-// floodgateBin is the binary TestMain builds; goBin is the go command that built it.
-var floodgateBin, goBin string
+// floodgateBin is the binary TestMain builds.
+var floodgateBin string
 
 func TestMain(m *testing.M) {
-	goBin = floodgatetest.Go()
 	var err error
 	if floodgateBin, err = (floodgatetest.Build{}).Path(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

@@ -799,14 +799,6 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mutate := func(t *testing.T, src []byte, old, new string) []byte {
-		t.Helper()
-		if !strings.Contains(string(src), old) {
-			t.Fatalf("the shipped file no longer contains %q: update this test", old)
-		}
-		return []byte(strings.Replace(string(src), old, new, 1))
-	}
-
 	schema := []struct{ name, old, new, want string }{
 		{"unknown field in a typed_config", "failure_mode_allow: true", "failure_mode_alow: true", "failure_mode_alow"},
 		{"unknown field at the top", "static_resources:", "static_resource:", "static_resource"},
@@ -866,31 +858,16 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"health check slower than the drain", "unhealthy_threshold: 2", "unhealthy_threshold: 3", "listen.drain_delay"},
 		{"route metadata differs from context_extensions", "floodgate: { route: search }", "floodgate: { route: api }", "differs from its context_extensions"},
 	}
+	cfg, err := config.Parse("floodgate.yaml", fgYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range envoyPairs {
 		t.Run("pair/"+tc.name, func(t *testing.T) {
-			bs, _, err := loadBootstrap(mutate(t, envoyYAML, tc.old, tc.new))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ec, err := inspect(bs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := config.Parse("floodgate.yaml", fgYAML)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := consistency(ec, cfg, "floodgate")
-			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
-				t.Fatalf("mismatch not reported: %v (want %q)", p, tc.want)
-			}
+			requireReported(t, mutate(t, envoyYAML, tc.old, tc.new), cfg, "floodgate", tc.want)
 		})
 	}
 	t.Run("pair/wrong compose host", func(t *testing.T) {
-		cfg, err := config.Parse("floodgate.yaml", fgYAML)
-		if err != nil {
-			t.Fatal(err)
-		}
 		if p := consistency(ec, cfg, "floodgate-jwt"); len(p) != 1 || !strings.Contains(p[0], "compose service") {
 			t.Fatalf("got %v, want exactly the host mismatch", p)
 		}
@@ -900,23 +877,40 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bs, _, err := loadBootstrap(mutate(t, jwtYAML, "metadata_context_namespaces: [envoy.filters.http.jwt_authn]", "metadata_context_namespaces: []"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ec, err := inspect(bs)
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg, err := config.Load("jwt/floodgate.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := consistency(ec, cfg, "floodgate-jwt")
-		if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, "metadata_context_namespaces") }) {
-			t.Fatalf("not reported: %v", p)
-		}
+		requireReported(t, mutate(t, jwtYAML, "metadata_context_namespaces: [envoy.filters.http.jwt_authn]", "metadata_context_namespaces: []"),
+			cfg, "floodgate-jwt", "metadata_context_namespaces")
 	})
+}
+
+// mutate returns src with its first old replaced by new; old must be in src.
+func mutate(t *testing.T, src []byte, old, new string) []byte {
+	t.Helper()
+	if !strings.Contains(string(src), old) {
+		t.Fatalf("the shipped file no longer contains %q: update this test", old)
+	}
+	return []byte(strings.Replace(string(src), old, new, 1))
+}
+
+// requireReported loads the Envoy bootstrap envoySrc and requires the
+// consistency check against cfg (served as the compose service) to report a
+// problem containing want.
+func requireReported(t *testing.T, envoySrc []byte, cfg *config.Config, service, want string) {
+	t.Helper()
+	bs, _, err := loadBootstrap(envoySrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec, err := inspect(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := consistency(ec, cfg, service); !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, want) }) {
+		t.Fatalf("not reported: %v (want %q)", p, want)
+	}
 }
 
 // checkRequest builds a CheckRequest as Envoy sends one for an HTTP request through a route.
@@ -976,21 +970,7 @@ func TestFingerprintComesFromEnvoy(t *testing.T) {
 		{"mutation after ext_authz", "                  - name: envoy.filters.http.header_mutation", "                  - name: envoy.filters.http.header_mutation_moved", "before ext_authz"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if !strings.Contains(string(src), tc.old) {
-				t.Fatalf("the shipped file no longer contains %q: update this test", tc.old)
-			}
-			bs, _, err := loadBootstrap([]byte(strings.Replace(string(src), tc.old, tc.new, 1)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ec, err := inspect(bs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := consistency(ec, cfg, ex.service)
-			if !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, tc.want) }) {
-				t.Fatalf("not reported: %v (want %q)", p, tc.want)
-			}
+			requireReported(t, mutate(t, src, tc.old, tc.new), cfg, ex.service, tc.want)
 		})
 	}
 

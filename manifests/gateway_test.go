@@ -15,37 +15,6 @@ import (
 	"github.com/floodgate/floodgate/cmd/floodgate/config"
 )
 
-// headersRead are the request headers Floodgate's policies read: key sources, match headers,
-// cost headers, fingerprints; client_ip reads X-Forwarded-For. With headersToExtAuth set, Envoy
-// Gateway configures ext_authz allowed_headers, and Envoy puts only the matching headers in the
-// CheckRequest's header map, while method, path and host always fill their own fields
-// (source/extensions/filters/common/ext_authz/check_request_utils.cc,
-// CheckRequestUtils::setHttpRequest).
-func headersRead(cfg *config.Config) []string {
-	var hs []string
-	for _, p := range cfg.Policies {
-		for _, k := range p.Key {
-			if name, ok := strings.CutPrefix(k, "header:"); ok {
-				hs = append(hs, strings.ToLower(name))
-			}
-			if k == "client_ip" {
-				hs = append(hs, "x-forwarded-for")
-			}
-		}
-		for _, h := range p.Match.Headers {
-			hs = append(hs, strings.ToLower(h.Name))
-		}
-		for _, h := range p.FingerprintHeaders {
-			hs = append(hs, strings.ToLower(h))
-		}
-		if p.CostHeader != "" {
-			hs = append(hs, strings.ToLower(p.CostHeader))
-		}
-	}
-	slices.Sort(hs)
-	return slices.Compact(hs)
-}
-
 // gatewayProblems checks manifests/gateway against Floodgate's Service and configuration: the
 // SecurityPolicy reaches the grpc port (allowed across namespaces by a ReferenceGrant), sends the
 // headers the policies read, times out after Floodgate's own Redis timeout and fails open; the
@@ -110,7 +79,12 @@ func gatewayProblems(b *bundle, cfg *config.Config, fs *corev1.Service, grpcSvc 
 			bad("%s: no ReferenceGrant in %s lets a SecurityPolicy of %s reach Service %s", at, fs.Namespace, sp.Namespace, fs.Name)
 		}
 		if len(ea.HeadersToExtAuth) > 0 {
-			for _, h := range headersRead(cfg) {
+			// With headersToExtAuth set, Envoy Gateway configures ext_authz allowed_headers,
+			// and Envoy puts only the matching headers in the CheckRequest's header map, while
+			// method, path and host always fill their own fields
+			// (source/extensions/filters/common/ext_authz/check_request_utils.cc,
+			// CheckRequestUtils::setHttpRequest): every header a policy reads must be listed.
+			for _, h := range cfg.Engine.Inputs().Headers {
 				if !slices.ContainsFunc(ea.HeadersToExtAuth, func(s string) bool { return strings.EqualFold(s, h) }) {
 					bad("%s: headersToExtAuth lacks %s, which a policy in floodgate.yaml reads", at, h)
 				}

@@ -568,8 +568,10 @@ func TestManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(all[*appsv1.Deployment](b)) + len(all[*corev1.Service](b)) + len(all[*istioObject](b)) + len(all[*egv1a1.SecurityPolicy](b)); n != 6 {
-		t.Fatalf("decoded %d Deployments, Services, AuthorizationPolicies and SecurityPolicies; want 6", n)
+	got := []int{len(all[*appsv1.Deployment](b)), len(all[*corev1.Service](b)), len(all[*corev1.ConfigMap](b)),
+		len(all[*policyv1.PodDisruptionBudget](b)), len(all[*istioObject](b)), len(all[*egv1a1.SecurityPolicy](b))}
+	if want := []int{2, 2, 1, 1, 1, 1}; !slices.Equal(got, want) {
+		t.Fatalf("decoded %v Deployments, Services, ConfigMaps, PDBs, AuthorizationPolicies and SecurityPolicies; want %v", got, want)
 	}
 	for _, problem := range problems(b) {
 		t.Error(problem)

@@ -1,7 +1,6 @@
 package manifests
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -481,13 +480,7 @@ func (p *serveProc) allowed(t *testing.T, path string, headers map[string]string
 			Method: "GET", Path: path, Host: "api.example.com", Scheme: "http", Protocol: "HTTP/1.1", Headers: h,
 		}},
 	}}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	resp, err := p.Client.Check(ctx, req)
-	if err != nil {
-		t.Fatalf("Check %s: %v\n%s", path, err, p.Output())
-	}
-	return resp.GetStatus().GetCode() == 0
+	return p.Check(t, req).GetStatus().GetCode() == 0
 }
 
 // checkLatencyThreshold: FloodgateCheckLatencyNearTimeout fires below Envoy's ext_authz timeout

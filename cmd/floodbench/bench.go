@@ -445,11 +445,7 @@ func tableRows(rows []row) [][]string {
 			if r.sc.id != sc.id {
 				continue
 			}
-			b, ok := base[cellID{sc.baseID(), r.conc}]
-			if !ok {
-				b = row{sc: scenario{id: sc.baseID()}}
-			}
-			q := rowRatios(r, b)
+			q := rowRatios(r, base[cellID{sc.baseID(), r.conc}]) // a baseline that did not run: "?"
 			c := r.costs()
 			cpu, scripts, perRead, server, total, client := "?", "?", "-", "?", "?", "?"
 			if n := float64(c.n); n > 0 {
@@ -563,25 +559,14 @@ func spread(xs []float64) string {
 // server side (the service and Redis), and (b)'s over (r)'s. Nil when no
 // concurrency has both.
 func peerRows(rows []row) [][]string {
-	byConc := map[int]map[string]row{}
-	var concs []int
-	for _, r := range rows {
-		if r.sc.id != "b" && r.sc.id != "r" {
-			continue
-		}
-		if byConc[r.conc] == nil {
-			byConc[r.conc] = map[string]row{}
-			concs = append(concs, r.conc)
-		}
-		byConc[r.conc][r.sc.id] = r
-	}
+	byID := byCell(rows)
 	cells := [][]string{{"conc", "Redis µs/dec (b)", "Redis µs/dec (r)", "Redis (b)/(r)", "server+Redis µs/dec (b)", "server+Redis µs/dec (r)", "server+Redis (b)/(r)"}}
-	for _, conc := range concs {
-		b, okb := byConc[conc]["b"]
-		r, okr := byConc[conc]["r"]
-		if !okb || !okr {
+	for _, b := range rows {
+		r, ok := byID[cellID{"r", b.conc}]
+		if b.sc.id != "b" || !ok {
 			continue
 		}
+		conc := b.conc
 		cb, cr := b.costs(), r.costs()
 		if cb.n == 0 || cr.n == 0 || !cb.redisOK || !cr.redisOK {
 			cells = append(cells, []string{strconv.Itoa(conc), "?", "?", "?", "?", "?", "?"})

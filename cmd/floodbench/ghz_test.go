@@ -314,8 +314,7 @@ func TestHeadlineColumns(t *testing.T) {
 // concurrency where both ran; no table without (r).
 func TestPeerRows(t *testing.T) {
 	mk := func(id string, conc int, n int64, server, redis float64) row {
-		sc, _ := scenarioByID(id)
-		return row{sc: sc, conc: conc, res: result{decisions: n, window: time.Second}, serverCPU: server, redis: redisStats{cpu: redis}}
+		return row{sc: mustScenario(t, id), conc: conc, res: result{decisions: n, window: time.Second}, serverCPU: server, redis: redisStats{cpu: redis}}
 	}
 	if p := peerRows([]row{mk("a", 50, 1000, 0.05, 0), mk("b", 50, 1000, 0.05, 0.016)}); p != nil {
 		t.Fatalf("a peer table without (r): %v", p)

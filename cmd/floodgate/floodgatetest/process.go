@@ -157,7 +157,7 @@ func (p *Process) Check(t *testing.T, req *authv3.CheckRequest) *authv3.CheckRes
 	defer cancel()
 	resp, err := p.Client.Check(ctx, req)
 	if err != nil {
-		t.Fatalf("Check: RPC error %v (a decision must never be an RPC error)", err)
+		t.Fatalf("Check: RPC error %v (a decision must never be an RPC error)\n%s", err, p.Output())
 	}
 	if err := resp.ValidateAll(); err != nil {
 		t.Fatalf("response fails validation: %v", err)
