@@ -226,6 +226,37 @@ func tryTake(s *redisstore.Store, reqs ...limiter.Request) (bool, []limiter.Resu
 	return ok, res, time.Since(start), err
 }
 
+// requireDecides takes r (cost 1) from s until its bucket is empty: as
+// many allowed decisions as its capacity, then a denial.
+func requireDecides(t *testing.T, s *redisstore.Store, r limiter.Request) {
+	t.Helper()
+	for i := int64(0); i <= r.Limit.Capacity; i++ {
+		ok, _, _, err := tryTake(s, r)
+		if want := i < r.Limit.Capacity; err != nil || ok != want {
+			t.Fatalf("decision %d: allowed %v, err %v; want %v", i, ok, err, want)
+		}
+	}
+}
+
+// requireRefused requires s to fail r with an error that mentions every
+// want, and at once rather than after a wait.
+func requireRefused(t *testing.T, s *redisstore.Store, r limiter.Request, want ...string) {
+	t.Helper()
+	_, _, took, err := tryTake(s, r)
+	t.Logf("refused after %v: %v", took, err)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+	if took > 2*time.Second {
+		t.Errorf("refused after %v: want an answer, not a wait", took)
+	}
+}
+
 func TestAuthAndACL(t *testing.T) {
 	srv := redistest.StartWith(t, redistest.Config{
 		Password: "default-pw",
@@ -236,27 +267,13 @@ func TestAuthAndACL(t *testing.T) {
 
 	decides := func(t *testing.T, o redisstore.Options) {
 		t.Helper()
-		s := dialStore(t, o)
 		r := r
 		r.ID = o.Username + "-decides"
-		for i, want := range []bool{true, true, false} {
-			ok, _, _, err := tryTake(s, r)
-			if err != nil || ok != want {
-				t.Fatalf("decision %d: allowed %v, err %v; want %v", i, ok, err, want)
-			}
-		}
+		requireDecides(t, dialStore(t, o), r)
 	}
 	refused := func(t *testing.T, o redisstore.Options, want string) {
 		t.Helper()
-		s := dialStore(t, o)
-		_, _, took, err := tryTake(s, r)
-		t.Logf("refused after %v: %v", took, err)
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("err = %v; want one containing %q", err, want)
-		}
-		if took > 2*time.Second {
-			t.Errorf("refused after %v: want an answer, not a wait", took)
-		}
+		requireRefused(t, dialStore(t, o), r, want)
 	}
 
 	t.Run("the default user's password", func(t *testing.T) {
@@ -339,28 +356,11 @@ func TestTLS(t *testing.T) {
 		if err := redisstore.CheckServer(t.Context(), mustClient(t, o)); err != nil {
 			t.Fatalf("CheckServer: %v", err)
 		}
-		for i, want := range []bool{true, true, false} {
-			ok, _, _, err := tryTake(s, r)
-			if err != nil || ok != want {
-				t.Fatalf("decision %d: allowed %v, err %v; want %v", i, ok, err, want)
-			}
-		}
+		requireDecides(t, s, r)
 	}
 	refused := func(t *testing.T, o redisstore.Options, want ...string) {
 		t.Helper()
-		_, _, took, err := tryTake(dialStore(t, o), r)
-		t.Logf("refused after %v: %v", took, err)
-		if err == nil {
-			t.Fatal("no error")
-		}
-		for _, w := range want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("error %q does not mention %q", err, w)
-			}
-		}
-		if took > 2*time.Second {
-			t.Errorf("refused after %v: want an answer, not a wait", took)
-		}
+		requireRefused(t, dialStore(t, o), r, want...)
 	}
 
 	t.Run("with the CA and a client certificate", func(t *testing.T) {
@@ -402,12 +402,7 @@ func TestSentinel(t *testing.T) {
 	}
 	s := redisstore.New(c, "")
 	r := limiter.Request{Name: "sentinel", ID: "a", Limit: limiter.MustLimit(3, "1/60"), Cost: 1}
-	for i, want := range []bool{true, true, true, false} {
-		ok, _, _, err := tryTake(s, r)
-		if err != nil || ok != want {
-			t.Fatalf("decision %d: allowed %v, err %v; want %v", i, ok, err, want)
-		}
-	}
+	requireDecides(t, s, r)
 	// The decisions landed on the master.
 	if n := master.Client().Exists(context.Background(), s.Key("sentinel", "a")).Val(); n != 1 {
 		t.Error("the bucket's key is not on the master the Sentinel names")
@@ -426,14 +421,7 @@ func TestSentinel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := o
 			tc.edit(&o)
-			_, _, took, err := tryTake(redisstore.New(mustClient(t, o), ""), r)
-			t.Logf("after %v: %v", took, err)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("err = %v; want one mentioning %q", err, tc.want)
-			}
-			if took > 2*time.Second {
-				t.Errorf("refused after %v: want an answer, not a wait", took)
-			}
+			requireRefused(t, dialStore(t, o), r, tc.want)
 		})
 	}
 }
