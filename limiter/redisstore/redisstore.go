@@ -178,7 +178,7 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 		reply, err = sc.reply, sc.err
 	}
 	if err != nil {
-		return false, fmt.Errorf("redis: token-bucket script: %w", explain(err))
+		return false, fmt.Errorf("redis: token-bucket script: %w", err)
 	}
 	return results(reqs, res, reply), nil
 }
@@ -282,7 +282,9 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 	}
 	for i, sc := range calls {
 		sc.reply, sc.err = cmds[i].Result()
-		if sc.err == nil && len(sc.reply) != sc.want {
+		if sc.err != nil {
+			sc.err = explain(sc.err) // on every path: alone, pipelined, slot by slot
+		} else if len(sc.reply) != sc.want {
 			sc.err = fmt.Errorf("script returned %d values, %d expected", len(sc.reply), sc.want)
 		}
 	}
