@@ -825,14 +825,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		}
 	})
 
-	bs, _, err := loadBootstrap(envoyYAML)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ec, err := inspect(bs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ec := mustInspect(t, envoyYAML)
 	pairs := []struct{ name, old, new, want string }{
 		{"port mismatch", "grpc: 0.0.0.0:9191", "grpc: 0.0.0.0:9292", "listen.grpc"},
 		{"trusted hops mismatch", "trusted_hops: 0", "trusted_hops: 1", "xff_num_trusted_hops"},
@@ -895,12 +888,10 @@ func mutate(t *testing.T, src []byte, old, new string) []byte {
 	return []byte(strings.Replace(string(src), old, new, 1))
 }
 
-// requireReported loads the Envoy bootstrap envoySrc and requires the
-// consistency check against cfg (served as the compose service) to report a
-// problem containing want.
-func requireReported(t *testing.T, envoySrc []byte, cfg *config.Config, service, want string) {
+// mustInspect loads the Envoy bootstrap src and reads what the checks need.
+func mustInspect(t *testing.T, src []byte) *envoyConfig {
 	t.Helper()
-	bs, _, err := loadBootstrap(envoySrc)
+	bs, _, err := loadBootstrap(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -908,7 +899,15 @@ func requireReported(t *testing.T, envoySrc []byte, cfg *config.Config, service,
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := consistency(ec, cfg, service); !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, want) }) {
+	return ec
+}
+
+// requireReported loads the Envoy bootstrap envoySrc and requires the
+// consistency check against cfg (served as the compose service) to report a
+// problem containing want.
+func requireReported(t *testing.T, envoySrc []byte, cfg *config.Config, service, want string) {
+	t.Helper()
+	if p := consistency(mustInspect(t, envoySrc), cfg, service); !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, want) }) {
 		t.Fatalf("not reported: %v (want %q)", p, want)
 	}
 }
