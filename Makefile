@@ -6,7 +6,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -count=1 -timeout 12m
 
 FUZZTIME  ?= 30s
-FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./cmd/floodgate/config:FuzzParse
+FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./internal/config:FuzzParse
 
 .PHONY: all build image run test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
 
@@ -99,7 +99,7 @@ bench-profile: build redis
 REPLAY_LINES   ?= 1000000
 REPLAY_CALLERS ?= 100000
 bench-replay:
-	$(GO) test -run '^$$' -bench '^BenchmarkReplayBinary$$' -benchtime 1x -timeout 30m ./cmd/floodgate/replay/ \
+	$(GO) test -run '^$$' -bench '^BenchmarkReplayBinary$$' -benchtime 1x -timeout 30m ./internal/replay/ \
 	  -replay.lines $(REPLAY_LINES) -replay.callers $(REPLAY_CALLERS)
 
 ## fuzz: each fuzz target for FUZZTIME (make test replays their committed corpora in testdata/fuzz).

@@ -26,9 +26,9 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/config"
-	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/limiter"
 )
 

@@ -31,7 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 

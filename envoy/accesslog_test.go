@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/replay"
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 )

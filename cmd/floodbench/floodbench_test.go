@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/config"
-	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
 
 // bins are the floodgate and floodbench binaries, built once for the tests.

@@ -18,7 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
 
 // staticBinary builds cmd/floodgate as make image does (CGO_ENABLED=0, GOOS=linux, -trimpath),

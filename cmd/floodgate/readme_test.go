@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/internal/config"
 )
 
 // TestTheREADMEDemoWorksAsWritten runs the README's demo block: `make run`

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/config"
-	"github.com/floodgate/floodgate/cmd/floodgate/replay"
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/replay"
 )
 
 // replayGOGC is replay's collector target (GOGC) unless GOGC is set.

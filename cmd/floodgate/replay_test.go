@@ -23,7 +23,7 @@ func replayArgs(t *testing.T, line string) []string {
 	}
 	args := strings.Fields(cmd)
 	for i, a := range args {
-		if strings.HasPrefix(a, "cmd/") {
+		if strings.HasPrefix(a, "cmd/") || strings.HasPrefix(a, "internal/") {
 			args[i] = filepath.Join("..", "..", a)
 		}
 	}
@@ -69,8 +69,8 @@ func TestTheREADMEReplayExampleWorksAsWritten(t *testing.T) {
 // TestReplayCommandLine covers the flags a user can get wrong, and the
 // outputs the README does not show.
 func TestReplayCommandLine(t *testing.T) {
-	const cfg = "../../cmd/floodgate/replay/testdata/example.yaml"
-	const log = "../../cmd/floodgate/replay/testdata/example.log"
+	const cfg = "../../internal/replay/testdata/example.yaml"
+	const log = "../../internal/replay/testdata/example.log"
 	html := filepath.Join(t.TempDir(), "report.html")
 	compared := filepath.Join(t.TempDir(), "compared.html")
 	for _, tc := range []struct {
@@ -171,8 +171,8 @@ func TestReplayCommandLine(t *testing.T) {
 // variable this machine lacks) replays, with one note on standard error and
 // the decisions it would make with a secret, while validate still refuses it.
 func TestReplayNeedsNoProductionHashSecret(t *testing.T) {
-	const example = "../../cmd/floodgate/replay/testdata/example.yaml"
-	const log = "../../cmd/floodgate/replay/testdata/example.log"
+	const example = "../../internal/replay/testdata/example.yaml"
+	const log = "../../internal/replay/testdata/example.log"
 	src, err := os.ReadFile(example)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/internal/config"
 )
 
 // validate checks a configuration file: exit 0, or 1 with one

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
 
 // TestVersionPrintsTheStampedBuild: what -ldflags stamps (as make build and

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/internal/config"
 )
 
 // modelConfig exercises every rule the reference model checks: two enforced

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/config"
+	"github.com/floodgate/floodgate/internal/config"
 
-	"github.com/floodgate/floodgate/cmd/floodgate/floodgatetest"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
 
 // benchConfig is a realistic edge: per API key (per address without one),
