@@ -83,3 +83,31 @@ func runCheckExample(t *testing.T, line string, want []string) {
 		}
 	}
 }
+
+// TestTheDocumentedConfigurationsValidate runs `floodgate validate` on the
+// README's minimal configuration and on the reference in
+// docs/configuration.md, so neither ever shows a file the binary refuses.
+func TestTheDocumentedConfigurationsValidate(t *testing.T) {
+	for _, doc := range []struct{ file, heading string }{
+		{"README.md", "## A minimal configuration\n\n"},
+		{filepath.Join("docs", "configuration.md"), ""},
+	} {
+		text, err := os.ReadFile(filepath.Join("..", "..", doc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block := regexp.MustCompile("(?s)" + doc.heading + "```yaml\n(.*?)```").FindSubmatch(text)
+		if block == nil {
+			t.Fatalf("%s has no configuration block", doc.file)
+		}
+		file := filepath.Join(t.TempDir(), "floodgate.yaml")
+		if err := os.WriteFile(file, block[1], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(binary, "validate", "--config", file)
+		cmd.Env = append(os.Environ(), "FLOODGATE_HASH_SECRET=docs-test-secret")
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), ": ok (") {
+			t.Errorf("validate on the configuration in %s: %v\n%s", doc.file, err, out)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// replayArgs turns a README command line into run's arguments, with the
+// replayArgs turns a documented command line into run's arguments, with the
 // repository's paths made relative to this package.
 func replayArgs(t *testing.T, line string) []string {
 	t.Helper()
@@ -30,17 +30,17 @@ func replayArgs(t *testing.T, line string) []string {
 	return args
 }
 
-// TestTheREADMEReplayExampleWorksAsWritten runs every command of the
-// README's worked example of floodgate replay and compares what it prints
-// (standard error, then the table) with what the README shows.
-func TestTheREADMEReplayExampleWorksAsWritten(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// TestTheDocumentedReplayExampleWorksAsWritten runs every command of the
+// worked example of floodgate replay in docs/replay.md and compares what it
+// prints (standard error, then the table) with what the docs show.
+func TestTheDocumentedReplayExampleWorksAsWritten(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "replay.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	section := regexp.MustCompile(`(?s)<!-- replay:start.*?<!-- replay:end -->`).Find(readme)
 	if section == nil {
-		t.Fatal("README has no replay example")
+		t.Fatal("docs/replay.md has no replay example")
 	}
 	blocks := regexp.MustCompile("(?s)```console\n(.*?)```").FindAllSubmatch(section, -1)
 	if len(blocks) != 2 {
@@ -55,7 +55,7 @@ func TestTheREADMEReplayExampleWorksAsWritten(t *testing.T) {
 		got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
 		want := lines[1:]
 		if len(got) != len(want) {
-			t.Errorf("%s printed %d lines, README shows %d:\n%s", lines[0], len(got), len(want), out.String())
+			t.Errorf("%s printed %d lines, the docs show %d:\n%s", lines[0], len(got), len(want), out.String())
 			continue
 		}
 		for i := range want {
