@@ -1,0 +1,85 @@
+package rls
+
+import "strings"
+
+// Entry is one key/value of a request's descriptor.
+type Entry struct{ Key, Value string }
+
+// Select returns the limit configured for a descriptor's entries in domain,
+// or nil when none applies (an unknown domain, a walk that leaves the tree,
+// or one that ends above or below a limit). At each level the walk takes the
+// exact key_value, else the first wildcard (in file order) whose prefix the
+// key_value starts with, else the key alone; it goes one level down per
+// entry and stops where the tree has no deeper level. The limit counts only
+// at the request's last entry (envoyproxy/ratelimit
+// src/config/config_impl.go, rateLimitConfigImpl.GetLimit).
+func (c *Config) Select(domain string, entries []Entry) *Limit {
+	lv := c.domains[domain]
+	if lv == nil || len(entries) == 0 {
+		return nil
+	}
+	for i, e := range entries {
+		kv := e.Key + "_" + e.Value
+		n := lv.next[kv]
+		if n == nil {
+			for _, w := range lv.wildcards {
+				if strings.HasPrefix(kv, strings.TrimSuffix(w, "*")) {
+					n = lv.next[w]
+					break
+				}
+			}
+		}
+		if n == nil {
+			n = lv.next[e.Key]
+		}
+		if n == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			return n.limit
+		}
+		if len(n.next) == 0 {
+			return nil
+		}
+		lv = &n.level
+	}
+	return nil
+}
+
+// HasDomain reports whether domain is configured.
+func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
+
+// SelectAll selects the limit of each of a request's descriptors in order,
+// then applies ratelimit's request-wide rules: an unlimited limit is
+// reported as unlimited[i] and selects nothing, and a named limit that
+// another selected limit `replaces` selects nothing (envoyproxy/ratelimit
+// src/service/ratelimit.go, constructLimitsToCheck). selected[i] is nil
+// where no limit applies.
+func (c *Config) SelectAll(domain string, descriptors [][]Entry) (selected []*Limit, unlimited []bool) {
+	selected = make([]*Limit, len(descriptors))
+	unlimited = make([]bool, len(descriptors))
+	var replaced map[string]bool
+	for i, d := range descriptors {
+		lim := c.Select(domain, d)
+		if lim == nil {
+			continue
+		}
+		for _, r := range lim.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[r] = true
+		}
+		if lim.Unlimited {
+			unlimited[i] = true
+			continue
+		}
+		selected[i] = lim
+	}
+	for i, lim := range selected {
+		if lim != nil && lim.Name != "" && replaced[lim.Name] {
+			selected[i] = nil
+		}
+	}
+	return selected, unlimited
+}
