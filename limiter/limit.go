@@ -28,7 +28,7 @@ var (
 	ErrRate      = errors.New("limiter: refill rate must be a finite number > 0")
 	ErrPrecision = errors.New("limiter: capacity and refill rate too large or too fine for exact integer arithmetic")
 	ErrRateRange = errors.New("limiter: refill rate too large or too finely divided for exact integer arithmetic")
-	ErrCost      = errors.New("limiter: cost must be a whole number >= 1")
+	ErrCost      = errors.New("limiter: cost must be a whole number >= 0")
 	ErrKey       = errors.New("limiter: bucket name and identity must not be empty")
 	ErrNoBuckets = errors.New("limiter: a decision needs at least one bucket")
 	ErrDuplicate = errors.New("limiter: a decision names the same bucket twice")

@@ -80,7 +80,7 @@ func Check(reqs []Request, res []Result) error {
 		if r.Name == "" || r.ID == "" {
 			return fmt.Errorf("%w (request %d: name %q, id %q)", ErrKey, i, r.Name, r.ID)
 		}
-		if r.Cost < 1 {
+		if r.Cost < 0 {
 			return fmt.Errorf("%w (request %d: got %d)", ErrCost, i, r.Cost)
 		}
 		if !r.Limit.Valid() {

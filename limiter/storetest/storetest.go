@@ -50,6 +50,14 @@ var cases = []struct {
 	name  string
 	steps []step
 }{
+	{"a cost of 0 looks without taking", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0}}, allowed: true, remaining: 5, resetAfter: 0},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 3}}, allowed: true, remaining: 2, resetAfter: 3 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0}}, allowed: true, remaining: 2, resetAfter: 3 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 2}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 1}}, allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: time.Second},
+	}},
 	{"a new bucket is full", []step{
 		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 1}}, allowed: true, remaining: 9, resetAfter: time.Second},
 	}},
@@ -234,7 +242,6 @@ func Run(t *testing.T, h Harness) {
 			{"no buckets", nil, limiter.ErrNoBuckets},
 			{"empty identity", []limiter.Request{{Name: "n", ID: "", Limit: l, Cost: 1}}, limiter.ErrKey},
 			{"empty name", []limiter.Request{{Name: "", ID: "i", Limit: l, Cost: 1}}, limiter.ErrKey},
-			{"zero cost", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: 0}}, limiter.ErrCost},
 			{"negative cost", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: -3}}, limiter.ErrCost},
 			{"a limit not built by NewLimit", []limiter.Request{{Name: "n", ID: "i", Limit: limiter.Limit{Capacity: 5}, Cost: 1}}, limiter.ErrCapacity},
 			{"the same bucket twice", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: 1}, {Name: "n", ID: "i", Limit: l, Cost: 1}}, limiter.ErrDuplicate},
