@@ -1,0 +1,133 @@
+package rls
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Decision is what the store made of a plan: each bucket's result (in the
+// plan's bucket order) and whether the enforced buckets could all pay.
+type Decision struct {
+	Results []limiter.Result
+	Allowed bool
+	// Degraded marks a decision made without the shared store (the
+	// per-replica fallback while Redis is unreachable).
+	Degraded bool
+}
+
+// ResponseOptions shape the answer beyond what Envoy requires.
+type ResponseOptions struct {
+	// Headers adds draft-ietf-httpapi-ratelimit-headers' RateLimit and
+	// RateLimit-Policy fields to response_headers_to_add. Off by default:
+	// Envoy's own enable_x_ratelimit_headers builds the X-RateLimit-*
+	// fields from the statuses.
+	Headers bool
+}
+
+// Respond renders the answer Envoy's rate limit filter reads: overall_code
+// OK or OVER_LIMIT (never UNKNOWN, which a release Envoy takes for OK), one
+// status per descriptor in the request's order, each with its current
+// limit, the whole tokens left and how long until the bucket is full
+// (allowed) or until its cost fits (over the limit). A denial also carries
+// a JSON raw_body with its content-type, as a denied Check does.
+func (p *Plan) Respond(d Decision, o ResponseOptions) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Items)),
+	}
+	var retryAfter time.Duration
+	for i := range p.Items {
+		it := &p.Items[i]
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch it.Kind {
+		case NoLimit:
+			continue
+		case Unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+			Name:            it.Name,
+			RequestsPerUnit: it.RequestsPerUnit,
+			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[it.Unit.Name]),
+		}
+		over, wait := false, time.Duration(0)
+		if it.Kind == Never {
+			over, wait = true, time.Duration(it.Unit.Seconds)*time.Second
+		} else {
+			r := &d.Results[it.Bucket]
+			st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
+			wait = r.ResetAfter
+			if !r.Allowed {
+				over = true
+				if r.RetryAfter > 0 {
+					wait = r.RetryAfter
+				}
+			}
+		}
+		st.DurationUntilReset = durationpb.New(ceilSeconds(wait))
+		if over && !it.Shadow {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			retryAfter = max(retryAfter, wait)
+		}
+	}
+	if o.Headers {
+		resp.ResponseHeadersToAdd = p.headers(resp)
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		secs := max(int64(ceilSeconds(retryAfter)/time.Second), 1)
+		resp.RawBody = []byte(`{"error":"rate_limited","retry_after":` + strconv.FormatInt(secs, 10) + `}`)
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("content-type", "application/json"))
+	}
+	return resp
+}
+
+// ceilSeconds rounds d up to whole seconds, so that a client told to wait
+// N seconds finds its tokens there (Envoy reads whole seconds from it).
+func ceilSeconds(d time.Duration) time.Duration {
+	return (d + time.Second - 1).Truncate(time.Second)
+}
+
+// headers renders draft-ietf-httpapi-ratelimit-headers (draft 11)
+// RateLimit-Policy and RateLimit, one member per counted descriptor, named
+// by the limit's name or, unnamed, by its place in the tree.
+func (p *Plan) headers(resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
+	var pol, cur []string
+	for i := range p.Items {
+		it, st := &p.Items[i], resp.Statuses[i]
+		if st.CurrentLimit == nil {
+			continue
+		}
+		name := it.Name
+		if name == "" && it.Limit != nil {
+			name = it.Limit.Key
+		}
+		if name == "" {
+			name = "override"
+		}
+		q := strconv.Quote(name)
+		pol = append(pol, q+";q="+strconv.FormatUint(uint64(it.RequestsPerUnit), 10)+";w="+strconv.FormatInt(it.Unit.Seconds, 10))
+		cur = append(cur, q+";r="+strconv.FormatUint(uint64(st.LimitRemaining), 10)+";t="+strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10))
+	}
+	if len(pol) == 0 {
+		return nil
+	}
+	return []*corev3.HeaderValue{header("ratelimit-policy", strings.Join(pol, ", ")), header("ratelimit", strings.Join(cur, ", "))}
+}
+
+// header is one response header. The rate limit API carries plain
+// HeaderValues, without an append action: Envoy's rate limit filter decides
+// how it adds them.
+func header(name, value string) *corev3.HeaderValue {
+	return &corev3.HeaderValue{Key: name, Value: value}
+}
