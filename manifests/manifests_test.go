@@ -51,7 +51,7 @@ const (
 )
 
 // dirs are the kustomizations; each lists every manifest file beside it.
-var dirs = []string{".", "istio", "gateway"}
+var dirs = []string{".", "istio", "gateway", "gateway-mtls"}
 
 // kinds maps apiVersion and kind to the API type each document decodes into.
 var kinds = map[string]func() metav1.Object{
@@ -68,6 +68,8 @@ var kinds = map[string]func() metav1.Object{
 	"gateway.networking.k8s.io/v1 HTTPRoute":           func() metav1.Object { return &gwapiv1.HTTPRoute{} },
 	"gateway.networking.k8s.io/v1beta1 ReferenceGrant": func() metav1.Object { return &gwapiv1b1.ReferenceGrant{} },
 	"gateway.envoyproxy.io/v1alpha1 SecurityPolicy":    func() metav1.Object { return &egv1a1.SecurityPolicy{} },
+	"gateway.envoyproxy.io/v1alpha1 EnvoyProxy":        func() metav1.Object { return &egv1a1.EnvoyProxy{} },
+	"gateway.networking.k8s.io/v1 BackendTLSPolicy":    func() metav1.Object { return &gwapiv1.BackendTLSPolicy{} },
 	"gateway.envoyproxy.io/v1alpha1 ClientTrafficPolicy": func() metav1.Object {
 		return &egv1a1.ClientTrafficPolicy{}
 	},
@@ -577,6 +579,7 @@ func problems(b *bundle) []string {
 
 	p = append(p, gatewayProblems(b, cfg, fs, grpcSvc, checkTimeout)...)
 	p = append(p, networkProblems(b)...)
+	p = append(p, gatewayMTLSProblems(b, fs, grpcSvc)...)
 	return append(p, meshAccessProblems(b, fc)...)
 }
 
