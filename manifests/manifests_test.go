@@ -21,10 +21,12 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -49,7 +51,7 @@ const (
 )
 
 // dirs are the kustomizations; each lists every manifest file beside it.
-var dirs = []string{".", "istio", "gateway"}
+var dirs = []string{".", "istio", "gateway", "gateway-mtls"}
 
 // kinds maps apiVersion and kind to the API type each document decodes into.
 var kinds = map[string]func() metav1.Object{
@@ -59,11 +61,15 @@ var kinds = map[string]func() metav1.Object{
 	"apps/v1 Deployment":                               func() metav1.Object { return &appsv1.Deployment{} },
 	"policy/v1 PodDisruptionBudget":                    func() metav1.Object { return &policyv1.PodDisruptionBudget{} },
 	"security.istio.io/v1 AuthorizationPolicy":         func() metav1.Object { return &istioObject{} },
+	"security.istio.io/v1 PeerAuthentication":          func() metav1.Object { return &istioObject{} },
+	"networking.k8s.io/v1 NetworkPolicy":               func() metav1.Object { return &networkingv1.NetworkPolicy{} },
 	"kustomize.config.k8s.io/v1beta1 Kustomization":    func() metav1.Object { return &kustomization{} },
 	"gateway.networking.k8s.io/v1 Gateway":             func() metav1.Object { return &gwapiv1.Gateway{} },
 	"gateway.networking.k8s.io/v1 HTTPRoute":           func() metav1.Object { return &gwapiv1.HTTPRoute{} },
 	"gateway.networking.k8s.io/v1beta1 ReferenceGrant": func() metav1.Object { return &gwapiv1b1.ReferenceGrant{} },
 	"gateway.envoyproxy.io/v1alpha1 SecurityPolicy":    func() metav1.Object { return &egv1a1.SecurityPolicy{} },
+	"gateway.envoyproxy.io/v1alpha1 EnvoyProxy":        func() metav1.Object { return &egv1a1.EnvoyProxy{} },
+	"gateway.networking.k8s.io/v1 BackendTLSPolicy":    func() metav1.Object { return &gwapiv1.BackendTLSPolicy{} },
 	"gateway.envoyproxy.io/v1alpha1 ClientTrafficPolicy": func() metav1.Object {
 		return &egv1a1.ClientTrafficPolicy{}
 	},
@@ -80,12 +86,14 @@ type kustomization struct {
 	Resources         []string `json:"resources"`
 }
 
-// istioObject is a security.istio.io object: Kubernetes metadata, the spec decoded with protojson.
+// istioObject is a security.istio.io object: Kubernetes metadata, the spec decoded with protojson
+// into policy (an AuthorizationPolicy) or peer (a PeerAuthentication).
 type istioObject struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
 	Spec              json.RawMessage `json:"spec"`
 	policy            *securityv1beta1.AuthorizationPolicy
+	peer              *securityv1beta1.PeerAuthentication
 }
 
 // bundle is every object of the manifests, decoded, by file.
@@ -188,9 +196,16 @@ func load(files map[string][]byte) (*bundle, error) {
 			}
 			switch o := obj.(type) {
 			case *istioObject:
-				o.policy = &securityv1beta1.AuthorizationPolicy{}
-				if err := protojson.Unmarshal(o.Spec, o.policy); err != nil {
-					return nil, fmt.Errorf("%s: AuthorizationPolicy spec: %w", at, err)
+				var spec proto.Message
+				if tm.Kind == "PeerAuthentication" {
+					o.peer = &securityv1beta1.PeerAuthentication{}
+					spec = o.peer
+				} else {
+					o.policy = &securityv1beta1.AuthorizationPolicy{}
+					spec = o.policy
+				}
+				if err := protojson.Unmarshal(o.Spec, spec); err != nil {
+					return nil, fmt.Errorf("%s: %s spec: %w", at, tm.Kind, err)
 				}
 			case *kustomization:
 				if path.Base(name) != "kustomization.yaml" {
@@ -524,9 +539,11 @@ func problems(b *bundle) []string {
 		}
 	}
 	svcHost := fs.Name + "." + fs.Namespace + ".svc.cluster.local"
-	aps := all[*istioObject](b)
+	// The policies that send Checks (CUSTOM, with a provider); istioaccess_test.go checks the
+	// PeerAuthentication and ALLOW policy that guard Floodgate's own ports.
+	aps := customPolicies(b)
 	if b.mesh == nil || len(aps) == 0 {
-		return append(p, "no "+meshConfigFile+" or no AuthorizationPolicy")
+		return append(p, "no "+meshConfigFile+" or no CUSTOM AuthorizationPolicy")
 	}
 	for _, o := range aps {
 		ap := o.policy
@@ -560,7 +577,10 @@ func problems(b *bundle) []string {
 		}
 	}
 
-	return append(p, gatewayProblems(b, cfg, fs, grpcSvc, checkTimeout)...)
+	p = append(p, gatewayProblems(b, cfg, fs, grpcSvc, checkTimeout)...)
+	p = append(p, networkProblems(b)...)
+	p = append(p, gatewayMTLSProblems(b, fs, grpcSvc)...)
+	return append(p, meshAccessProblems(b, fc)...)
 }
 
 func TestManifests(t *testing.T) {
@@ -569,9 +589,10 @@ func TestManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []int{len(all[*appsv1.Deployment](b)), len(all[*corev1.Service](b)), len(all[*corev1.ConfigMap](b)),
-		len(all[*policyv1.PodDisruptionBudget](b)), len(all[*istioObject](b)), len(all[*egv1a1.SecurityPolicy](b))}
-	if want := []int{2, 2, 1, 1, 1, 1}; !slices.Equal(got, want) {
-		t.Fatalf("decoded %v Deployments, Services, ConfigMaps, PDBs, AuthorizationPolicies and SecurityPolicies; want %v", got, want)
+		len(all[*policyv1.PodDisruptionBudget](b)), len(customPolicies(b)), len(all[*egv1a1.SecurityPolicy](b)),
+		len(all[*networkingv1.NetworkPolicy](b)), len(all[*istioObject](b))}
+	if want := []int{2, 2, 1, 1, 1, 1, 4, 3}; !slices.Equal(got, want) {
+		t.Fatalf("decoded %v Deployments, Services, ConfigMaps, PDBs, CUSTOM AuthorizationPolicies, SecurityPolicies, NetworkPolicies and Istio objects; want %v", got, want)
 	}
 	for _, problem := range problems(b) {
 		t.Error(problem)
