@@ -1,12 +1,10 @@
 package config
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -41,20 +39,7 @@ func (v *validator) check(c *Config) {
 	} else if r := *c.Runtime.MemoryLimitRatio; !(r >= 0 && r <= 1) {
 		v.at("runtime.memory_limit_ratio", "must be a fraction in [0, 1], e.g. 0.9; 0 sets no limit (got %v)", r)
 	}
-	secret, err := c.Identity.hashSecret()
-	if err != nil {
-		at := secretPath("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv)
-		if v.offline && !(c.Identity.HashSecretFile != "" && c.Identity.HashSecretEnv != "") {
-			// What is missing is this machine's, not the file's: a run
-			// whose buckets are its own needs no shared secret.
-			secret = make([]byte, 32)
-			rand.Read(secret)
-			c.SecretReplaced = fmt.Sprintf("%s: %v", at, err)
-		} else {
-			v.at(at, "%v", err)
-		}
-	}
-	c.hashSecret = secret
+	v.oneSecret("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv)
 	if len(c.Policies) == 0 {
 		v.at("policies", "must list at least one policy")
 	}
@@ -87,9 +72,6 @@ func (v *validator) checkListen(l *Listen) {
 	if t := l.TLS; t != nil {
 		if t.CertFile == "" || t.KeyFile == "" {
 			v.at("listen.tls", "needs cert_file and key_file")
-		}
-		if !v.offline { // a command that listens on nothing reads none of them
-			v.filesExist("listen.tls", map[string]string{"cert_file": t.CertFile, "key_file": t.KeyFile, "client_ca_file": t.ClientCAFile})
 		}
 		if len(t.AllowedSANs) > 0 && t.ClientCAFile == "" {
 			v.at("listen.tls.allowed_sans", "needs client_ca_file: without mTLS there is no client identity to check")
@@ -150,24 +132,36 @@ func (v *validator) checkRedis(r *Redis) {
 	}
 }
 
-// redisOptions builds the options serve will dial with (reading the
-// secrets) and reports redisstore's own verdict on them, each problem at
-// the line of the setting it is about.
+// redisOptions reports redisstore's own verdict on the connection
+// settings, each problem at the line of the setting it is about. The
+// passwords are not read here (Resolve reads them): one the file names
+// stands in as set.
 func (v *validator) redisOptions(s *Store) {
-	o, err := s.Redis.options()
-	var se *settingError
-	if errors.As(err, &se) {
-		v.at(se.path, "%v", se.err)
-		return
+	r := &s.Redis
+	v.oneSecret("store.redis.password", r.PasswordFile, r.PasswordEnv)
+	v.oneSecret("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv)
+	named := func(file, env string) string {
+		if file != "" || env != "" {
+			return "(named, read by Resolve)"
+		}
+		return ""
 	}
+	o := r.unresolved(named(r.PasswordFile, r.PasswordEnv), named(r.SentinelPasswordFile, r.SentinelPasswordEnv))
 	var fes redisstore.FieldErrors
 	if errors.As(o.Validate(), &fes) {
 		for _, fe := range fes {
-			v.at(redisPath(fe.Field, &s.Redis), "%s", fe.Msg)
+			v.at(redisPath(fe.Field, r), "%s", fe.Msg)
 		}
 	}
-	if _, err := o.TLS.Config(); err != nil {
-		v.at("store.redis.tls", "%v", strings.TrimPrefix(err.Error(), redisstore.ErrOptions.Error()+": "))
+}
+
+// oneSecret reports a secret given both in a file and in an environment
+// variable, which redisstore.ReadSecret refuses: that is the file's
+// mistake, found without reading either.
+func (v *validator) oneSecret(base, file, env string) {
+	if file != "" && env != "" {
+		_, err := redisstore.ReadSecret(file, env)
+		v.at(base+"_file", "%v", err)
 	}
 }
 
@@ -270,17 +264,5 @@ func (v *validator) hostPort(path, s string) {
 		v.at(path, "has an invalid port in %q", s)
 	} else if host == "" {
 		v.at(path, "must name a host or address, as in 127.0.0.1:9191 or 0.0.0.0:9191 (got %q)", s)
-	}
-}
-
-// filesExist reports, under base, each named file that cannot be found.
-func (v *validator) filesExist(base string, files map[string]string) {
-	for key, f := range files {
-		if f == "" {
-			continue
-		}
-		if _, err := os.Stat(f); err != nil {
-			v.at(base+"."+key, "%v", err)
-		}
 	}
 }

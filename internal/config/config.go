@@ -23,7 +23,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
 // Config is the whole configuration file. The key names are fixed by the
@@ -40,13 +39,18 @@ type Config struct {
 	Runtime  Runtime               `yaml:"runtime"`
 	Policies []extauthz.PolicySpec `yaml:"policies"`
 
-	// Engine is the compiled policies, set by Load.
+	// Engine is the compiled policies. Parse keys it with no identity hash
+	// secret (it reads none); Resolve (and Load, which calls it) keys it
+	// with the secret the file names.
 	Engine *extauthz.Engine `yaml:"-"`
 	// Source names where the configuration came from (a path, or "embedded default").
 	Source string `yaml:"-"`
 	// Digest is the SHA-256 (hex) of the bytes it was parsed from.
 	Digest string `yaml:"-"`
 	data   []byte // those bytes
+	// lines holds the line of every path in the file, so that Resolve
+	// reports a secret it cannot read at the line that names it.
+	lines map[string]int
 	// hashSecret is the identity hash secret Engine was compiled with.
 	hashSecret []byte
 	// SecretReplaced, set by LoadOffline only, says why the identity hash
@@ -61,11 +65,12 @@ type Config struct {
 
 // restartOnly is what a running server reads at start only.
 type restartOnly struct {
-	Listen  Listen
-	Store   Store
-	Log     Log
-	Runtime Runtime
-	Reload  Reload
+	Listen   Listen
+	Store    Store
+	Identity Identity
+	Log      Log
+	Runtime  Runtime
+	Reload   Reload
 }
 
 // Bytes returns the content the configuration was parsed from (not to be
@@ -73,9 +78,10 @@ type restartOnly struct {
 func (c *Config) Bytes() []byte { return c.data }
 
 // RestartOnlyChanges names the sections that next sets differently from c
-// and that a running server reads at start only (listen, store, log,
-// runtime, reload): a reload to next leaves them as they are until a
-// restart.
+// and that a running server reads at start only (listen, store, identity,
+// log, runtime, reload): a reload to next leaves them as they are until a
+// restart. A secret rewritten behind an unchanged identity section is
+// found by ResolveReload, which reads it.
 func (c *Config) RestartOnlyChanges(next *Config) []string {
 	var changed []string
 	a, b := reflect.ValueOf(c.asRead), reflect.ValueOf(next.asRead)
@@ -303,28 +309,22 @@ func Default() *Config {
 	return c
 }
 
-// Load reads, validates and compiles the configuration file at path.
+// Load reads, validates and compiles the configuration file at path and
+// resolves what it names outside itself (Resolve): what serve and validate
+// run with.
 func Load(path string) (*Config, error) {
 	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
-}
-
-// LoadOffline is Load for a command that decides requests without serving
-// them and shares no bucket with anyone (floodgate replay, whose buckets
-// live for one run): an identity hash secret that cannot be read here (its
-// file or environment variable missing on an operator's laptop, or too
-// short) is replaced by a random one for this process, said in
-// SecretReplaced, and listen.tls files are not looked for. Everything else
-// is checked as Load checks it; serve and validate use Load and stay strict.
-func LoadOffline(path string) (*Config, error) {
-	data, err := ReadFile(path)
+	c, err := Parse(path, data)
 	if err != nil {
 		return nil, err
 	}
-	return parse(path, data, true)
+	if err := c.Resolve(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // EngineOptions returns the options Engine was compiled with, for a caller
@@ -398,10 +398,12 @@ func (ps Problems) Error() string {
 // is broken in a way that leaves parts of the file unread (a key set twice,
 // aliases expanding too far), the settings are not checked further, since
 // they would be checked against values the file does not hold.
-func Parse(file string, data []byte) (*Config, error) { return parse(file, data, false) }
-
-func parse(file string, data []byte, offline bool) (*Config, error) {
-	v := &validator{file: file, lines: map[string]int{}, reported: map[string]bool{}, offline: offline}
+//
+// Parse reads nothing but data: secrets, password files and TLS files are
+// resolved by Resolve, a separate step, so a file can be checked where its
+// secrets do not exist (floodgate validate --offline, in CI).
+func Parse(file string, data []byte) (*Config, error) {
+	v := &validator{file: file, lines: map[string]int{}, reported: map[string]bool{}}
 	if !utf8.Valid(data) {
 		line := 1 + bytes.Count(data[:firstInvalidUTF8(data)], []byte("\n"))
 		v.problem(line, "is not UTF-8 text: save the file as UTF-8")
@@ -425,13 +427,13 @@ func parse(file string, data []byte, offline bool) (*Config, error) {
 		return nil, v.problems
 	}
 	sum := sha256.Sum256(data)
-	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:]), data: data}
+	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:]), data: data, lines: v.lines}
 	root := doc.Content[0]
 	v.walk(root, reflect.TypeOf(c), "", nil)
 	if !v.unread {
 		v.decode(root, c)
 		v.check(c)
-		c.asRead = restartOnly{Listen: c.Listen, Store: c.Store, Log: c.Log, Runtime: c.Runtime, Reload: c.Reload}
+		c.asRead = restartOnly{Listen: c.Listen, Store: c.Store, Identity: c.Identity, Log: c.Log, Runtime: c.Runtime, Reload: c.Reload}
 	}
 	if len(v.problems) > 0 {
 		sort.SliceStable(v.problems, func(i, j int) bool { return v.problems[i].Line < v.problems[j].Line })
@@ -479,61 +481,4 @@ func yamlProblem(file, msg string) Problem {
 		}
 	}
 	return Problem{File: file, Msg: msg}
-}
-
-// RedisOptions returns the connection settings for redisstore.Dial, reading
-// the secrets now (a rotated password file takes effect on restart). Fields
-// the file leaves out stay zero: redisstore's defaults apply.
-func (c *Config) RedisOptions() (redisstore.Options, error) { return c.Store.Redis.options() }
-
-// settingError is a problem with one setting, named by its path.
-type settingError struct {
-	path string
-	err  error
-}
-
-func (e *settingError) Error() string { return e.path + ": " + e.err.Error() }
-
-func (r Redis) options() (redisstore.Options, error) {
-	pw, err := redisstore.ReadSecret(r.PasswordFile, r.PasswordEnv)
-	if err != nil {
-		return redisstore.Options{}, &settingError{secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv), err}
-	}
-	spw, err := redisstore.ReadSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv)
-	if err != nil {
-		return redisstore.Options{}, &settingError{secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv), err}
-	}
-	o := redisstore.Options{
-		Addresses: r.Addresses, Cluster: r.Cluster, SentinelMaster: r.SentinelMaster,
-		Username: r.Username, Password: pw, SentinelPassword: spw,
-		Timeout: r.Timeout.Duration, DialTimeout: r.DialTimeout.Duration,
-		PoolSize: r.PoolSize, MinIdleConns: r.MinIdleConns, Prefix: r.Prefix,
-	}
-	if t := r.TLS; t != nil {
-		o.TLS = &redisstore.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
-	}
-	return o, nil
-}
-
-// secretPath names the key a secret was read from: base_file or base_env
-// (base_file when both are set, the first of the two).
-func secretPath(base, file, env string) string {
-	if env != "" && file == "" {
-		return base + "_env"
-	}
-	return base + "_file"
-}
-
-// hashSecret reads the identity hash secret from its file or environment
-// variable; it must be long enough to resist guessing. Nil when neither is
-// set.
-func (id Identity) hashSecret() ([]byte, error) {
-	s, err := redisstore.ReadSecret(id.HashSecretFile, id.HashSecretEnv)
-	if err != nil || s == "" {
-		return nil, err
-	}
-	if s = strings.TrimSpace(s); len(s) < 16 {
-		return nil, fmt.Errorf("the hash secret holds %d characters; use at least 16", len(s))
-	}
-	return []byte(s), nil
 }

@@ -11,10 +11,11 @@ import (
 	"time"
 )
 
-// problemsFor parses y and returns its problems, failing when it parses.
+// problemsFor parses and resolves y and returns its problems, failing
+// when it loads.
 func problemsFor(t *testing.T, y string) Problems {
 	t.Helper()
-	_, err := Parse("bad.yaml", []byte(y))
+	_, err := parseResolved("bad.yaml", []byte(y))
 	var ps Problems
 	if !errors.As(err, &ps) {
 		t.Fatalf("err = %v, want Problems", err)

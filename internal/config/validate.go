@@ -23,9 +23,6 @@ type validator struct {
 	// too far: the settings are then not checked further.
 	unread  bool
 	aliased int // values reached through aliases so far
-	// offline: LoadOffline's relaxations (a random hash secret for one that
-	// cannot be read, no listen.tls files looked for).
-	offline bool
 }
 
 // maxAliasedValues bounds the values the file's aliases expand to, counted
