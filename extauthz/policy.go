@@ -69,8 +69,9 @@ type Engine struct {
 var policyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 var headerName = regexp.MustCompile("^:?[a-z0-9!#$%&'*+.^_`|~-]+$")
 
-// Compile checks specs and opts and builds an Engine. Its error is Errors:
-// every problem found, each at a path like "policies[1].key[0]".
+// Compile checks specs and opts and builds an Engine. Its error is a
+// fielderr.List: every problem found, each at a path like
+// "policies[1].key[0]".
 func Compile(specs []PolicySpec, opts Options) (*Engine, error) {
 	var el errorList
 	e := &Engine{hasher: newHasher(opts.HashSecret)}

@@ -356,7 +356,7 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
 	}
 	opts := resilient.Options{
-		Timeout:       cfg.Store.Redis.Timeout.Duration,
+		Timeout:       cfg.Store.Redis.Timeout,
 		Breaker:       resilient.BreakerOptions{Failures: cfg.Store.Breaker.Failures, OpenFor: cfg.Store.Breaker.OpenFor.Duration},
 		Logger:        log,
 		Registerer:    reg,

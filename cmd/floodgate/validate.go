@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
 // validate checks a configuration file: exit 0, or 1 with one
@@ -57,7 +58,7 @@ func parseOnly(path string) (*config.Config, error) {
 // printProblems prints a configuration error: one FILE:LINE: line per
 // problem when it is a list of them, else the error itself.
 func printProblems(w io.Writer, err error) {
-	var ps config.Problems
+	var ps fielderr.List
 	if !errors.As(err, &ps) {
 		fmt.Fprintln(w, err)
 		return

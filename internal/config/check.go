@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/fielderr"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
@@ -44,7 +45,7 @@ func (v *validator) check(c *Config) {
 		v.at("policies", "must list at least one policy")
 	}
 	eng, err := extauthz.Compile(c.Policies, c.EngineOptions())
-	var errs extauthz.Errors
+	var errs fielderr.List
 	if errors.As(err, &errs) {
 		for _, e := range errs {
 			v.at(e.Path, "%s", e.Msg)
@@ -109,8 +110,8 @@ const MaxBuckets = 1 << 28
 // checkRedis checks what store.redis holds for this package (pipelining);
 // the connection settings are redisstore's, checked by redisOptions.
 func (v *validator) checkRedis(r *Redis) {
-	v.durationIn("store.redis.timeout", &r.Timeout, 0, time.Millisecond, 10*time.Second, "and well under Envoy's ext_authz timeout")
-	v.durationIn("store.redis.dial_timeout", &r.DialTimeout, 0, time.Millisecond, time.Minute)
+	v.settingIn("store.redis.timeout", r.Timeout, time.Millisecond, 10*time.Second, "and well under Envoy's ext_authz timeout")
+	v.settingIn("store.redis.dial_timeout", r.DialTimeout, time.Millisecond, time.Minute)
 	if r.Pipeline == nil {
 		on := true
 		r.Pipeline = &on
@@ -133,9 +134,9 @@ func (v *validator) checkRedis(r *Redis) {
 }
 
 // redisOptions reports redisstore's own verdict on the connection
-// settings, each problem at the line of the setting it is about. The
-// passwords are not read here (Resolve reads them): one the file names
-// stands in as set.
+// settings, each problem at the line of the setting it is about (its path
+// under store.redis). The passwords are not read here (Resolve reads
+// them): one the file names stands in as set.
 func (v *validator) redisOptions(s *Store) {
 	r := &s.Redis
 	v.oneSecret("store.redis.password", r.PasswordFile, r.PasswordEnv)
@@ -146,12 +147,21 @@ func (v *validator) redisOptions(s *Store) {
 		}
 		return ""
 	}
-	o := r.unresolved(named(r.PasswordFile, r.PasswordEnv), named(r.SentinelPasswordFile, r.SentinelPasswordEnv))
-	var fes redisstore.FieldErrors
-	if errors.As(o.Validate(), &fes) {
-		for _, fe := range fes {
-			v.at(redisPath(fe.Field, r), "%s", fe.Msg)
+	o := r.Options
+	o.Password, o.SentinelPassword = named(r.PasswordFile, r.PasswordEnv), named(r.SentinelPasswordFile, r.SentinelPasswordEnv)
+	var fes fielderr.List
+	if !errors.As(o.Validate(), &fes) {
+		return
+	}
+	for _, fe := range fes {
+		path := "store.redis." + fe.Path
+		switch fe.Path {
+		case "password":
+			path = secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv)
+		case "sentinel_password":
+			path = secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv)
 		}
+		v.at(path, "%s", fe.Msg)
 	}
 }
 
@@ -163,29 +173,6 @@ func (v *validator) oneSecret(base, file, env string) {
 		_, err := redisstore.ReadSecret(file, env)
 		v.at(base+"_file", "%v", err)
 	}
-}
-
-// redisPath is the configuration key of a redisstore.Options field.
-func redisPath(field string, r *Redis) string {
-	name, index, _ := strings.Cut(field, "[")
-	key, ok := map[string]string{
-		"Addresses": "addresses", "SentinelMaster": "sentinel_master", "Cluster": "cluster",
-		"Username": "username", "Timeout": "timeout", "DialTimeout": "dial_timeout",
-		"PoolSize": "pool_size", "MinIdleConns": "min_idle_conns", "Prefix": "prefix",
-		"TLS.CAFile": "tls.ca_file", "TLS.CertFile": "tls.cert_file", "TLS.KeyFile": "tls.key_file",
-		"TLS.ServerName": "tls.server_name", "TLS.InsecureSkipVerify": "tls.insecure_skip_verify",
-	}[name]
-	switch {
-	case name == "Password":
-		return secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv)
-	case name == "SentinelPassword":
-		return secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv)
-	case !ok:
-		return "store.redis"
-	case index != "":
-		return "store.redis." + key + "[" + index
-	}
-	return "store.redis." + key
 }
 
 // MaxPipelineBatch bounds store.redis.pipeline_max_batch: a batch of this
@@ -237,6 +224,14 @@ func (v *validator) durationIn(path string, d *Duration, def, lo, hi time.Durati
 	}
 	if d.Duration < lo || d.Duration > hi {
 		v.at(path, "must be between %s and %s%s (got %v)", short(lo), short(hi), strings.Join(append([]string{""}, why...), ", "), d.Duration)
+	}
+}
+
+// settingIn checks that a library's duration the file sets is within
+// [lo, hi]; left out, it stays 0 and the library's default applies.
+func (v *validator) settingIn(path string, d, lo, hi time.Duration, why ...string) {
+	if _, set := v.lines[path]; set && (d < lo || d > hi) {
+		v.at(path, "must be between %s and %s%s (got %v)", short(lo), short(hi), strings.Join(append([]string{""}, why...), ", "), d)
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package config loads and validates Floodgate's YAML configuration. Every
 // problem is reported as FILE:LINE: what is wrong, all of them at once, so
-// `floodgate validate` fixes a file in one pass.
+// `floodgate validate` fixes a file in one pass: the error of Parse,
+// Resolve and Load for an invalid file is a fielderr.List, each problem
+// with its file, line and setting, in file order.
 package config
 
 import (
@@ -23,6 +25,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
 // Config is the whole configuration file. The key names are fixed by the
@@ -174,25 +178,19 @@ type OverLimitCache struct {
 	MaxEntries *int `yaml:"max_entries"` // default 100000; 0 turns it off
 }
 
-// Redis is the Redis connection.
+// Redis is the Redis connection and how decisions share it. The
+// connection settings are redisstore's own Options, read under their yaml
+// names as they are (addresses, cluster, sentinel_master, username,
+// timeout (default 50ms), dial_timeout (default 250ms), pool_size (default
+// 10 × CPUs), min_idle_conns, prefix (default fg:), tls); the passwords
+// are named here by file or variable and read by Resolve.
 type Redis struct {
-	Addresses      []string `yaml:"addresses"`       // one: standalone; several: Redis Cluster (or Sentinels)
-	Cluster        bool     `yaml:"cluster"`         // one address that is a Cluster seed (a managed cluster's endpoint)
-	SentinelMaster string   `yaml:"sentinel_master"` // use Sentinel: the master's name
-	Timeout        Duration `yaml:"timeout"`         // per decision (default 50ms)
-	Prefix         string   `yaml:"prefix"`          // key prefix (default fg:)
+	redisstore.Options `yaml:",inline"`
 
-	Username             string `yaml:"username"`
 	PasswordFile         string `yaml:"password_file"`
 	PasswordEnv          string `yaml:"password_env"`
 	SentinelPasswordFile string `yaml:"sentinel_password_file"`
 	SentinelPasswordEnv  string `yaml:"sentinel_password_env"`
-
-	TLS *RedisTLS `yaml:"tls"`
-
-	PoolSize     int      `yaml:"pool_size"`      // per node (default 10 × CPUs)
-	MinIdleConns int      `yaml:"min_idle_conns"` // kept warm (default 0)
-	DialTimeout  Duration `yaml:"dial_timeout"`   // default 250ms
 
 	// Pipeline sends decisions that are in flight at the same time to Redis
 	// together, as one pipeline per round trip: still one script call per
@@ -208,15 +206,6 @@ type Redis struct {
 	PipelineMaxBatch int      `yaml:"pipeline_max_batch"`
 	PipelineFlushers int      `yaml:"pipeline_flushers"`
 	PipelineWait     Duration `yaml:"pipeline_wait"`
-}
-
-// RedisTLS enables TLS to Redis.
-type RedisTLS struct {
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	ServerName         string `yaml:"server_name"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
 // Memory tunes the in-memory store.
@@ -366,32 +355,6 @@ func ReadFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// Problem is one thing wrong with a configuration.
-type Problem struct {
-	File string
-	Line int
-	Msg  string
-}
-
-func (p Problem) String() string {
-	if p.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Msg)
-	}
-	return p.File + ": " + p.Msg
-}
-
-// Problems is every problem found, in file order. It is the error Parse and
-// Load return for an invalid file.
-type Problems []Problem
-
-func (ps Problems) Error() string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
-	}
-	return strings.Join(s, "\n")
-}
-
 // Parse validates and compiles a configuration read from file (the name is
 // used in messages only). The shape of the file (keys, types, whole
 // numbers and their ranges, aliases, documents) is checked first; when it
@@ -412,7 +375,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && err != io.EOF {
-		return nil, Problems{yamlProblem(file, err.Error())}
+		return nil, fielderr.List{yamlProblem(file, err.Error())}
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); err != io.EOF {
@@ -470,15 +433,15 @@ func (v *validator) decode(root *yaml.Node, c *Config) {
 	}
 }
 
-// yamlProblem turns yaml.v3's "line N: msg" (or "yaml: line N: msg") into a Problem.
-func yamlProblem(file, msg string) Problem {
+// yamlProblem turns yaml.v3's "line N: msg" (or "yaml: line N: msg") into a problem.
+func yamlProblem(file, msg string) *fielderr.Error {
 	msg = strings.TrimPrefix(msg, "yaml: ")
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if num, text, ok := strings.Cut(rest, ": "); ok {
 			if n, err := strconv.Atoi(num); err == nil {
-				return Problem{File: file, Line: n, Msg: text}
+				return &fielderr.Error{File: file, Line: n, Msg: text}
 			}
 		}
 	}
-	return Problem{File: file, Msg: msg}
+	return &fielderr.Error{File: file, Msg: msg}
 }

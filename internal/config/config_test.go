@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
 const goodPolicy = `
@@ -82,7 +84,7 @@ policies:
     mode: shadow
 `
 	c := mustParse(t, y)
-	if c.Store.Redis.Timeout.Duration != 30*time.Millisecond || c.Store.OnFailure != "deny" || len(c.Engine.Policies) != 1 || !c.Engine.Policies[0].Shadow {
+	if c.Store.Redis.Timeout != 30*time.Millisecond || c.Store.OnFailure != "deny" || len(c.Engine.Policies) != 1 || !c.Engine.Policies[0].Shadow {
 		t.Errorf("loaded: %+v", c.Store)
 	}
 }
@@ -163,9 +165,9 @@ func TestBrokenConfigsNameFileAndLine(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseResolved("bad.yaml", []byte(tc.yaml))
-			var ps Problems
+			var ps fielderr.List
 			if !errors.As(err, &ps) {
-				t.Fatalf("err = %v, want Problems", err)
+				t.Fatalf("err = %v, want a fielderr.List", err)
 			}
 			got := err.Error()
 			for _, w := range tc.want {

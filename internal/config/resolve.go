@@ -165,22 +165,9 @@ func (r Redis) options() (redisstore.Options, error) {
 	if err != nil {
 		return redisstore.Options{}, &settingError{secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv), err}
 	}
-	return r.unresolved(pw, spw), nil
-}
-
-// unresolved builds the options from the file's settings and the given
-// passwords (Parse gives stand-ins for the ones the file names).
-func (r Redis) unresolved(password, sentinelPassword string) redisstore.Options {
-	o := redisstore.Options{
-		Addresses: r.Addresses, Cluster: r.Cluster, SentinelMaster: r.SentinelMaster,
-		Username: r.Username, Password: password, SentinelPassword: sentinelPassword,
-		Timeout: r.Timeout.Duration, DialTimeout: r.DialTimeout.Duration,
-		PoolSize: r.PoolSize, MinIdleConns: r.MinIdleConns, Prefix: r.Prefix,
-	}
-	if t := r.TLS; t != nil {
-		o.TLS = &redisstore.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
-	}
-	return o
+	o := r.Options
+	o.Password, o.SentinelPassword = pw, spw
+	return o, nil
 }
 
 // secretPath names the key a secret was read from: base_file or base_env
