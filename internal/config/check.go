@@ -93,7 +93,10 @@ func (v *validator) checkStore(s *Store) {
 	v.durationIn("store.failure_retry_after", &s.FailureRetryAfter, DefaultFailureRetryAfter, time.Second, time.Hour)
 	v.intIn("store.breaker.failures", &s.Breaker.Failures, 0, 1, math.MaxInt32)
 	v.durationIn("store.breaker.open_for", &s.Breaker.OpenFor, 0, time.Millisecond, time.Minute)
-	if m := s.OverLimitCache.MaxEntries; m != nil && *m < 0 {
+	if m := s.OverLimitCache.MaxEntries; m == nil {
+		d := DefaultOverLimitEntries
+		s.OverLimitCache.MaxEntries = &d
+	} else if *m < 0 {
 		v.at("store.over_limit_cache.max_entries", "must be >= 0 (got %d)", *m)
 	}
 	v.intIn("store.memory.max_buckets", &s.Memory.MaxBuckets, 0, 1, MaxBuckets)

@@ -175,7 +175,7 @@ type Breaker struct {
 // OverLimitCache tunes the cache that denies, without a Redis call, requests
 // that cannot pass before their Retry-After.
 type OverLimitCache struct {
-	MaxEntries *int `yaml:"max_entries"` // default 100000; 0 turns it off
+	MaxEntries *int `yaml:"max_entries"` // default DefaultOverLimitEntries; 0 turns it off
 }
 
 // Redis is the Redis connection and how decisions share it. The
@@ -280,6 +280,10 @@ const (
 	MaxMaxRequestBytes          = 256 << 20
 	DefaultMaxConcurrentStreams = 1024
 	DefaultKeepaliveMinTime     = 10 * time.Second
+	DefaultOverLimitEntries     = 100_000
+	// ReclaimInterval is how often an in-memory store drops its full
+	// buckets, returning the memory of callers that went idle.
+	ReclaimInterval = 10 * time.Second
 )
 
 //go:embed default.yaml
