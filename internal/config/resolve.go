@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,8 +18,8 @@ import (
 // identity hash secret (Engine is compiled again, keyed with it), the Redis
 // passwords (store.backend: redis) and the TLS files of listen.tls and
 // store.redis.tls, which must exist and, for Redis, load. Every problem is
-// reported at the line of the setting that names the file or variable, as
-// Problems. Parse reads none of them: a configuration is checked on a
+// reported at the line of the setting that names the file or variable, in
+// a fielderr.List. Parse reads none of them: a configuration is checked on a
 // machine that lacks the secrets, and a reload does not read again what a
 // running server read at start (ResolveReload).
 func (c *Config) Resolve() error {
@@ -75,7 +76,7 @@ func (c *Config) ResolveReload(running *Config) (changed []string, secretErr err
 	changed = running.RestartOnlyChanges(c)
 	secret, err := c.Identity.hashSecret()
 	if err != nil || !bytes.Equal(secret, running.hashSecret) {
-		if !contains(changed, "identity") {
+		if !slices.Contains(changed, "identity") {
 			changed = insertSection(changed, "identity")
 		}
 		if err != nil {
@@ -88,15 +89,6 @@ func (c *Config) ResolveReload(running *Config) (changed []string, secretErr err
 	return changed, secretErr
 }
 
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // insertSection adds section to changed in the order of restartOnly's
 // fields, the order RestartOnlyChanges names them in.
 func insertSection(changed []string, section string) []string {
@@ -104,7 +96,7 @@ func insertSection(changed []string, section string) []string {
 	out := make([]string, 0, len(changed)+1)
 	for i := 0; i < t.NumField(); i++ {
 		s := strings.ToLower(t.Field(i).Name)
-		if s == section || contains(changed, s) {
+		if s == section || slices.Contains(changed, s) {
 			out = append(out, s)
 		}
 	}
