@@ -342,8 +342,8 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 	}
 	gs := x.GetGrpcService()
 	timeout := gs.GetTimeout().AsDuration()
-	if gs.GetTimeout() == nil || timeout <= cfg.Store.Redis.Timeout.Duration {
-		bad("ext_authz grpc_service.timeout (%v) must be above Floodgate's store.redis.timeout (%v), so Floodgate's failure mode answers before Envoy's", timeout, cfg.Store.Redis.Timeout.Duration)
+	if gs.GetTimeout() == nil || timeout <= cfg.Store.Redis.Timeout {
+		bad("ext_authz grpc_service.timeout (%v) must be above Floodgate's store.redis.timeout (%v), so Floodgate's failure mode answers before Envoy's", timeout, cfg.Store.Redis.Timeout)
 	}
 	if timeout > time.Second {
 		bad("ext_authz grpc_service.timeout (%v) is above 1s: every request would wait that long on a hung Floodgate", timeout)

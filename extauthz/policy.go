@@ -69,8 +69,9 @@ type Engine struct {
 var policyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 var headerName = regexp.MustCompile("^:?[a-z0-9!#$%&'*+.^_`|~-]+$")
 
-// Compile checks specs and opts and builds an Engine. Its error is Errors:
-// every problem found, each at a path like "policies[1].key[0]".
+// Compile checks specs and opts and builds an Engine. Its error is a
+// fielderr.List: every problem found, each at a path like
+// "policies[1].key[0]".
 func Compile(specs []PolicySpec, opts Options) (*Engine, error) {
 	var el errorList
 	e := &Engine{hasher: newHasher(opts.HashSecret)}
@@ -141,12 +142,33 @@ func compileClientIP(s ClientIPSpec, el *errorList) ClientIP {
 	return c
 }
 
+// compilePolicy checks one policy and builds it, reporting each problem at
+// its path under at; nil when it has any. Each concern has its own step, in
+// the order the keys are documented.
 func compilePolicy(s *PolicySpec, at string, el *errorList) *Policy {
 	n := len(el.errs)
-	p := &Policy{Name: s.Name, cost: s.Cost, costHeader: strings.ToLower(s.CostHeader), maxCost: s.MaxCost}
+	p := &Policy{Name: s.Name}
 	if !policyName.MatchString(s.Name) {
 		el.add(at+".name", "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit (got %q)", s.Name)
 	}
+	p.Limit = compileLimit(s, at, el)
+	p.Shadow, p.skipMissed = compileModes(s, at, el)
+	p.cost, p.costHeader, p.maxCost = compileCost(s, at, el)
+	p.match = compileMatch(&s.Match, at+".match", el)
+	p.keys, p.printHdrs = compileKeys(s, at, el)
+	if p.match.tcp {
+		checkTCP(p, s, at, el)
+	}
+	if len(el.errs) > n {
+		return nil
+	}
+	p.render()
+	return p
+}
+
+// compileLimit reads capacity and refill_per_second into a Limit (zero
+// when either is wrong).
+func compileLimit(s *PolicySpec, at string, el *errorList) limiter.Limit {
 	if s.Capacity <= 0 {
 		el.add(at+".capacity", "must be a whole number > 0 (got %d)", s.Capacity)
 	}
@@ -159,56 +181,75 @@ func compilePolicy(s *PolicySpec, at string, el *errorList) *Policy {
 	case err != nil:
 		el.add(at+".refill_per_second", "must be a number > 0 such as 10, 0.5 or 1/60 (got %q)", s.RefillPerSecond)
 	case s.Capacity > 0:
-		if p.Limit, err = limiter.NewLimit(s.Capacity, rate); errors.Is(err, limiter.ErrRateRange) {
+		l, err := limiter.NewLimit(s.Capacity, rate)
+		if errors.Is(err, limiter.ErrRateRange) {
 			el.add(at+".refill_per_second", "%v", err)
 		} else if err != nil {
 			el.add(at+".capacity", "%v", err)
 		}
+		return l
 	}
+	return limiter.Limit{}
+}
+
+// compileModes reads mode and on_missing_key.
+func compileModes(s *PolicySpec, at string, el *errorList) (shadow, skipMissed bool) {
 	switch s.Mode {
 	case "", "enforce":
 	case "shadow":
-		p.Shadow = true
+		shadow = true
 	default:
 		el.add(at+".mode", "must be enforce or shadow (got %q)", s.Mode)
 	}
 	switch s.OnMissingKey {
 	case "", "shared":
 	case "skip":
-		p.skipMissed = true
+		skipMissed = true
 	default:
 		el.add(at+".on_missing_key", "must be shared or skip (got %q)", s.OnMissingKey)
 	}
-	if p.cost == 0 {
-		p.cost = 1
-	} else if p.cost < 0 {
+	return shadow, skipMissed
+}
+
+// compileCost reads cost (default 1), cost_header and max_cost (default
+// the capacity).
+func compileCost(s *PolicySpec, at string, el *errorList) (cost int64, header string, maxCost int64) {
+	cost, header, maxCost = s.Cost, strings.ToLower(s.CostHeader), s.MaxCost
+	if cost == 0 {
+		cost = 1
+	} else if cost < 0 {
 		el.add(at+".cost", "must be a whole number >= 1 (got %d)", s.Cost)
-	} else if s.Capacity > 0 && p.cost > s.Capacity {
+	} else if s.Capacity > 0 && cost > s.Capacity {
 		el.add(at+".cost", "%d exceeds the capacity %d: no request could ever pass", s.Cost, s.Capacity)
 	}
-	if p.costHeader != "" && !headerName.MatchString(p.costHeader) {
+	if header != "" && !headerName.MatchString(header) {
 		el.add(at+".cost_header", "not a header name: %q", s.CostHeader)
 	}
-	if p.maxCost == 0 {
-		p.maxCost = s.Capacity
-	} else if p.maxCost < 0 {
+	if maxCost == 0 {
+		maxCost = s.Capacity
+	} else if maxCost < 0 {
 		el.add(at+".max_cost", "must be >= 1 (got %d)", s.MaxCost)
 	}
 	if s.MaxCost != 0 && s.CostHeader == "" {
 		el.add(at+".max_cost", "only bounds cost_header, which is not set")
 	}
-	p.match = compileMatch(&s.Match, at+".match", el)
+	return cost, header, maxCost
+}
+
+// compileKeys reads the key sources and the headers a fingerprint hashes.
+func compileKeys(s *PolicySpec, at string, el *errorList) (keys []keySource, printHdrs []string) {
 	if len(s.Key) == 0 {
 		el.add(at+".key", "is required: a list of sources such as [header:x-api-key, client_ip]")
 	}
 	for i, src := range s.Key {
-		if k, err := parseKeySource(src); err != nil {
+		k, err := parseKeySource(src)
+		if err != nil {
 			el.add(fmt.Sprintf("%s.key[%d]", at, i), "%v", err)
-		} else {
-			p.keys = append(p.keys, k)
-			if k.kind == srcFingerprint && len(s.FingerprintHeaders) == 0 {
-				el.add(fmt.Sprintf("%s.key[%d]", at, i), "fingerprint needs fingerprint_headers (e.g. [user-agent, x-ja4])")
-			}
+			continue
+		}
+		keys = append(keys, k)
+		if k.kind == srcFingerprint && len(s.FingerprintHeaders) == 0 {
+			el.add(fmt.Sprintf("%s.key[%d]", at, i), "fingerprint needs fingerprint_headers (e.g. [user-agent, x-ja4])")
 		}
 	}
 	for i, h := range s.FingerprintHeaders {
@@ -216,26 +257,31 @@ func compilePolicy(s *PolicySpec, at string, el *errorList) *Policy {
 		if !headerName.MatchString(h) {
 			el.add(fmt.Sprintf("%s.fingerprint_headers[%d]", at, i), "not a header name: %q", s.FingerprintHeaders[i])
 		}
-		p.printHdrs = append(p.printHdrs, h)
+		printHdrs = append(printHdrs, h)
 	}
-	if p.match.tcp {
-		for i, k := range p.keys {
-			if k.kind != srcClientIP {
-				el.add(fmt.Sprintf("%s.key[%d]", at, i), "a tcp policy is keyed by the connection's address: use client_ip (got %q)", s.Key[i])
-			}
+	return keys, printHdrs
+}
+
+// checkTCP reports what a tcp policy cannot read: a check from Envoy's
+// network filter carries the connection's address and no headers.
+func checkTCP(p *Policy, s *PolicySpec, at string, el *errorList) {
+	for i, k := range p.keys {
+		if k.kind != srcClientIP {
+			el.add(fmt.Sprintf("%s.key[%d]", at, i), "a tcp policy is keyed by the connection's address: use client_ip (got %q)", s.Key[i])
 		}
-		if p.costHeader != "" {
-			el.add(at+".cost_header", "a tcp check has no headers")
-		}
 	}
-	if len(el.errs) > n {
-		return nil
+	if p.costHeader != "" {
+		el.add(at+".cost_header", "a tcp check has no headers")
 	}
+}
+
+// render fills what the response headers repeat for p: its capacity and
+// window as text, and its RateLimit-Policy member.
+func (p *Policy) render() {
 	num, den := p.Limit.Rate.Fraction()
 	p.window = ceilDiv(p.Limit.Capacity*den, num)
 	p.capacity = strconv.FormatInt(p.Limit.Capacity, 10)
 	p.policyMember = `"` + p.Name + `";q=` + p.capacity + ";w=" + strconv.FormatInt(p.window, 10)
-	return p
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

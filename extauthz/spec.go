@@ -1,9 +1,6 @@
 package extauthz
 
-import (
-	"fmt"
-	"strings"
-)
+import "github.com/floodgate/floodgate/internal/fielderr"
 
 // PolicySpec is one policy as configured (the `policies:` list of the YAML
 // configuration). Compile checks it and turns it into a Policy.
@@ -58,35 +55,10 @@ type HeaderMatchSpec struct {
 	Present *bool  `yaml:"present"`
 }
 
-// FieldError is a configuration error at a path such as
-// "policies[2].capacity"; the config loader turns paths into file:line.
-type FieldError struct {
-	Path string
-	Msg  string
-}
+// errorList collects Compile's problems, each at a path such as
+// "policies[2].capacity"; the config loader puts each at its file and line.
+type errorList struct{ errs fielderr.List }
 
-func (e *FieldError) Error() string { return e.Path + ": " + e.Msg }
+func (l *errorList) add(path, format string, args ...any) { l.errs.Add(path, format, args...) }
 
-// Errors is every problem Compile found, in order.
-type Errors []*FieldError
-
-func (es Errors) Error() string {
-	s := make([]string, len(es))
-	for i, e := range es {
-		s[i] = e.Error()
-	}
-	return strings.Join(s, "\n")
-}
-
-type errorList struct{ errs Errors }
-
-func (l *errorList) add(path, format string, args ...any) {
-	l.errs = append(l.errs, &FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
-}
-
-func (l *errorList) err() error {
-	if len(l.errs) == 0 {
-		return nil
-	}
-	return l.errs
-}
+func (l *errorList) err() error { return l.errs.Err() }

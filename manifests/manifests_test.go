@@ -534,8 +534,8 @@ func problems(b *bundle) []string {
 
 	// Istio: the policy's provider is declared, and resolves to our Service and port.
 	checkTimeout := func(what string, to time.Duration) {
-		if to <= cfg.Store.Redis.Timeout.Duration || to > time.Second {
-			bad("%s timeout %v: set it above Floodgate's store.redis.timeout (%v) and at most 1s", what, to, cfg.Store.Redis.Timeout.Duration)
+		if to <= cfg.Store.Redis.Timeout || to > time.Second {
+			bad("%s timeout %v: set it above Floodgate's store.redis.timeout (%v) and at most 1s", what, to, cfg.Store.Redis.Timeout)
 		}
 	}
 	svcHost := fs.Name + "." + fs.Namespace + ".svc.cluster.local"

@@ -20,8 +20,11 @@ import (
 // including Kubernetes' ConfigMap update, which swaps a `..data` symlink and
 // leaves the file's own path untouched. An invalid file changes nothing:
 // its problems are logged with file:line and the running policies stay.
-// Listen addresses, the store, the log, the runtime and reload settings are
-// read at start only: a reload that changes them says so.
+// Listen addresses, the store, the identity hash secret, the log, the
+// runtime and reload settings are read at start only: a reload that changes
+// them says so. A new secret would re-key every caller's bucket, replica by
+// replica, so it waits for a restart (docs/configuration.md says how to
+// rotate it).
 type reloader struct {
 	path    string
 	server  *extauthz.Server
@@ -52,7 +55,7 @@ func newReloader(cfg *config.Config, path string, s *extauthz.Server, log *zap.L
 		}),
 		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_config_reload_ignored_total",
-			Help: "Applied reloads that changed a section read at start only (listen, store, log, runtime, reload), by section: the change waits for a restart.",
+			Help: "Applied reloads that changed a section read at start only (listen, store, identity, log, runtime, reload), by section: the change waits for a restart.",
 		}, []string{"section"}),
 	}
 	reg.MustRegister(r.info, r.failures, r.reloads, r.ignored)
@@ -89,12 +92,16 @@ func (r *reloader) reload(force bool) {
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
+	changed, secretErr := cfg.ResolveReload(r.started)
 	r.server.SetEngine(cfg.Engine)
 	r.info.Reset()
 	r.info.WithLabelValues(cfg.Digest).Set(1)
 	r.reloads.Inc()
 	fields := []zap.Field{zap.String("config", r.path), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest)}
-	if changed := r.started.RestartOnlyChanges(cfg); len(changed) > 0 {
+	if secretErr != nil {
+		fields = append(fields, zap.NamedError("identity_secret", secretErr))
+	}
+	if len(changed) > 0 {
 		for _, s := range changed {
 			r.ignored.WithLabelValues(s).Inc()
 		}

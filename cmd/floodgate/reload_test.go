@@ -1,11 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
 func policyYAML(capacity string) string {
@@ -70,4 +74,88 @@ func TestAConfigMapSymlinkSwapIsReloaded(t *testing.T) {
 	version("..2026_11_29_10_05_00.2", "9")
 	os.RemoveAll(filepath.Join(dir, "..2026_11_29_10_00_00.1"))
 	waitFor(t, 5*time.Second, "the swapped ConfigMap to be served", func() bool { return limit() == "9" })
+}
+
+// TestARotatedHashSecretWaitsForARestart: rewriting the file behind
+// identity.hash_secret_file and reloading once gave every caller a new
+// bucket key, so a caller who had spent their bucket got a full one, with
+// nothing logged or counted. The secret is read at start only: the spent
+// bucket stays spent, and the reload names and counts identity.
+func TestARotatedHashSecretWaitsForARestart(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "hash-secret")
+	if err := os.WriteFile(secret, []byte("first-secret-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "floodgate.yaml")
+	cfg := "listen: {grpc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nreload: {watch: false}\nidentity: {hash_secret_file: " + secret + "}\n" +
+		"policies:\n  - {name: a, key: [client_ip], capacity: 2, refill_per_second: 1/3600}\n"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startCommand(t, "serve", "--config", path)
+	caller := request(t, "/x", "203.0.113.7")
+	for i := 0; i < 2; i++ {
+		if !isAllowed(p.Check(t, caller)) {
+			t.Fatalf("request %d of a capacity of 2 was denied", i+1)
+		}
+	}
+	if isAllowed(p.Check(t, caller)) {
+		t.Fatal("the third request of a capacity of 2 passed")
+	}
+
+	if err := os.WriteFile(secret, []byte("second-secret-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 5*time.Second, "the reload to be logged", func() bool { return strings.Contains(p.Output(), `"msg":"reloaded`) })
+	if isAllowed(p.Check(t, caller)) {
+		t.Error("after the secret was rotated and reloaded, a caller who had spent their bucket got a full one")
+	}
+	if !strings.Contains(p.Output(), `"msg":"reloaded the policies; changes to identity take effect on restart only"`) {
+		t.Errorf("the reload does not say the secret waits for a restart:\n%s", p.Output())
+	}
+	if body := metrics(t, p); !strings.Contains(body, `floodgate_config_reload_ignored_total{section="identity"} 1`) {
+		t.Errorf("/metrics does not count the ignored identity change:\n%s", grep(body, "floodgate_config"))
+	}
+}
+
+// TestAReloadAppliesPoliciesWhenTheRedisPasswordFileIsGone: the Redis
+// password is read at start only, so a reload does not read it again; a
+// password file that has gone (a Secret unmounted, say) once made every
+// reload fail, new policies and all.
+func TestAReloadAppliesPoliciesWhenTheRedisPasswordFileIsGone(t *testing.T) {
+	srv := redistest.StartWith(t, redistest.Config{Password: "s3cret-pass"})
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "redis-password")
+	if err := os.WriteFile(pw, []byte("s3cret-pass\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "floodgate.yaml")
+	write := func(capacity int) {
+		cfg := fmt.Sprintf("listen: {grpc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nreload: {watch: false}\n"+
+			"store: {backend: redis, redis: {addresses: [%q], password_file: %s}}\n"+
+			"policies:\n  - {name: a, key: [client_ip], capacity: %d, refill_per_second: 1}\n", srv.Addr, pw, capacity)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(3)
+	p := startCommand(t, "serve", "--config", path)
+	limit := func() string { return hdr(p.Check(t, request(t, "/x", "203.0.113.9")), "ratelimit-limit") }
+	if got := limit(); got != "3" {
+		t.Fatalf("limit %q at start, want 3", got)
+	}
+	if err := os.Remove(pw); err != nil {
+		t.Fatal(err)
+	}
+	write(5)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 5*time.Second, "the reload to be logged", func() bool { return strings.Contains(p.Output(), "reload") })
+	if got := limit(); got != "5" {
+		t.Errorf("limit %q after the reload, want the new 5\n%s", got, p.Output())
+	}
+	if body := metrics(t, p); !strings.Contains(body, "floodgate_config_reload_failures_total 0") {
+		t.Errorf("a reload failed:\n%s", grep(body, "floodgate_config"))
+	}
 }

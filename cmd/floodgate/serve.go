@@ -322,7 +322,7 @@ type builtStore struct {
 func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*builtStore, error) {
 	if cfg.Store.Backend != "redis" {
 		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
-		stop := reclaimEvery(m, 10*time.Second)
+		stop := reclaimEvery(m, config.ReclaimInterval)
 		return &builtStore{main: m, shadow: m, status: alwaysExact{}, close: stop}, nil
 	}
 	ro, err := cfg.RedisOptions()
@@ -356,7 +356,7 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
 	}
 	opts := resilient.Options{
-		Timeout:       cfg.Store.Redis.Timeout.Duration,
+		Timeout:       cfg.Store.Redis.Timeout,
 		Breaker:       resilient.BreakerOptions{Failures: cfg.Store.Breaker.Failures, OpenFor: cfg.Store.Breaker.OpenFor.Duration},
 		Logger:        log,
 		Registerer:    reg,
@@ -364,17 +364,14 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		ProbeInterval: probeInterval,
 		Permanent:     redisstore.Permanent,
 	}
-	opts.OverLimitEntries = 100_000
-	if m := cfg.Store.OverLimitCache.MaxEntries; m != nil {
-		opts.OverLimitEntries = *m
-	}
+	opts.OverLimitEntries = *cfg.Store.OverLimitCache.MaxEntries
 	// The pipelined store stops before the client closes (closers run in order).
 	var rstore *redisstore.Store
 	if *cfg.Store.Redis.Pipeline {
 		rstore = redisstore.NewPipelined(client, ro.Prefix, redisstore.PipelineOptions{
 			MaxBatch: cfg.Store.Redis.PipelineMaxBatch,
 			Flushers: cfg.Store.Redis.PipelineFlushers,
-			Wait:     pipelineWait(cfg.Store.Redis.PipelineWait.Duration),
+			Wait:     cfg.Store.Redis.PipelineWait.Duration,
 			OnBatch:  pipelineMetrics(reg),
 		})
 	} else {
@@ -384,7 +381,7 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	closers := []func(){rstore.Close, func() { client.Close() }}
 	if cfg.Store.OnFailure == "local" {
 		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
-		closers = append(closers, reclaimEvery(m, 10*time.Second))
+		closers = append(closers, reclaimEvery(m, config.ReclaimInterval))
 		opts.Fallback, opts.FallbackShare = m, share
 	}
 	rs, err := resilient.New(rstore, opts)
@@ -401,16 +398,6 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 			c()
 		}
 	}}, nil
-}
-
-// pipelineWait is store.redis.pipeline_wait as redisstore reads it: the
-// validator has put the default in place of a wait left out, so 0 is the
-// file's 0s, never wait.
-func pipelineWait(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
 
 // pipelineMetrics registers how deep the Redis pipelines run and returns

@@ -363,17 +363,3 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
-
-// store.redis.pipeline_wait: 0s turns the wait off, which redisstore spells
-// as a negative Wait (its zero is "the default").
-func TestPipelineWaitZeroTurnsTheWaitOff(t *testing.T) {
-	for _, tc := range []struct{ in, want time.Duration }{
-		{0, -1},
-		{100 * time.Microsecond, 100 * time.Microsecond},
-		{2 * time.Millisecond, 2 * time.Millisecond},
-	} {
-		if got := pipelineWait(tc.in); got != tc.want {
-			t.Errorf("pipelineWait(%v) = %v, want %v", tc.in, got, tc.want)
-		}
-	}
-}

@@ -105,3 +105,44 @@ func TestASIGHUPRightAfterServingReloads(t *testing.T) {
 		p.Stop(t)
 	}
 }
+
+// TestValidateOfflineChecksTheFileWithoutItsSecrets: the shipped
+// envoy/floodgate.yaml reads its identity hash secret from
+// FLOODGATE_HASH_SECRET, which CI does not have. Plain validate refuses it
+// there, naming the setting, as serve would; --offline checks the file
+// alone and says what it did not read; a mistake in the file is still one.
+func TestValidateOfflineChecksTheFileWithoutItsSecrets(t *testing.T) {
+	shipped := filepath.Join("..", "..", "envoy", "floodgate.yaml")
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLOODGATE_HASH_SECRET=") {
+			env = append(env, kv)
+		}
+	}
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(binary, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	if out, code := run("validate", "--config", shipped); code != 1 || !strings.Contains(out, "identity.hash_secret_env: environment variable FLOODGATE_HASH_SECRET is not set") {
+		t.Errorf("validate without the secret: exit %d\n%s", code, out)
+	}
+	if out, code := run("validate", "--offline", "--config", shipped); code != 0 || !strings.Contains(out, shipped+": ok (") || !strings.Contains(out, "--offline: no secret or TLS file read") {
+		t.Errorf("validate --offline: exit %d\n%s", code, out)
+	}
+	broken := filepath.Join(t.TempDir(), "broken.yaml")
+	os.WriteFile(broken, []byte("identity: {hash_secret_env: FLOODGATE_HASH_SECRET}\npolicies:\n  - {name: a, key: [client_ip], capacity: 0, refill_per_second: 1}\n"), 0o600)
+	if out, code := run("validate", "--offline", "--config", broken); code != 1 || !strings.Contains(out, broken+":3: policies[0].capacity") || strings.Contains(out, "FLOODGATE_HASH_SECRET") {
+		t.Errorf("validate --offline on a broken file: exit %d\n%s", code, out)
+	}
+	if out, code := run("validate", "--offline", "--connect", "--config", shipped); code != 2 {
+		t.Errorf("validate --offline --connect: exit %d, want 2 (a usage error)\n%s", code, out)
+	}
+}

@@ -1,17 +1,16 @@
 package config
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/fielderr"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
@@ -41,25 +40,12 @@ func (v *validator) check(c *Config) {
 	} else if r := *c.Runtime.MemoryLimitRatio; !(r >= 0 && r <= 1) {
 		v.at("runtime.memory_limit_ratio", "must be a fraction in [0, 1], e.g. 0.9; 0 sets no limit (got %v)", r)
 	}
-	secret, err := c.Identity.hashSecret()
-	if err != nil {
-		at := secretPath("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv)
-		if v.offline && !(c.Identity.HashSecretFile != "" && c.Identity.HashSecretEnv != "") {
-			// What is missing is this machine's, not the file's: a run
-			// whose buckets are its own needs no shared secret.
-			secret = make([]byte, 32)
-			rand.Read(secret)
-			c.SecretReplaced = fmt.Sprintf("%s: %v", at, err)
-		} else {
-			v.at(at, "%v", err)
-		}
-	}
-	c.hashSecret = secret
+	v.oneSecret("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv)
 	if len(c.Policies) == 0 {
 		v.at("policies", "must list at least one policy")
 	}
 	eng, err := extauthz.Compile(c.Policies, c.EngineOptions())
-	var errs extauthz.Errors
+	var errs fielderr.List
 	if errors.As(err, &errs) {
 		for _, e := range errs {
 			v.at(e.Path, "%s", e.Msg)
@@ -88,9 +74,6 @@ func (v *validator) checkListen(l *Listen) {
 		if t.CertFile == "" || t.KeyFile == "" {
 			v.at("listen.tls", "needs cert_file and key_file")
 		}
-		if !v.offline { // a command that listens on nothing reads none of them
-			v.filesExist("listen.tls", map[string]string{"cert_file": t.CertFile, "key_file": t.KeyFile, "client_ca_file": t.ClientCAFile})
-		}
 		if len(t.AllowedSANs) > 0 && t.ClientCAFile == "" {
 			v.at("listen.tls.allowed_sans", "needs client_ca_file: without mTLS there is no client identity to check")
 		}
@@ -110,7 +93,10 @@ func (v *validator) checkStore(s *Store) {
 	v.durationIn("store.failure_retry_after", &s.FailureRetryAfter, DefaultFailureRetryAfter, time.Second, time.Hour)
 	v.intIn("store.breaker.failures", &s.Breaker.Failures, 0, 1, math.MaxInt32)
 	v.durationIn("store.breaker.open_for", &s.Breaker.OpenFor, 0, time.Millisecond, time.Minute)
-	if m := s.OverLimitCache.MaxEntries; m != nil && *m < 0 {
+	if m := s.OverLimitCache.MaxEntries; m == nil {
+		d := DefaultOverLimitEntries
+		s.OverLimitCache.MaxEntries = &d
+	} else if *m < 0 {
 		v.at("store.over_limit_cache.max_entries", "must be >= 0 (got %d)", *m)
 	}
 	v.intIn("store.memory.max_buckets", &s.Memory.MaxBuckets, 0, 1, MaxBuckets)
@@ -127,8 +113,8 @@ const MaxBuckets = 1 << 28
 // checkRedis checks what store.redis holds for this package (pipelining);
 // the connection settings are redisstore's, checked by redisOptions.
 func (v *validator) checkRedis(r *Redis) {
-	v.durationIn("store.redis.timeout", &r.Timeout, 0, time.Millisecond, 10*time.Second, "and well under Envoy's ext_authz timeout")
-	v.durationIn("store.redis.dial_timeout", &r.DialTimeout, 0, time.Millisecond, time.Minute)
+	v.settingIn("store.redis.timeout", r.Timeout, time.Millisecond, 10*time.Second, "and well under Envoy's ext_authz timeout")
+	v.settingIn("store.redis.dial_timeout", r.DialTimeout, time.Millisecond, time.Minute)
 	if r.Pipeline == nil {
 		on := true
 		r.Pipeline = &on
@@ -150,48 +136,46 @@ func (v *validator) checkRedis(r *Redis) {
 	}
 }
 
-// redisOptions builds the options serve will dial with (reading the
-// secrets) and reports redisstore's own verdict on them, each problem at
-// the line of the setting it is about.
+// redisOptions reports redisstore's own verdict on the connection
+// settings, each problem at the line of the setting it is about (its path
+// under store.redis). The passwords are not read here (Resolve reads
+// them): one the file names stands in as set.
 func (v *validator) redisOptions(s *Store) {
-	o, err := s.Redis.options()
-	var se *settingError
-	if errors.As(err, &se) {
-		v.at(se.path, "%v", se.err)
+	r := &s.Redis
+	v.oneSecret("store.redis.password", r.PasswordFile, r.PasswordEnv)
+	v.oneSecret("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv)
+	named := func(file, env string) string {
+		if file != "" || env != "" {
+			return "(named, read by Resolve)"
+		}
+		return ""
+	}
+	o := r.Options
+	o.Password, o.SentinelPassword = named(r.PasswordFile, r.PasswordEnv), named(r.SentinelPasswordFile, r.SentinelPasswordEnv)
+	var fes fielderr.List
+	if !errors.As(o.Validate(), &fes) {
 		return
 	}
-	var fes redisstore.FieldErrors
-	if errors.As(o.Validate(), &fes) {
-		for _, fe := range fes {
-			v.at(redisPath(fe.Field, &s.Redis), "%s", fe.Msg)
+	for _, fe := range fes {
+		path := "store.redis." + fe.Path
+		switch fe.Path {
+		case "password":
+			path = secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv)
+		case "sentinel_password":
+			path = secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv)
 		}
-	}
-	if _, err := o.TLS.Config(); err != nil {
-		v.at("store.redis.tls", "%v", strings.TrimPrefix(err.Error(), redisstore.ErrOptions.Error()+": "))
+		v.at(path, "%s", fe.Msg)
 	}
 }
 
-// redisPath is the configuration key of a redisstore.Options field.
-func redisPath(field string, r *Redis) string {
-	name, index, _ := strings.Cut(field, "[")
-	key, ok := map[string]string{
-		"Addresses": "addresses", "SentinelMaster": "sentinel_master", "Cluster": "cluster",
-		"Username": "username", "Timeout": "timeout", "DialTimeout": "dial_timeout",
-		"PoolSize": "pool_size", "MinIdleConns": "min_idle_conns", "Prefix": "prefix",
-		"TLS.CAFile": "tls.ca_file", "TLS.CertFile": "tls.cert_file", "TLS.KeyFile": "tls.key_file",
-		"TLS.ServerName": "tls.server_name", "TLS.InsecureSkipVerify": "tls.insecure_skip_verify",
-	}[name]
-	switch {
-	case name == "Password":
-		return secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv)
-	case name == "SentinelPassword":
-		return secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv)
-	case !ok:
-		return "store.redis"
-	case index != "":
-		return "store.redis." + key + "[" + index
+// oneSecret reports a secret given both in a file and in an environment
+// variable, which redisstore.ReadSecret refuses: that is the file's
+// mistake, found without reading either.
+func (v *validator) oneSecret(base, file, env string) {
+	if file != "" && env != "" {
+		_, err := redisstore.ReadSecret(file, env)
+		v.at(base+"_file", "%v", err)
 	}
-	return "store.redis." + key
 }
 
 // MaxPipelineBatch bounds store.redis.pipeline_max_batch: a batch of this
@@ -246,6 +230,14 @@ func (v *validator) durationIn(path string, d *Duration, def, lo, hi time.Durati
 	}
 }
 
+// settingIn checks that a library's duration the file sets is within
+// [lo, hi]; left out, it stays 0 and the library's default applies.
+func (v *validator) settingIn(path string, d, lo, hi time.Duration, why ...string) {
+	if _, set := v.lines[path]; set && (d < lo || d > hi) {
+		v.at(path, "must be between %s and %s%s (got %v)", short(lo), short(hi), strings.Join(append([]string{""}, why...), ", "), d)
+	}
+}
+
 // short writes whole hours and minutes as 1h and 5m, not 1h0m0s.
 func short(d time.Duration) string {
 	switch {
@@ -270,17 +262,5 @@ func (v *validator) hostPort(path, s string) {
 		v.at(path, "has an invalid port in %q", s)
 	} else if host == "" {
 		v.at(path, "must name a host or address, as in 127.0.0.1:9191 or 0.0.0.0:9191 (got %q)", s)
-	}
-}
-
-// filesExist reports, under base, each named file that cannot be found.
-func (v *validator) filesExist(base string, files map[string]string) {
-	for key, f := range files {
-		if f == "" {
-			continue
-		}
-		if _, err := os.Stat(f); err != nil {
-			v.at(base+"."+key, "%v", err)
-		}
 	}
 }

@@ -1,6 +1,8 @@
 // Package config loads and validates Floodgate's YAML configuration. Every
 // problem is reported as FILE:LINE: what is wrong, all of them at once, so
-// `floodgate validate` fixes a file in one pass.
+// `floodgate validate` fixes a file in one pass: the error of Parse,
+// Resolve and Load for an invalid file is a fielderr.List, each problem
+// with its file, line and setting, in file order.
 package config
 
 import (
@@ -23,6 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/fielderr"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
@@ -40,13 +43,18 @@ type Config struct {
 	Runtime  Runtime               `yaml:"runtime"`
 	Policies []extauthz.PolicySpec `yaml:"policies"`
 
-	// Engine is the compiled policies, set by Load.
+	// Engine is the compiled policies. Parse keys it with no identity hash
+	// secret (it reads none); Resolve (and Load, which calls it) keys it
+	// with the secret the file names.
 	Engine *extauthz.Engine `yaml:"-"`
 	// Source names where the configuration came from (a path, or "embedded default").
 	Source string `yaml:"-"`
 	// Digest is the SHA-256 (hex) of the bytes it was parsed from.
 	Digest string `yaml:"-"`
 	data   []byte // those bytes
+	// lines holds the line of every path in the file, so that Resolve
+	// reports a secret it cannot read at the line that names it.
+	lines map[string]int
 	// hashSecret is the identity hash secret Engine was compiled with.
 	hashSecret []byte
 	// SecretReplaced, set by LoadOffline only, says why the identity hash
@@ -61,11 +69,12 @@ type Config struct {
 
 // restartOnly is what a running server reads at start only.
 type restartOnly struct {
-	Listen  Listen
-	Store   Store
-	Log     Log
-	Runtime Runtime
-	Reload  Reload
+	Listen   Listen
+	Store    Store
+	Identity Identity
+	Log      Log
+	Runtime  Runtime
+	Reload   Reload
 }
 
 // Bytes returns the content the configuration was parsed from (not to be
@@ -73,9 +82,10 @@ type restartOnly struct {
 func (c *Config) Bytes() []byte { return c.data }
 
 // RestartOnlyChanges names the sections that next sets differently from c
-// and that a running server reads at start only (listen, store, log,
-// runtime, reload): a reload to next leaves them as they are until a
-// restart.
+// and that a running server reads at start only (listen, store, identity,
+// log, runtime, reload): a reload to next leaves them as they are until a
+// restart. A secret rewritten behind an unchanged identity section is
+// found by ResolveReload, which reads it.
 func (c *Config) RestartOnlyChanges(next *Config) []string {
 	var changed []string
 	a, b := reflect.ValueOf(c.asRead), reflect.ValueOf(next.asRead)
@@ -165,28 +175,22 @@ type Breaker struct {
 // OverLimitCache tunes the cache that denies, without a Redis call, requests
 // that cannot pass before their Retry-After.
 type OverLimitCache struct {
-	MaxEntries *int `yaml:"max_entries"` // default 100000; 0 turns it off
+	MaxEntries *int `yaml:"max_entries"` // default DefaultOverLimitEntries; 0 turns it off
 }
 
-// Redis is the Redis connection.
+// Redis is the Redis connection and how decisions share it. The
+// connection settings are redisstore's own Options, read under their yaml
+// names as they are (addresses, cluster, sentinel_master, username,
+// timeout (default 50ms), dial_timeout (default 250ms), pool_size (default
+// 10 × CPUs), min_idle_conns, prefix (default fg:), tls); the passwords
+// are named here by file or variable and read by Resolve.
 type Redis struct {
-	Addresses      []string `yaml:"addresses"`       // one: standalone; several: Redis Cluster (or Sentinels)
-	Cluster        bool     `yaml:"cluster"`         // one address that is a Cluster seed (a managed cluster's endpoint)
-	SentinelMaster string   `yaml:"sentinel_master"` // use Sentinel: the master's name
-	Timeout        Duration `yaml:"timeout"`         // per decision (default 50ms)
-	Prefix         string   `yaml:"prefix"`          // key prefix (default fg:)
+	redisstore.Options `yaml:",inline"`
 
-	Username             string `yaml:"username"`
 	PasswordFile         string `yaml:"password_file"`
 	PasswordEnv          string `yaml:"password_env"`
 	SentinelPasswordFile string `yaml:"sentinel_password_file"`
 	SentinelPasswordEnv  string `yaml:"sentinel_password_env"`
-
-	TLS *RedisTLS `yaml:"tls"`
-
-	PoolSize     int      `yaml:"pool_size"`      // per node (default 10 × CPUs)
-	MinIdleConns int      `yaml:"min_idle_conns"` // kept warm (default 0)
-	DialTimeout  Duration `yaml:"dial_timeout"`   // default 250ms
 
 	// Pipeline sends decisions that are in flight at the same time to Redis
 	// together, as one pipeline per round trip: still one script call per
@@ -202,15 +206,6 @@ type Redis struct {
 	PipelineMaxBatch int      `yaml:"pipeline_max_batch"`
 	PipelineFlushers int      `yaml:"pipeline_flushers"`
 	PipelineWait     Duration `yaml:"pipeline_wait"`
-}
-
-// RedisTLS enables TLS to Redis.
-type RedisTLS struct {
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	ServerName         string `yaml:"server_name"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
 // Memory tunes the in-memory store.
@@ -285,6 +280,10 @@ const (
 	MaxMaxRequestBytes          = 256 << 20
 	DefaultMaxConcurrentStreams = 1024
 	DefaultKeepaliveMinTime     = 10 * time.Second
+	DefaultOverLimitEntries     = 100_000
+	// ReclaimInterval is how often an in-memory store drops its full
+	// buckets, returning the memory of callers that went idle.
+	ReclaimInterval = 10 * time.Second
 )
 
 //go:embed default.yaml
@@ -303,28 +302,22 @@ func Default() *Config {
 	return c
 }
 
-// Load reads, validates and compiles the configuration file at path.
+// Load reads, validates and compiles the configuration file at path and
+// resolves what it names outside itself (Resolve): what serve and validate
+// run with.
 func Load(path string) (*Config, error) {
 	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
-}
-
-// LoadOffline is Load for a command that decides requests without serving
-// them and shares no bucket with anyone (floodgate replay, whose buckets
-// live for one run): an identity hash secret that cannot be read here (its
-// file or environment variable missing on an operator's laptop, or too
-// short) is replaced by a random one for this process, said in
-// SecretReplaced, and listen.tls files are not looked for. Everything else
-// is checked as Load checks it; serve and validate use Load and stay strict.
-func LoadOffline(path string) (*Config, error) {
-	data, err := ReadFile(path)
+	c, err := Parse(path, data)
 	if err != nil {
 		return nil, err
 	}
-	return parse(path, data, true)
+	if err := c.Resolve(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // EngineOptions returns the options Engine was compiled with, for a caller
@@ -366,42 +359,18 @@ func ReadFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// Problem is one thing wrong with a configuration.
-type Problem struct {
-	File string
-	Line int
-	Msg  string
-}
-
-func (p Problem) String() string {
-	if p.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Msg)
-	}
-	return p.File + ": " + p.Msg
-}
-
-// Problems is every problem found, in file order. It is the error Parse and
-// Load return for an invalid file.
-type Problems []Problem
-
-func (ps Problems) Error() string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
-	}
-	return strings.Join(s, "\n")
-}
-
 // Parse validates and compiles a configuration read from file (the name is
 // used in messages only). The shape of the file (keys, types, whole
 // numbers and their ranges, aliases, documents) is checked first; when it
 // is broken in a way that leaves parts of the file unread (a key set twice,
 // aliases expanding too far), the settings are not checked further, since
 // they would be checked against values the file does not hold.
-func Parse(file string, data []byte) (*Config, error) { return parse(file, data, false) }
-
-func parse(file string, data []byte, offline bool) (*Config, error) {
-	v := &validator{file: file, lines: map[string]int{}, reported: map[string]bool{}, offline: offline}
+//
+// Parse reads nothing but data: secrets, password files and TLS files are
+// resolved by Resolve, a separate step, so a file can be checked where its
+// secrets do not exist (floodgate validate --offline, in CI).
+func Parse(file string, data []byte) (*Config, error) {
+	v := &validator{file: file, lines: map[string]int{}, reported: map[string]bool{}}
 	if !utf8.Valid(data) {
 		line := 1 + bytes.Count(data[:firstInvalidUTF8(data)], []byte("\n"))
 		v.problem(line, "is not UTF-8 text: save the file as UTF-8")
@@ -410,7 +379,7 @@ func parse(file string, data []byte, offline bool) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && err != io.EOF {
-		return nil, Problems{yamlProblem(file, err.Error())}
+		return nil, fielderr.List{yamlProblem(file, err.Error())}
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); err != io.EOF {
@@ -425,13 +394,13 @@ func parse(file string, data []byte, offline bool) (*Config, error) {
 		return nil, v.problems
 	}
 	sum := sha256.Sum256(data)
-	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:]), data: data}
+	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:]), data: data, lines: v.lines}
 	root := doc.Content[0]
 	v.walk(root, reflect.TypeOf(c), "", nil)
 	if !v.unread {
 		v.decode(root, c)
 		v.check(c)
-		c.asRead = restartOnly{Listen: c.Listen, Store: c.Store, Log: c.Log, Runtime: c.Runtime, Reload: c.Reload}
+		c.asRead = restartOnly{Listen: c.Listen, Store: c.Store, Identity: c.Identity, Log: c.Log, Runtime: c.Runtime, Reload: c.Reload}
 	}
 	if len(v.problems) > 0 {
 		sort.SliceStable(v.problems, func(i, j int) bool { return v.problems[i].Line < v.problems[j].Line })
@@ -468,72 +437,15 @@ func (v *validator) decode(root *yaml.Node, c *Config) {
 	}
 }
 
-// yamlProblem turns yaml.v3's "line N: msg" (or "yaml: line N: msg") into a Problem.
-func yamlProblem(file, msg string) Problem {
+// yamlProblem turns yaml.v3's "line N: msg" (or "yaml: line N: msg") into a problem.
+func yamlProblem(file, msg string) *fielderr.Error {
 	msg = strings.TrimPrefix(msg, "yaml: ")
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if num, text, ok := strings.Cut(rest, ": "); ok {
 			if n, err := strconv.Atoi(num); err == nil {
-				return Problem{File: file, Line: n, Msg: text}
+				return &fielderr.Error{File: file, Line: n, Msg: text}
 			}
 		}
 	}
-	return Problem{File: file, Msg: msg}
-}
-
-// RedisOptions returns the connection settings for redisstore.Dial, reading
-// the secrets now (a rotated password file takes effect on restart). Fields
-// the file leaves out stay zero: redisstore's defaults apply.
-func (c *Config) RedisOptions() (redisstore.Options, error) { return c.Store.Redis.options() }
-
-// settingError is a problem with one setting, named by its path.
-type settingError struct {
-	path string
-	err  error
-}
-
-func (e *settingError) Error() string { return e.path + ": " + e.err.Error() }
-
-func (r Redis) options() (redisstore.Options, error) {
-	pw, err := redisstore.ReadSecret(r.PasswordFile, r.PasswordEnv)
-	if err != nil {
-		return redisstore.Options{}, &settingError{secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv), err}
-	}
-	spw, err := redisstore.ReadSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv)
-	if err != nil {
-		return redisstore.Options{}, &settingError{secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv), err}
-	}
-	o := redisstore.Options{
-		Addresses: r.Addresses, Cluster: r.Cluster, SentinelMaster: r.SentinelMaster,
-		Username: r.Username, Password: pw, SentinelPassword: spw,
-		Timeout: r.Timeout.Duration, DialTimeout: r.DialTimeout.Duration,
-		PoolSize: r.PoolSize, MinIdleConns: r.MinIdleConns, Prefix: r.Prefix,
-	}
-	if t := r.TLS; t != nil {
-		o.TLS = &redisstore.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
-	}
-	return o, nil
-}
-
-// secretPath names the key a secret was read from: base_file or base_env
-// (base_file when both are set, the first of the two).
-func secretPath(base, file, env string) string {
-	if env != "" && file == "" {
-		return base + "_env"
-	}
-	return base + "_file"
-}
-
-// hashSecret reads the identity hash secret from its file or environment
-// variable; it must be long enough to resist guessing. Nil when neither is
-// set.
-func (id Identity) hashSecret() ([]byte, error) {
-	s, err := redisstore.ReadSecret(id.HashSecretFile, id.HashSecretEnv)
-	if err != nil || s == "" {
-		return nil, err
-	}
-	if s = strings.TrimSpace(s); len(s) < 16 {
-		return nil, fmt.Errorf("the hash secret holds %d characters; use at least 16", len(s))
-	}
-	return []byte(s), nil
+	return &fielderr.Error{File: file, Msg: msg}
 }

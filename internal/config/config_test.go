@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
 const goodPolicy = `
@@ -82,7 +84,7 @@ policies:
     mode: shadow
 `
 	c := mustParse(t, y)
-	if c.Store.Redis.Timeout.Duration != 30*time.Millisecond || c.Store.OnFailure != "deny" || len(c.Engine.Policies) != 1 || !c.Engine.Policies[0].Shadow {
+	if c.Store.Redis.Timeout != 30*time.Millisecond || c.Store.OnFailure != "deny" || len(c.Engine.Policies) != 1 || !c.Engine.Policies[0].Shadow {
 		t.Errorf("loaded: %+v", c.Store)
 	}
 }
@@ -162,10 +164,10 @@ func TestBrokenConfigsNameFileAndLine(t *testing.T) {
 			[]string{"bad.yaml:2: store.backend", "bad.yaml:5: policies[0].key[0]", "bad.yaml:6: policies[0].capacity"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse("bad.yaml", []byte(tc.yaml))
-			var ps Problems
+			_, err := parseResolved("bad.yaml", []byte(tc.yaml))
+			var ps fielderr.List
 			if !errors.As(err, &ps) {
-				t.Fatalf("err = %v, want Problems", err)
+				t.Fatalf("err = %v, want a fielderr.List", err)
 			}
 			got := err.Error()
 			for _, w := range tc.want {
@@ -184,18 +186,18 @@ func TestTheHashSecretComesFromAFileOrTheEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "secret")
 	os.WriteFile(f, []byte("0123456789abcdef0123\n"), 0o600)
-	if _, err := Parse("ok.yaml", []byte("identity: {hash_secret_file: "+f+"}\n"+goodPolicy)); err != nil {
+	if _, err := parseResolved("ok.yaml", []byte("identity: {hash_secret_file: "+f+"}\n"+goodPolicy)); err != nil {
 		t.Errorf("secret file: %v", err)
 	}
 	os.WriteFile(f, []byte("short"), 0o600)
-	if _, err := Parse("bad.yaml", []byte("identity: {hash_secret_file: "+f+"}\n"+goodPolicy)); err == nil || !strings.Contains(err.Error(), "use at least 16") {
+	if _, err := parseResolved("bad.yaml", []byte("identity: {hash_secret_file: "+f+"}\n"+goodPolicy)); err == nil || !strings.Contains(err.Error(), "use at least 16") {
 		t.Errorf("short secret: %v", err)
 	}
 	t.Setenv("FG_TEST_SECRET", "0123456789abcdef-env")
-	if _, err := Parse("ok.yaml", []byte("identity: {hash_secret_env: FG_TEST_SECRET}\n"+goodPolicy)); err != nil {
+	if _, err := parseResolved("ok.yaml", []byte("identity: {hash_secret_env: FG_TEST_SECRET}\n"+goodPolicy)); err != nil {
 		t.Errorf("secret env: %v", err)
 	}
-	if _, err := Parse("bad.yaml", []byte("identity: {hash_secret_env: FG_TEST_UNSET_VARIABLE}\n"+goodPolicy)); err == nil || !strings.Contains(err.Error(), "is not set") {
+	if _, err := parseResolved("bad.yaml", []byte("identity: {hash_secret_env: FG_TEST_UNSET_VARIABLE}\n"+goodPolicy)); err == nil || !strings.Contains(err.Error(), "is not set") {
 		t.Errorf("unset env: %v", err)
 	}
 }

@@ -9,15 +9,18 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
-// problemsFor parses y and returns its problems, failing when it parses.
-func problemsFor(t *testing.T, y string) Problems {
+// problemsFor parses and resolves y and returns its problems, failing
+// when it loads.
+func problemsFor(t *testing.T, y string) fielderr.List {
 	t.Helper()
-	_, err := Parse("bad.yaml", []byte(y))
-	var ps Problems
+	_, err := parseResolved("bad.yaml", []byte(y))
+	var ps fielderr.List
 	if !errors.As(err, &ps) {
-		t.Fatalf("err = %v, want Problems", err)
+		t.Fatalf("err = %v, want a fielderr.List", err)
 	}
 	return ps
 }
@@ -50,7 +53,7 @@ func TestAliasExpansionIsBounded(t *testing.T) {
 		t.Fatalf("the bomb is %d bytes, not the small file it should be", len(bomb))
 	}
 	ps := problemsFor(t, bomb)
-	if len(ps) != 1 || !strings.Contains(ps[0].String(), fmt.Sprintf("YAML aliases in this file expand to more than %d values", maxAliasedValues)) || ps[0].Line < 3 {
+	if len(ps) != 1 || !strings.Contains(ps[0].Error(), fmt.Sprintf("YAML aliases in this file expand to more than %d values", maxAliasedValues)) || ps[0].Line < 3 {
 		t.Fatalf("problems %q, want one naming the alias expansion at an alias's line", ps)
 	}
 
@@ -124,7 +127,7 @@ func TestIntegersAreCheckedAgainstTheTypeTheyBecome(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ps := problemsFor(t, tc.yaml)
-			if len(ps) != 1 || ps[0].String() != tc.want {
+			if len(ps) != 1 || ps[0].Error() != tc.want {
 				t.Fatalf("problems:\n%s\nwant exactly:\n%s", ps, tc.want)
 			}
 		})
@@ -166,7 +169,7 @@ func TestMessagesSayWhatIsWrong(t *testing.T) {
 			ps := problemsFor(t, tc.yaml)
 			got := make([]string, len(ps))
 			for i, p := range ps {
-				got[i] = p.String()
+				got[i] = p.Error()
 			}
 			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 				t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))

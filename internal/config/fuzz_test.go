@@ -4,9 +4,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
-// FuzzParse: any bytes give either a compiled configuration or Problems,
+// FuzzParse: any bytes give either a compiled configuration or a fielderr.List,
 // each naming the file; never a panic, never both, never neither.
 func FuzzParse(f *testing.F) {
 	f.Add(DefaultYAML())
@@ -26,12 +28,12 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse returned config %v and error %v", c != nil, err)
 		}
 		if err != nil {
-			var ps Problems
+			var ps fielderr.List
 			if !errors.As(err, &ps) || len(ps) == 0 {
-				t.Fatalf("error is not Problems: %v", err)
+				t.Fatalf("error is not a fielderr.List: %v", err)
 			}
 			for _, p := range ps {
-				if p.File != "fuzz.yaml" || !strings.HasPrefix(p.String(), "fuzz.yaml") {
+				if p.File != "fuzz.yaml" || !strings.HasPrefix(p.Error(), "fuzz.yaml") {
 					t.Fatalf("problem without its file: %q", p)
 				}
 			}

@@ -74,3 +74,25 @@ func TestListenDecoder(t *testing.T) {
 	}
 	wantProblem(t, "listen:\n  decoder: slow\n"+goodPolicy, `bad.yaml:2: listen.decoder: must be fast or protobuf (got "slow")`)
 }
+
+// TestTheOverLimitCacheDefaultLivesHere: serve passes max_entries to the
+// resilience layer as it is; left out, it is the documented 100000 (0 turns
+// the cache off).
+func TestTheOverLimitCacheDefaultLivesHere(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want int
+	}{
+		{"", DefaultOverLimitEntries},
+		{"store: {over_limit_cache: {max_entries: 0}}\n", 0},
+		{"store: {over_limit_cache: {max_entries: 7}}\n", 7},
+	} {
+		c := mustParse(t, tc.yaml+goodPolicy)
+		if m := c.Store.OverLimitCache.MaxEntries; m == nil || *m != tc.want {
+			t.Errorf("%q: max_entries %v, want %d", tc.yaml, m, tc.want)
+		}
+	}
+	if DefaultOverLimitEntries != 100_000 {
+		t.Errorf("DefaultOverLimitEntries %d, want the documented 100000", DefaultOverLimitEntries)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
 // validator collects problems and knows the line of every path in the file.
@@ -17,15 +19,12 @@ type validator struct {
 	file     string
 	lines    map[string]int  // "policies[2].capacity" → line of that key
 	reported map[string]bool // paths with a problem already: one problem per path
-	problems Problems
+	problems fielderr.List
 	// unread is set when yaml.v3 would leave part of the file unread (a key
 	// set twice: it refuses the whole mapping) or the file's aliases expand
 	// too far: the settings are then not checked further.
 	unread  bool
 	aliased int // values reached through aliases so far
-	// offline: LoadOffline's relaxations (a random hash secret for one that
-	// cannot be read, no listen.tls files looked for).
-	offline bool
 }
 
 // maxAliasedValues bounds the values the file's aliases expand to, counted
@@ -36,7 +35,7 @@ type validator struct {
 const maxAliasedValues = 10_000
 
 func (v *validator) problem(line int, format string, args ...any) {
-	v.problems = append(v.problems, Problem{File: v.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	v.problems = append(v.problems, &fielderr.Error{File: v.file, Line: line, Msg: fmt.Sprintf(format, args...)})
 }
 
 // at reports a problem at path, on the line of the path or of its nearest
@@ -52,7 +51,7 @@ func (v *validator) atLine(line int, path, format string, args ...any) {
 		return
 	}
 	v.reported[path] = true
-	v.problem(line, "%s: %s", path, fmt.Sprintf(format, args...))
+	v.problems = append(v.problems, &fielderr.Error{File: v.file, Line: line, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (v *validator) lineReported(line int) bool {
@@ -81,7 +80,9 @@ func parent(path string) string {
 	return path[:i]
 }
 
-var durationType = reflect.TypeOf(Duration{})
+// The duration types: the file's own (which knows whether the file set it)
+// and a library's (redisstore.Options), read alike.
+var durationTypes = map[reflect.Type]bool{reflect.TypeOf(Duration{}): true, reflect.TypeOf(time.Duration(0)): true}
 
 // alias is where the walk entered an alias: expansions are reported there.
 type alias struct {
@@ -119,7 +120,7 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, via *alias) 
 			return
 		}
 	}
-	if t == durationType {
+	if durationTypes[t] {
 		if _, err := time.ParseDuration(strings.TrimSpace(n.Value)); n.Kind != yaml.ScalarNode || err != nil {
 			v.atLine(n.Line, path, "must be a duration such as 50ms or 1.5s (got %q)", n.Value)
 		}
@@ -135,15 +136,10 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, via *alias) 
 			return
 		}
 		fields := map[string]reflect.StructField{}
-		var names []string
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
-			if tag == "" || tag == "-" || !f.IsExported() {
-				continue
-			}
-			fields[tag] = f
-			names = append(names, tag)
+		yamlFields(t, fields)
+		names := make([]string, 0, len(fields))
+		for name := range fields {
+			names = append(names, name)
 		}
 		sort.Strings(names)
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -205,6 +201,21 @@ func (v *validator) walk(n *yaml.Node, t reflect.Type, path string, via *alias) 
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
 			v.atLine(n.Line, path, "must be a single value, not a list or mapping")
+		}
+	}
+}
+
+// yamlFields adds t's fields to fields under their yaml keys, those of
+// an inlined struct (`yaml:",inline"`) as its parent's own.
+func yamlFields(t reflect.Type, fields map[string]reflect.StructField) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case opts == "inline" && f.Type.Kind() == reflect.Struct:
+			yamlFields(f.Type, fields)
+		case tag != "" && tag != "-" && f.IsExported():
+			fields[tag] = f
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
 // Set is one what-if: policy settings that override the configuration's
@@ -82,7 +83,7 @@ func (s Set) Apply(specs []extauthz.PolicySpec, opts extauthz.Options) (*extauth
 	}
 	e, err := extauthz.Compile(specs, opts)
 	if err != nil {
-		var es extauthz.Errors
+		var es fielderr.List
 		if !errors.As(err, &es) || s.Text == "" {
 			return nil, err
 		}

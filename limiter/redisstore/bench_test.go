@@ -113,7 +113,7 @@ func BenchmarkScriptObserver(b *testing.B) {
 	for _, mode := range []string{"off", "on"} {
 		b.Run(mode, func(b *testing.B) {
 			c := benchClient(b)
-			s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{})
+			s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{Wait: redisstore.DefaultWait})
 			defer s.Close()
 			var observed atomic.Int64
 			if mode == "on" {
@@ -204,7 +204,7 @@ func benchCluster(b *testing.B, masters int) {
 type batchDepth struct{ batches, decisions atomic.Int64 }
 
 func (d *batchDepth) options() redisstore.PipelineOptions {
-	return redisstore.PipelineOptions{OnBatch: func(decisions, _ int) {
+	return redisstore.PipelineOptions{Wait: redisstore.DefaultWait, OnBatch: func(decisions, _ int) {
 		d.batches.Add(1)
 		d.decisions.Add(int64(decisions))
 	}}
@@ -265,7 +265,7 @@ func BenchmarkDeadline(b *testing.B) {
 	for _, mode := range []string{"context", "takeby"} {
 		b.Run(mode, func(b *testing.B) {
 			c := benchClient(b)
-			s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{})
+			s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{Wait: redisstore.DefaultWait})
 			defer s.Close()
 			l := limiter.MustLimit(1_000_000_000, "1000000")
 			var worker atomic.Int64

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate/floodgate/internal/fielderr"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -33,15 +34,15 @@ func TestValidateReportsEveryProblemByField(t *testing.T) {
 		Prefix:    "fg{x}:",
 		TLS:       &redisstore.TLSOptions{KeyFile: "k.pem"},
 	}.Validate()
-	var fes redisstore.FieldErrors
+	var fes fielderr.List
 	if !errors.As(err, &fes) || !errors.Is(err, redisstore.ErrOptions) {
-		t.Fatalf("Validate = %v, want FieldErrors wrapping ErrOptions", err)
+		t.Fatalf("Validate = %v, want a fielderr.List wrapping ErrOptions", err)
 	}
 	var fields []string
 	for _, fe := range fes {
-		fields = append(fields, fe.Field)
+		fields = append(fields, fe.Path)
 	}
-	want := []string{"Addresses[0]", "Addresses[2]", "Username", "Prefix", "TLS.CertFile"}
+	want := []string{"addresses[0]", "addresses[2]", "username", "prefix", "tls.cert_file"}
 	if len(fields) != len(want) {
 		t.Fatalf("fields %q, want %q\n%v", fields, want, err)
 	}

@@ -8,33 +8,37 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
 // Options describe how to reach Redis: standalone, Redis Cluster or Sentinel,
-// with optional AUTH/ACL and TLS. The config loader fills it from
-// store.redis; Dial turns it into a client. A field left zero takes its
-// default.
+// with optional AUTH/ACL and TLS. Dial turns it into a client. A field left
+// zero takes its default. The yaml tags are the settings' names under
+// store.redis in Floodgate's configuration, which reads them into this
+// struct as they are; Validate names its problems by them.
 type Options struct {
 	// Addresses: one host:port for a standalone server; several for Redis
 	// Cluster seed nodes; with SentinelMaster, the Sentinels.
-	Addresses []string
+	Addresses []string `yaml:"addresses"`
 	// SentinelMaster names the master the Sentinels watch; set it to use
 	// Sentinel instead of Cluster when several addresses are given.
-	SentinelMaster string
+	SentinelMaster string `yaml:"sentinel_master"`
 	// Cluster treats a single address as a Redis Cluster seed (a managed
 	// cluster's configuration endpoint, say). Several addresses always mean
 	// a Cluster unless SentinelMaster is set.
-	Cluster bool
+	Cluster bool `yaml:"cluster"`
 
 	// Username and Password authenticate (ACL user, or the default user
 	// when Username is empty). SentinelPassword authenticates to the
-	// Sentinels themselves, when they require it.
-	Username         string
-	Password         string
-	SentinelPassword string
+	// Sentinels themselves, when they require it. A configuration names
+	// the passwords' files or variables (ReadSecret), never the secrets.
+	Username         string `yaml:"username"`
+	Password         string `yaml:"-"`
+	SentinelPassword string `yaml:"-"`
 
 	// TLS, when non-nil, encrypts every connection.
-	TLS *TLSOptions
+	TLS *TLSOptions `yaml:"tls"`
 
 	// Timeout bounds each decision's Redis work (the resilience layer also
 	// applies it as a context deadline); Dial uses it for socket reads and
@@ -42,75 +46,44 @@ type Options struct {
 	// DialTimeout bounds a new connection (default DefaultDialTimeout).
 	// PoolSize and MinIdleConns size the pool per node (0: go-redis'
 	// defaults).
-	Timeout      time.Duration
-	DialTimeout  time.Duration
-	PoolSize     int
-	MinIdleConns int
+	Timeout      time.Duration `yaml:"timeout"`
+	DialTimeout  time.Duration `yaml:"dial_timeout"`
+	PoolSize     int           `yaml:"pool_size"`
+	MinIdleConns int           `yaml:"min_idle_conns"`
 
 	// Prefix starts every key (default DefaultPrefix).
-	Prefix string
+	Prefix string `yaml:"prefix"`
 }
 
 // TLSOptions configure TLS to Redis. Files are PEM.
 type TLSOptions struct {
-	CAFile             string // trust these CAs instead of the system pool
-	CertFile, KeyFile  string // client certificate, for servers that require one
-	ServerName         string // expected name on the server certificate (default: the host dialled)
-	InsecureSkipVerify bool   // never in production
+	CAFile             string `yaml:"ca_file"`              // trust these CAs instead of the system pool
+	CertFile           string `yaml:"cert_file"`            // client certificate, for servers that require one
+	KeyFile            string `yaml:"key_file"`             // its key
+	ServerName         string `yaml:"server_name"`          // expected name on the server certificate (default: the host dialled)
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"` // never in production
 }
 
-// FieldError is one problem with one field of Options. Field names the
-// field as Go spells it ("Addresses[1]", "TLS.CertFile"), so that a caller
-// that filled Options from elsewhere (a configuration file) can say where
-// the value came from.
-type FieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return ErrOptions.Error() + ": " + e.Msg }
-
-// Unwrap makes every FieldError an ErrOptions.
-func (e *FieldError) Unwrap() error { return ErrOptions }
-
-// FieldErrors is every problem Validate found, in field order.
-type FieldErrors []*FieldError
-
-func (es FieldErrors) Error() string {
-	s := make([]string, len(es))
-	for i, e := range es {
-		s[i] = e.Error()
-	}
-	return strings.Join(s, "\n")
-}
-
-// Unwrap exposes each problem to errors.Is and errors.As.
-func (es FieldErrors) Unwrap() []error {
-	errs := make([]error, len(es))
-	for i, e := range es {
-		errs[i] = e
-	}
-	return errs
-}
-
-// Validate reports every problem with o that Dial would refuse, as
-// FieldErrors (each an ErrOptions), or nil. It reads no files (Dial reads
-// the TLS files).
+// Validate reports every problem with o that Dial would refuse, or nil:
+// a fielderr.List whose problems are each an ErrOptions, named by the
+// setting's yaml name ("addresses[1]", "tls.cert_file"; "password" and
+// "sentinel_password" for the secrets), so a configuration reader can put
+// each at its line. It reads no files (Dial reads the TLS files).
 func (o Options) Validate() error {
-	var es FieldErrors
+	var es fielderr.List
 	bad := func(field, format string, args ...any) {
-		es = append(es, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+		es = append(es, &fielderr.Error{Path: field, Msg: fmt.Sprintf(format, args...), Kind: ErrOptions})
 	}
 	if len(o.Addresses) == 0 {
 		if o.SentinelMaster != "" {
-			bad("Addresses", "sentinel master %q is set but no Sentinel address is given: list the Sentinels' host:port addresses", o.SentinelMaster)
+			bad("addresses", "sentinel master %q is set but no Sentinel address is given: list the Sentinels' host:port addresses", o.SentinelMaster)
 		} else {
-			bad("Addresses", "must list at least one host:port (there is no address): one for a standalone server, several for Redis Cluster, or the Sentinels' with a sentinel master name")
+			bad("addresses", "must list at least one host:port (there is no address): one for a standalone server, several for Redis Cluster, or the Sentinels' with a sentinel master name")
 		}
 	}
 	seen := make(map[string]bool, len(o.Addresses))
 	for i, a := range o.Addresses {
-		field := fmt.Sprintf("Addresses[%d]", i)
+		field := fmt.Sprintf("addresses[%d]", i)
 		if err := checkAddress(a); err != nil {
 			bad(field, "address %q: %v", a, err)
 		} else if seen[a] {
@@ -119,46 +92,43 @@ func (o Options) Validate() error {
 		seen[a] = true
 	}
 	if o.SentinelMaster != "" && o.Cluster {
-		bad("Cluster", "sentinel master %q and cluster mode are both set: Redis Cluster does not use Sentinel; choose one", o.SentinelMaster)
+		bad("cluster", "sentinel master %q and cluster mode are both set: Redis Cluster does not use Sentinel; choose one", o.SentinelMaster)
 	}
 	if strings.TrimSpace(o.SentinelMaster) != o.SentinelMaster {
-		bad("SentinelMaster", "sentinel master name %q has surrounding spaces", o.SentinelMaster)
+		bad("sentinel_master", "sentinel master name %q has surrounding spaces", o.SentinelMaster)
 	}
 	if o.SentinelPassword != "" && o.SentinelMaster == "" {
-		bad("SentinelPassword", "a sentinel password is set but no sentinel master: it is only used to reach Sentinels")
+		bad("sentinel_password", "a sentinel password is set but no sentinel master: it is only used to reach Sentinels")
 	}
 	if o.Username != "" && o.Password == "" {
-		bad("Username", "username %q has no password: an ACL user authenticates with both", o.Username)
+		bad("username", "username %q has no password: an ACL user authenticates with both", o.Username)
 	}
 	if o.Timeout < 0 {
-		bad("Timeout", "timeout must not be negative (got %v)", o.Timeout)
+		bad("timeout", "timeout must not be negative (got %v)", o.Timeout)
 	}
 	if o.DialTimeout < 0 {
-		bad("DialTimeout", "dial timeout must not be negative (got %v)", o.DialTimeout)
+		bad("dial_timeout", "dial timeout must not be negative (got %v)", o.DialTimeout)
 	}
 	if o.PoolSize < 0 {
-		bad("PoolSize", "pool size must not be negative (got %d)", o.PoolSize)
+		bad("pool_size", "pool size must not be negative (got %d)", o.PoolSize)
 	}
 	if o.MinIdleConns < 0 {
-		bad("MinIdleConns", "min idle connections must not be negative (got %d)", o.MinIdleConns)
+		bad("min_idle_conns", "min idle connections must not be negative (got %d)", o.MinIdleConns)
 	} else if o.PoolSize > 0 && o.MinIdleConns > o.PoolSize {
-		bad("MinIdleConns", "min idle connections (%d) exceed the pool size (%d)", o.MinIdleConns, o.PoolSize)
+		bad("min_idle_conns", "min idle connections (%d) exceed the pool size (%d)", o.MinIdleConns, o.PoolSize)
 	}
 	if strings.ContainsAny(o.Prefix, "{}") {
-		bad("Prefix", "key prefix %q contains a brace: braces mark the Redis Cluster hash tag, which must be the identity alone", o.Prefix)
+		bad("prefix", "key prefix %q contains a brace: braces mark the Redis Cluster hash tag, which must be the identity alone", o.Prefix)
 	}
 	if t := o.TLS; t != nil {
 		if (t.CertFile == "") != (t.KeyFile == "") {
-			bad("TLS.CertFile", "TLS client certificate and key go together: cert file %q, key file %q", t.CertFile, t.KeyFile)
+			bad("tls.cert_file", "TLS client certificate and key go together: cert file %q, key file %q", t.CertFile, t.KeyFile)
 		}
 		if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
-			bad("TLS.InsecureSkipVerify", "TLS: insecure_skip_verify turns off the verification that the CA file and server name configure; drop one or the other")
+			bad("tls.insecure_skip_verify", "TLS: insecure_skip_verify turns off the verification that the CA file and server name configure; drop one or the other")
 		}
 	}
-	if len(es) == 0 {
-		return nil
-	}
-	return es
+	return es.Err()
 }
 
 func checkAddress(a string) error {

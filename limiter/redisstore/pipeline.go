@@ -57,9 +57,8 @@ const DefaultMaxBatch = 128
 // Redis would otherwise idle while a batch's replies travel back.
 const DefaultFlushers = 1
 
-// DefaultWait is how long a flusher may hold a batch for more decisions to
-// join (see the comment at the top of pipeline.go) when
-// PipelineOptions.Wait is 0.
+// DefaultWait is the Wait that serves best under steady load (see the
+// comment at the top of pipeline.go): store.redis.pipeline_wait's default.
 const DefaultWait = 100 * time.Microsecond
 
 // minWaitBatch is the smallest previous batch after which a flusher waits
@@ -76,7 +75,7 @@ type PipelineOptions struct {
 	Flushers int
 	// Wait bounds how long a flusher holds a batch smaller than its
 	// previous one (of at least minWaitBatch decisions) for more decisions
-	// to join (default DefaultWait; negative: never).
+	// to join; 0 never holds one (DefaultWait is the usual value).
 	Wait time.Duration
 	// OnBatch, when set, is called after each batch with the decisions it
 	// sent and the script calls that carried them: how deep the pipelines
@@ -141,9 +140,6 @@ func newCoalescer(s *Store, o PipelineOptions) *coalescer {
 	}
 	if o.Flushers <= 0 {
 		o.Flushers = DefaultFlushers
-	}
-	if o.Wait == 0 {
-		o.Wait = DefaultWait
 	}
 	c := &coalescer{
 		store:    s,
