@@ -58,6 +58,9 @@ type parser struct {
 	names map[uint64]caller
 }
 
+// maxNames bounds a parser's cache of caller names.
+const maxNames = 1 << 16
+
 func newParser(e *extauthz.Engine, keyHdrs []string, seed maphash.Seed) *parser {
 	ps := &parser{engine: e, keyHdrs: keyHdrs, seed: seed, headers: map[string]string{}, names: map[uint64]caller{}}
 	ps.req.Attributes = &authv3.AttributeContext{
@@ -84,6 +87,9 @@ func (ps *parser) parse(b []byte, e *entry, st *batchStore) {
 		id := maphash.String(ps.seed, bk.Request.ID)
 		name, ok := ps.names[id]
 		if !ok {
+			if len(ps.names) >= maxNames {
+				clear(ps.names) // a cache: bounded, so MaxCallers bounds memory
+			}
 			src, val := ps.engine.Caller(bk.Policy, &ps.view)
 			name = caller{source: src, value: strings.Clone(val)}
 			ps.names[id] = name
