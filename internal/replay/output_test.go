@@ -322,7 +322,9 @@ func TestTheComparisonHasEveryColumnOfTheTable(t *testing.T) {
 	if err := WriteComparison(&compared, []Labeled{{Result: res}, {Label: "api.capacity=9", Result: res}}, false); err != nil {
 		t.Fatal(err)
 	}
-	fields := func(s string, n int) []string { return strings.Fields(strings.ReplaceAll(strings.Split(s, "\n")[n], "by other", "by-other")) }
+	fields := func(s string, n int) []string {
+		return strings.Fields(strings.ReplaceAll(strings.Split(s, "\n")[n], "by other", "by-other"))
+	}
 	head, chead := fields(single.String(), 2), fields(compared.String(), 2)
 	if want := slices.Insert(slices.Clone(head), 1, "set"); !slices.Equal(chead, want) {
 		t.Errorf("comparison columns %v, want the table's with set: %v", chead, want)
