@@ -27,7 +27,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&j.Top, "top", 10, "callers listed with the most denials")
 	fs.BoolVar(&j.Redact, "redact", false, "show callers as a hash of their bucket identity, not their key in the clear")
 	fs.DurationVar(&j.ReorderWindow, "reorder-window", replay.DefaultReorderWindow, "how far out of start_time order a line may come (Envoy logs a request when it ends)")
-	fs.IntVar(&j.MaxCallers, "max-callers", 0, "hold at most N distinct callers (about 600 bytes each); lines of further callers are counted, not decided (0: no bound)")
+	fs.IntVar(&j.MaxCallers, "max-callers", 0, "hold at most N distinct callers (about 1 KiB each, docs/replay.md); a line that would add one more is counted, not decided (0: no bound)")
 	fs.Var(&sets, "set", "override a policy for the run: POLICY.capacity=N, POLICY.refill_per_second=R or POLICY.mode=shadow (repeatable; with --compare each --set is one more run of the log, its overrides joined by commas)")
 	fs.BoolVar(&j.Compare, "compare", false, "run the log once with the configuration as it is and once per --set, and print one table")
 	fs.BoolVar(&j.PrintLogFormat, "print-log-format", false, "print the Envoy access-log block that logs what this configuration's policies read, and exit")
