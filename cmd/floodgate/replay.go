@@ -54,14 +54,6 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprint(stdout, replay.LogFormat(cfg.Engine, j.ConfigPath, j.PrintLogTo))
 		return 0
 	}
-	if cfg.SecretReplaced != "" {
-		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", j.ConfigPath, cfg.SecretReplaced)
-	}
-	engines, err := j.Engines(cfg.Policies, cfg.EngineOptions())
-	if err != nil {
-		fmt.Fprintln(stderr, "floodgate replay:", err)
-		return 2
-	}
 	// Replay holds every caller while it allocates for every line: a
 	// collector that waits for the heap to triple costs it no more CPU
 	// than serve's setting and much less peak memory (make bench-replay
@@ -69,14 +61,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// applies as for serve.
 	gogc := replayGOGC
 	planGC(config.Runtime{GOGC: &gogc, MemoryLimitRatio: cfg.Runtime.MemoryLimitRatio}, 0, os.LookupEnv, cgroupMemoryLimit).apply()
-	// The store as serve would run it: the memory backend with its cap (0,
-	// left out, is the memory store's default, as for serve); for a Redis
-	// configuration no cap (Redis keeps every live bucket).
-	maxBuckets := 1 << 40
-	if cfg.Store.Backend == "memory" {
-		maxBuckets = cfg.Store.Memory.MaxBuckets
-	}
-	runs, err := j.Replay(ctx, engines, maxBuckets, os.Stdin, stderr)
+	runs, err := j.Replay(ctx, cfg, os.Stdin, stderr)
 	if err == nil {
 		err = j.Write(stdout, runs)
 	}

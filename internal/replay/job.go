@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/config"
 )
 
 // Job is one `floodgate replay` as its flags ask for it: which log, which
@@ -103,10 +104,24 @@ func (j *Job) Engines(specs []extauthz.PolicySpec, opts extauthz.Options) ([]*ex
 	return engines, nil
 }
 
-// Replay reads the log once per engine and reports each run. Malformed
-// lines are named on stderr once (the first run), with their count.
-// maxBuckets caps the in-memory store as Options.MaxBuckets.
-func (j *Job) Replay(ctx context.Context, engines []*extauthz.Engine, maxBuckets int, stdin io.Reader, stderr io.Writer) ([]Labeled, error) {
+// Replay decides the log with cfg's policies, once per run, and reports
+// each run. Notes (a hash secret replaced, malformed lines and their count)
+// go to stderr once.
+func (j *Job) Replay(ctx context.Context, cfg *config.Config, stdin io.Reader, stderr io.Writer) ([]Labeled, error) {
+	if cfg.SecretReplaced != "" {
+		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", j.ConfigPath, cfg.SecretReplaced)
+	}
+	engines, err := j.Engines(cfg.Policies, cfg.EngineOptions())
+	if err != nil {
+		return nil, err
+	}
+	// The store as serve would run it: the memory backend with its cap (0,
+	// left out, is the memory store's default, as for serve); for a Redis
+	// configuration no cap (Redis keeps every live bucket).
+	maxBuckets := 1 << 40
+	if cfg.Store.Backend == "memory" {
+		maxBuckets = cfg.Store.Memory.MaxBuckets
+	}
 	runs := j.runs()
 	var out []Labeled
 	for i, e := range engines {
