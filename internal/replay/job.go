@@ -16,10 +16,10 @@ import (
 
 // Job is one `floodgate replay` as its flags ask for it: which log, which
 // what-ifs, which outputs. The command fills it from its flags, checks it
-// with Validate, and leaves the rest to Engines, Replay and Write.
+// with Validate, and leaves the rest to Replay and Write.
 type Job struct {
 	ConfigPath    string
-	LogPath       string // "-" reads Stdin
+	LogPath       string // "-" reads the stdin given to Replay
 	JSON          bool
 	Top           int
 	Redact        bool
@@ -90,9 +90,9 @@ func (j *Job) runs() []Set {
 	return []Set{Merge(j.sets)}
 }
 
-// Engines compiles the configuration's policies once per run; an override
+// engines compiles the configuration's policies once per run; an override
 // the policies refuse is a UsageError.
-func (j *Job) Engines(specs []extauthz.PolicySpec, opts extauthz.Options) ([]*extauthz.Engine, error) {
+func (j *Job) engines(specs []extauthz.PolicySpec, opts extauthz.Options) ([]*extauthz.Engine, error) {
 	var engines []*extauthz.Engine
 	for _, s := range j.runs() {
 		e, err := s.Apply(specs, opts)
@@ -111,7 +111,7 @@ func (j *Job) Replay(ctx context.Context, cfg *config.Config, stdin io.Reader, s
 	if cfg.SecretReplaced != "" {
 		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", j.ConfigPath, cfg.SecretReplaced)
 	}
-	engines, err := j.Engines(cfg.Policies, cfg.EngineOptions())
+	engines, err := j.engines(cfg.Policies, cfg.EngineOptions())
 	if err != nil {
 		return nil, err
 	}
