@@ -98,9 +98,10 @@ bench-profile: build redis
 ## REPLAY_LINES lines from REPLAY_CALLERS callers.
 REPLAY_LINES   ?= 1000000
 REPLAY_CALLERS ?= 100000
+REPLAY_MAX_CALLERS ?= 0
 bench-replay:
 	$(GO) test -run '^$$' -bench '^BenchmarkReplayBinary$$' -benchtime 1x -timeout 30m ./internal/replay/ \
-	  -replay.lines $(REPLAY_LINES) -replay.callers $(REPLAY_CALLERS)
+	  -replay.lines $(REPLAY_LINES) -replay.callers $(REPLAY_CALLERS) -replay.max-callers $(REPLAY_MAX_CALLERS)
 
 ## fuzz: each fuzz target for FUZZTIME (make test replays their committed corpora in testdata/fuzz).
 fuzz:

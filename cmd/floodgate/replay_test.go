@@ -209,3 +209,49 @@ func TestReplayNeedsNoProductionHashSecret(t *testing.T) {
 		t.Errorf("--print-log-format with the secret missing: exit %d\n%s%s", code, pout.String(), perr.String())
 	}
 }
+
+// TestReplayReportsWhatItCouldNotDecide: a far-future line is set aside
+// and named while the table stays the log's; a log mostly out of order is
+// refused (exit 1, no table); --max-callers says what it left out.
+func TestReplayReportsWhatItCouldNotDecide(t *testing.T) {
+	const cfg = "../../internal/replay/testdata/example.yaml"
+	plain, err := os.ReadFile("../../internal/replay/testdata/example.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(plain), "\n")
+	write := func(name string, ls []string) string {
+		p := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(p, []byte(strings.Join(ls, "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	replayOf := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"replay", "--config", cfg}, args...), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+
+	future := strings.Replace(lines[0], `"start_time":"2026-`, `"start_time":"9999-`, 1)
+	code, out, errOut := replayOf("--log", write("future.log", append([]string{future}, lines...)))
+	if code != 0 || !strings.Contains(out, "0 late, 1 ahead (set aside)") || !strings.Contains(out, "160 (11.4%)") ||
+		!strings.Contains(errOut, "line 1: start_time 9999-") {
+		t.Errorf("a year-9999 line on top: exit %d, want the table with 160 denials and the line set aside:\n%s%s", code, errOut, out)
+	}
+
+	half := len(lines) / 2
+	swapped := append(append([]string{}, lines[half:]...), lines[:half]...)
+	code, out, errOut = replayOf("--log", write("swapped.log", swapped), "--reorder-window", "1s")
+	if code != 1 || out != "" || !strings.Contains(errOut, "could not be decided in start_time order") || !strings.Contains(errOut, "--reorder-window 1s") {
+		t.Errorf("a log mostly out of order: exit %d, want 1, no table and the reason:\n%s%s", code, errOut, out)
+	}
+
+	code, out, _ = replayOf("--log", write("plain.log", lines), "--max-callers", "5")
+	if code != 0 || !regexp.MustCompile(`, \d+ beyond --max-callers 5 \(not decided`).MatchString(out) {
+		t.Errorf("--max-callers 5: exit %d, want the lines left out counted:\n%s", code, out)
+	}
+	if code, _, errOut = replayOf("--log", write("plain.log", lines), "--max-callers", "-1"); code != 2 || !strings.Contains(errOut, "--max-callers must be >= 0") {
+		t.Errorf("--max-callers -1: exit %d\n%s", code, errOut)
+	}
+}

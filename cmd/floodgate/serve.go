@@ -112,21 +112,71 @@ func newLogger(l config.Log, out io.Writer) (*zap.Logger, error) {
 
 // runServer serves until ctx ends, then drains.
 func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	hs := health.NewServer()
-	// Exact until the store says otherwise: every later change comes, in
-	// order, through the store's callback (a start-up probe may already
-	// have found the store unusable by the time the server is listening).
-	setExact(hs, true)
-	store, err := buildStore(ctx, cfg, log, reg, func(exact bool) { setExact(hs, exact) })
+	s, err := newServer(ctx, cfg, path, log)
 	if err != nil {
 		return err
 	}
-	defer store.close()
-	authz := newAuthzServer(cfg, store, log, reg)
+	defer s.store.close()
+	if err := s.listen(); err != nil {
+		return err
+	}
+	// SIGHUP is caught before "serving" is logged: whoever waits for that
+	// line (an operator, a test, a script) may reload at once, and an
+	// uncaught SIGHUP would end the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
+	s.start()
+	if err := s.serve(ctx, hup); err != nil {
+		return err
+	}
+	s.drain()
+	return nil
+}
+
+// server is what `floodgate serve` runs: the store, the ext_authz and
+// health services on the gRPC listener, and the admin server (metrics and
+// readiness) when listen.admin is set.
+type server struct {
+	cfg  *config.Config
+	path string // the configuration file reloads read; "" for the embedded default
+	log  *zap.Logger
+	reg  *prometheus.Registry
+
+	hs    *health.Server
+	store *builtStore
+	authz *extauthz.Server
+
+	grpcLis   net.Listener
+	gs        *grpc.Server
+	admin     *http.Server // nil without listen.admin
+	adminAddr string
+	ready     atomic.Bool // /readyz: serving and not draining
+	errc      chan error  // the gRPC server's end
+}
+
+// newServer connects the store and builds the ext_authz server on it.
+// The caller closes s.store.
+func newServer(ctx context.Context, cfg *config.Config, path string, log *zap.Logger) (*server, error) {
+	s := &server{cfg: cfg, path: path, log: log, reg: prometheus.NewRegistry(), hs: health.NewServer(), errc: make(chan error, 1)}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Exact until the store says otherwise: every later change comes, in
+	// order, through the store's callback (a start-up probe may already
+	// have found the store unusable by the time the server is listening).
+	setExact(s.hs, true)
+	store, err := buildStore(ctx, cfg, log, s.reg, func(exact bool) { setExact(s.hs, exact) })
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
+	s.authz = newAuthzServer(cfg, store, log, s.reg)
+	return s, nil
+}
+
+// grpcServerOptions are the gRPC server's limits, codec and credentials.
+func grpcServerOptions(cfg *config.Config, log *zap.Logger) ([]grpc.ServerOption, error) {
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Listen.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(uint32(cfg.Listen.MaxConcurrentStreams)),
@@ -144,52 +194,62 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	if cfg.Listen.TLS != nil {
 		src, err := newTLSSource(*cfg.Listen.TLS, log)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		serverOpts = append(serverOpts, grpc.Creds(src.credentials()))
 	}
-	grpcLis, err := net.Listen("tcp", cfg.Listen.GRPC)
+	return serverOpts, nil
+}
+
+// listen opens the gRPC listener with its services registered, and the
+// admin server, which answers (not ready) from here on.
+func (s *server) listen() error {
+	cfg := s.cfg
+	serverOpts, err := grpcServerOptions(cfg, s.log)
+	if err != nil {
+		return err
+	}
+	s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {
 		return fmt.Errorf("listen.grpc %s: %w", cfg.Listen.GRPC, err)
 	}
-	gs := grpc.NewServer(serverOpts...)
-	authv3.RegisterAuthorizationServer(gs, authz)
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
+	s.gs = grpc.NewServer(serverOpts...)
+	authv3.RegisterAuthorizationServer(s.gs, s.authz)
+	healthpb.RegisterHealthServer(s.gs, s.hs)
+	reflection.Register(s.gs)
 
-	var ready atomic.Bool
-	var admin *http.Server
-	adminAddr := ""
 	if cfg.Listen.Admin != "" {
 		adminLis, err := net.Listen("tcp", cfg.Listen.Admin)
 		if err != nil {
-			grpcLis.Close()
+			s.grpcLis.Close()
 			return fmt.Errorf("listen.admin %s: %w", cfg.Listen.Admin, err)
 		}
-		adminAddr = adminLis.Addr().String()
-		admin = &http.Server{Handler: adminMux(reg, &ready, store.status), ReadHeaderTimeout: 5 * time.Second}
-		go admin.Serve(adminLis)
+		s.adminAddr = adminLis.Addr().String()
+		s.admin = &http.Server{Handler: adminMux(s.reg, &s.ready, s.store.status), ReadHeaderTimeout: 5 * time.Second}
+		go s.admin.Serve(adminLis)
 	}
+	return nil
+}
 
-	// SIGHUP is caught before "serving" is logged: whoever waits for that
-	// line (an operator, a test, a script) may reload at once, and an
-	// uncaught SIGHUP would end the process.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
-	errc := make(chan error, 1)
-	go func() { errc <- gs.Serve(grpcLis) }()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	ready.Store(true)
-	log.Info("serving",
-		zap.String("grpc", grpcLis.Addr().String()), zap.String("admin", adminAddr),
+// start serves gRPC, reports ready and logs "serving".
+func (s *server) start() {
+	cfg := s.cfg
+	go func() { s.errc <- s.gs.Serve(s.grpcLis) }()
+	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.ready.Store(true)
+	s.log.Info("serving",
+		zap.String("grpc", s.grpcLis.Addr().String()), zap.String("admin", s.adminAddr),
 		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
 		zap.Int("policies", len(cfg.Policies)), zap.String("decoder", cfg.Listen.Decoder), zap.String("version", version))
+}
 
-	rl := newReloader(cfg, path, authz, log, reg)
-	if path != "" && *cfg.Reload.Watch {
+// serve reloads the configuration on SIGHUP (and, with reload.watch, when
+// the file changes) until ctx ends, or returns the gRPC server's error.
+func (s *server) serve(ctx context.Context, hup <-chan os.Signal) error {
+	cfg := s.cfg
+	rl := newReloader(cfg, s.path, s.authz, s.log, s.reg)
+	if s.path != "" && *cfg.Reload.Watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
 		go rl.watch(wctx, cfg.Reload.Interval.Duration)
@@ -198,38 +258,38 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		select {
 		case <-hup:
 			rl.reload(true)
-			continue
-		case err := <-errc:
+		case err := <-s.errc:
 			return fmt.Errorf("grpc server: %w", err)
 		case <-ctx.Done():
+			return nil
 		}
-		break
 	}
+}
 
-	// Drain: report not ready so Envoy and Kubernetes move away (and keep
-	// answering for drain_delay while they do), finish the Checks in
-	// flight, then stop.
-	log.Info("draining", zap.Duration("delay", cfg.Listen.DrainDelay.Duration), zap.Duration("within", drainTimeout))
-	ready.Store(false)
-	hs.Shutdown()
-	if d := cfg.Listen.DrainDelay.Duration; d > 0 {
+// drain reports not ready so Envoy and Kubernetes move away (and keeps
+// answering for drain_delay while they do), finishes the Checks in flight
+// within drainTimeout, then stops.
+func (s *server) drain() {
+	s.log.Info("draining", zap.Duration("delay", s.cfg.Listen.DrainDelay.Duration), zap.Duration("within", drainTimeout))
+	s.ready.Store(false)
+	s.hs.Shutdown()
+	if d := s.cfg.Listen.DrainDelay.Duration; d > 0 {
 		time.Sleep(d)
 	}
 	done := make(chan struct{})
-	go func() { gs.GracefulStop(); close(done) }()
+	go func() { s.gs.GracefulStop(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(drainTimeout):
-		log.Warn("drain timed out; closing remaining streams")
-		gs.Stop()
+		s.log.Warn("drain timed out; closing remaining streams")
+		s.gs.Stop()
 	}
-	if admin != nil {
+	if s.admin != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		admin.Shutdown(sctx)
+		s.admin.Shutdown(sctx)
 		cancel()
 	}
-	log.Info("stopped")
-	return nil
+	s.log.Info("stopped")
 }
 
 // newAuthzServer is the ext_authz server deciding with cfg's policies in
@@ -321,68 +381,37 @@ type builtStore struct {
 // onExact hears when decisions turn exact or degraded.
 func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*builtStore, error) {
 	if cfg.Store.Backend != "redis" {
-		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
-		stop := reclaimEvery(m, config.ReclaimInterval)
+		m, stop := newMemoryStore(cfg)
 		return &builtStore{main: m, shadow: m, status: alwaysExact{}, close: stop}, nil
 	}
-	ro, err := cfg.RedisOptions()
+	return buildRedisStore(ctx, cfg, log, reg, onExact)
+}
+
+// newMemoryStore is the in-memory store (the memory backend, or Redis'
+// local fallback) with its idle buckets reclaimed; the func stops that.
+func newMemoryStore(cfg *config.Config) (*memory.Store, func()) {
+	m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
+	return m, reclaimEvery(m, config.ReclaimInterval)
+}
+
+// buildRedisStore connects to Redis and wraps the store in the resilience
+// layer, with the in-memory fallback when on_failure is local.
+func buildRedisStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*builtStore, error) {
+	opts, err := resilientOptions(cfg, log, reg, onExact)
 	if err != nil {
 		return nil, err
 	}
-	var share limiter.Rate // the fallback's share of each limit; zero: resilient's default
-	if cfg.Store.OnFailure == "local" && cfg.Store.LocalShare != nil {
-		if share, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
-			return nil, fmt.Errorf("store.local_share: %w", err)
-		}
-	}
-	if cfg.Identity.HashSecretFile == "" && cfg.Identity.HashSecretEnv == "" {
-		log.Warn("identity.hash_secret_file/_env is not set: bucket keys in Redis are hashed without a secret, so guessable identities (IP addresses) could be confirmed from them; set the same secret on every replica")
-	}
-	redis.SetLogger(redisLog{log.Named("redis")})
-	client, err := redisstore.Dial(ro)
+	client, prefix, err := dialRedis(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	err = redisstore.CheckServer(cctx, client)
-	cancel()
-	if errors.Is(err, redisstore.ErrVersion) {
-		client.Close()
-		return nil, err
-	}
-	if _, fix, ok := redisstore.Permanent(err); ok {
-		log.Error("redis refuses floodgate: "+fix+"; the failure mode answers until it is fixed", zap.Error(err))
-	} else if err != nil {
-		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
-	}
-	opts := resilient.Options{
-		Timeout:       cfg.Store.Redis.Timeout,
-		Breaker:       resilient.BreakerOptions{Failures: cfg.Store.Breaker.Failures, OpenFor: cfg.Store.Breaker.OpenFor.Duration},
-		Logger:        log,
-		Registerer:    reg,
-		OnExactChange: onExact,
-		ProbeInterval: probeInterval,
-		Permanent:     redisstore.Permanent,
-	}
-	opts.OverLimitEntries = *cfg.Store.OverLimitCache.MaxEntries
+	rstore := newRedisStore(cfg, client, prefix, reg)
 	// The pipelined store stops before the client closes (closers run in order).
-	var rstore *redisstore.Store
-	if *cfg.Store.Redis.Pipeline {
-		rstore = redisstore.NewPipelined(client, ro.Prefix, redisstore.PipelineOptions{
-			MaxBatch: cfg.Store.Redis.PipelineMaxBatch,
-			Flushers: cfg.Store.Redis.PipelineFlushers,
-			Wait:     cfg.Store.Redis.PipelineWait.Duration,
-			OnBatch:  pipelineMetrics(reg),
-		})
-	} else {
-		rstore = redisstore.New(client, ro.Prefix)
-	}
-	rstore.ObserveScripts(scriptMetrics(reg))
 	closers := []func(){rstore.Close, func() { client.Close() }}
 	if cfg.Store.OnFailure == "local" {
-		m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
-		closers = append(closers, reclaimEvery(m, config.ReclaimInterval))
-		opts.Fallback, opts.FallbackShare = m, share
+		m, stop := newMemoryStore(cfg)
+		closers = append(closers, stop)
+		opts.Fallback = m
 	}
 	rs, err := resilient.New(rstore, opts)
 	if err != nil {
@@ -398,6 +427,80 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 			c()
 		}
 	}}, nil
+}
+
+// resilientOptions are the resilience layer's settings (the fallback
+// store aside).
+func resilientOptions(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (resilient.Options, error) {
+	var share limiter.Rate // the fallback's share of each limit; zero: resilient's default
+	if cfg.Store.OnFailure == "local" && cfg.Store.LocalShare != nil {
+		var err error
+		if share, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
+			return resilient.Options{}, fmt.Errorf("store.local_share: %w", err)
+		}
+	}
+	opts := resilient.Options{
+		Timeout:       cfg.Store.Redis.Timeout,
+		Breaker:       resilient.BreakerOptions{Failures: cfg.Store.Breaker.Failures, OpenFor: cfg.Store.Breaker.OpenFor.Duration},
+		Logger:        log,
+		Registerer:    reg,
+		OnExactChange: onExact,
+		ProbeInterval: probeInterval,
+		Permanent:     redisstore.Permanent,
+		FallbackShare: share,
+	}
+	opts.OverLimitEntries = *cfg.Store.OverLimitCache.MaxEntries
+	return opts, nil
+}
+
+// dialRedis connects to the configured Redis and checks it once: a server
+// too old to run floodgate is an error; one unreachable or refusing
+// floodgate is logged, and the failure mode answers until it is fixed.
+// It returns the client and the key prefix.
+func dialRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (redis.UniversalClient, string, error) {
+	ro, err := cfg.RedisOptions()
+	if err != nil {
+		return nil, "", err
+	}
+	if cfg.Identity.HashSecretFile == "" && cfg.Identity.HashSecretEnv == "" {
+		log.Warn("identity.hash_secret_file/_env is not set: bucket keys in Redis are hashed without a secret, so guessable identities (IP addresses) could be confirmed from them; set the same secret on every replica")
+	}
+	redis.SetLogger(redisLog{log.Named("redis")})
+	client, err := redisstore.Dial(ro)
+	if err != nil {
+		return nil, "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = redisstore.CheckServer(cctx, client)
+	cancel()
+	if errors.Is(err, redisstore.ErrVersion) {
+		client.Close()
+		return nil, "", err
+	}
+	if _, fix, ok := redisstore.Permanent(err); ok {
+		log.Error("redis refuses floodgate: "+fix+"; the failure mode answers until it is fixed", zap.Error(err))
+	} else if err != nil {
+		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
+	}
+	return client, ro.Prefix, nil
+}
+
+// newRedisStore is the Redis store, pipelined unless
+// store.redis.pipeline is false, its script calls timed in the metrics.
+func newRedisStore(cfg *config.Config, client redis.UniversalClient, prefix string, reg prometheus.Registerer) *redisstore.Store {
+	var rstore *redisstore.Store
+	if *cfg.Store.Redis.Pipeline {
+		rstore = redisstore.NewPipelined(client, prefix, redisstore.PipelineOptions{
+			MaxBatch: cfg.Store.Redis.PipelineMaxBatch,
+			Flushers: cfg.Store.Redis.PipelineFlushers,
+			Wait:     cfg.Store.Redis.PipelineWait.Duration,
+			OnBatch:  pipelineMetrics(reg),
+		})
+	} else {
+		rstore = redisstore.New(client, prefix)
+	}
+	rstore.ObserveScripts(scriptMetrics(reg))
+	return rstore
 }
 
 // pipelineMetrics registers how deep the Redis pipelines run and returns

@@ -138,6 +138,7 @@ func cpuTime() time.Duration {
 var (
 	millionLines   = flag.Int("replay.lines", 1_000_000, "lines of BenchmarkReplayBinary's log")
 	millionCallers = flag.Int("replay.callers", 100_000, "callers in BenchmarkReplayBinary's log")
+	maxCallers     = flag.Int("replay.max-callers", 0, "BenchmarkReplayBinary's --max-callers (0: none)")
 )
 
 // TestMain removes the floodgate binary BenchmarkReplayBinary builds.
@@ -168,7 +169,7 @@ func BenchmarkReplayBinary(b *testing.B) {
 	var rss int64
 	var cpu time.Duration
 	for range b.N {
-		cmd := exec.Command(bin, "replay", "--config", cfgPath, "--log", logPath, "--json")
+		cmd := exec.Command(bin, "replay", "--config", cfgPath, "--log", logPath, "--json", "--max-callers", strconv.Itoa(*maxCallers))
 		cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 		if err := cmd.Run(); err != nil {
 			b.Fatal(err)

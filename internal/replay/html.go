@@ -55,14 +55,11 @@ td.name { text-align: left; }
 
 func writeRun(b *strings.Builder, r *Result) {
 	esc := html.EscapeString
-	fmt.Fprintf(b, "<p>%d lines: %d decided, %d skipped, %d late", r.Lines, r.Decided, r.Skipped, r.Late)
-	if r.From != "" {
-		fmt.Fprintf(b, "; from %s to %s", esc(r.From), esc(r.To))
-	}
-	b.WriteString(".</p>\n<table>\n<tr><th>policy</th><th>mode</th><th>capacity</th><th>refill/s</th><th>requests</th><th>allowed</th><th>denied</th><th>denied by other</th><th>callers</th><th>denied callers</th><th>capacity needed p50</th><th>p90</th><th>p99</th><th>max</th></tr>\n")
+	fmt.Fprintf(b, "<p>%s.</p>\n", esc(r.Summary()))
+	b.WriteString("<table>\n<tr><th>policy</th><th>mode</th><th>capacity</th><th>refill/s</th><th>requests</th><th>allowed</th><th>denied</th><th>denied by other</th><th>callers</th><th>denied callers</th><th>capacity needed p50</th><th>p90</th><th>p99</th><th>max</th></tr>\n")
 	for _, p := range r.Policies {
-		fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td></tr>\n",
-			esc(p.Name), p.Mode, p.Capacity, esc(p.RefillPerSecond), p.Requests, p.Allowed, p.Denied, p.DeniedByOther, p.Callers,
+		fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td></tr>\n",
+			esc(p.Name), p.Mode, p.Capacity, esc(p.RefillPerSecond), p.Requests, p.Allowed, withShare(p.Denied, p.Requests), p.DeniedByOther, p.Callers,
 			p.CallersDenied, p.CapacityNeeded.P50, p.CapacityNeeded.P90, p.CapacityNeeded.P99, p.CapacityNeeded.Max)
 	}
 	b.WriteString("</table>\n")
@@ -70,18 +67,18 @@ func writeRun(b *strings.Builder, r *Result) {
 		fmt.Fprintf(b, "<h3>%s</h3>\n", esc(p.Name))
 		chart(b, &p)
 		if len(p.TopDenied) > 0 {
-			b.WriteString("<table>\n<tr><th>caller</th><th>requests</th><th>denied</th></tr>\n")
+			b.WriteString("<table>\n<tr><th>caller</th><th>requests</th><th>denied</th><th>capacity needed</th></tr>\n")
 			for _, c := range p.TopDenied {
-				fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%d</td><td>%d</td></tr>\n", esc(c.Caller), c.Requests, c.Denied)
+				fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%d</td><td>%d</td><td>%d</td></tr>\n", esc(c.Caller), c.Requests, c.Denied, c.CapacityNeeded)
 			}
 			b.WriteString("</table>\n")
 		}
 		if len(p.Collateral) > 0 {
 			b.WriteString("<p>Denied client addresses and who was behind them (many user agents or API keys behind one address: a NAT or a proxy).</p>\n")
-			b.WriteString("<table>\n<tr><th>caller</th><th>requests</th><th>denied</th><th>user agents</th><th>API keys</th></tr>\n")
+			b.WriteString("<table>\n<tr><th>caller</th><th>requests</th><th>denied</th><th>capacity needed</th><th>user agents</th><th>API keys</th></tr>\n")
 			for _, c := range p.Collateral {
-				fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
-					esc(c.Caller), c.Requests, c.Denied, atLeast(c.UserAgents), atLeast(c.APIKeys))
+				fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td></tr>\n",
+					esc(c.Caller), c.Requests, c.Denied, c.CapacityNeeded, atLeast(c.UserAgents), atLeast(c.APIKeys))
 			}
 			b.WriteString("</table>\n")
 		}
@@ -110,6 +107,7 @@ func chart(b *strings.Builder, p *PolicyResult) {
 	}
 	x0, y0, w, h := pad, 10.0, panelW-pad-10, panelH-30
 	axes(b, x0, y0, w, h)
+	yTicks(b, x0, y0, h, top)
 	if n := len(s.requests); n > 0 {
 		bw := w / float64(n)
 		for i := range s.requests {
@@ -122,8 +120,11 @@ func chart(b *strings.Builder, p *PolicyResult) {
 			}
 		}
 		binWidth := time.Duration(s.width) * time.Microsecond
-		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", x0, y0+h+12, clock(s.origin))
-		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", x0+w, y0+h+12, clock(s.origin+int64(n)*s.width))
+		for i := range 3 { // start, middle and end of the time axis
+			at := s.origin + int64(i)*int64(n)*s.width/2
+			fmt.Fprintf(b, "<text class=\"x-tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">%s</text>\n", x0+float64(i)*w/2, y0+h+12,
+				[...]string{"start", "middle", "end"}[i], clock(at))
+		}
 		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">requests (grey) and denied (red) per %s, up to %d</text>\n", x0, y0+h+26, binWidth, top)
 	} else {
 		fmt.Fprintf(b, "<text x=\"%.1f\" y=\"%.1f\">no requests</text>\n", x0+10, y0+h/2)
@@ -143,7 +144,13 @@ func chart(b *strings.Builder, p *PolicyResult) {
 	for _, c := range counts {
 		ctop = max(ctop, c)
 	}
+	yTicks(b, x0, y0, h, ctop)
 	bw := w / float64(len(counts))
+	for i := range 3 { // 0, half and the top of the capacity axis, in tokens
+		v := int64(i) * int64(len(counts)) * width / 2
+		fmt.Fprintf(b, "<text class=\"x-tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\">%d</text>\n", x0+float64(v)/float64(width)*bw, y0+h+12,
+			[...]string{"start", "middle", "end"}[i], v)
+	}
 	for i, c := range counts {
 		if c == 0 {
 			continue
@@ -162,6 +169,19 @@ func chart(b *strings.Builder, p *PolicyResult) {
 
 // clock renders a time of day (UTC) for an axis.
 func clock(us int64) string { return time.UnixMicro(us).UTC().Format("15:04:05") }
+
+// yTicks labels a panel's vertical axis at 0, half and top (the count the
+// tallest bar reaches), with a tick mark at each.
+func yTicks(b *strings.Builder, x, y, h float64, top int64) {
+	for i, v := range [...]int64{0, top / 2, top} {
+		ty := y + h - h*float64(v)/float64(top)
+		if i == 1 && (v == 0 || v == top) {
+			continue // top 1: no half
+		}
+		fmt.Fprintf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", x-4, ty, x, ty)
+		fmt.Fprintf(b, "<text class=\"y-tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%d</text>\n", x-6, ty+4, v)
+	}
+}
 
 func axes(b *strings.Builder, x, y, w, h float64) {
 	fmt.Fprintf(b, "<polyline points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"none\" stroke=\"#444\"/>\n", x, y, x, y+h, x+w, y+h)

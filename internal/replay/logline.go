@@ -58,6 +58,9 @@ type parser struct {
 	names map[uint64]caller
 }
 
+// maxNames bounds a parser's cache of caller names.
+const maxNames = 1 << 16
+
 func newParser(e *extauthz.Engine, keyHdrs []string, seed maphash.Seed) *parser {
 	ps := &parser{engine: e, keyHdrs: keyHdrs, seed: seed, headers: map[string]string{}, names: map[uint64]caller{}}
 	ps.req.Attributes = &authv3.AttributeContext{
@@ -84,6 +87,9 @@ func (ps *parser) parse(b []byte, e *entry, st *batchStore) {
 		id := maphash.String(ps.seed, bk.Request.ID)
 		name, ok := ps.names[id]
 		if !ok {
+			if len(ps.names) >= maxNames {
+				clear(ps.names) // a cache: bounded, so MaxCallers bounds memory
+			}
 			src, val := ps.engine.Caller(bk.Policy, &ps.view)
 			name = caller{source: src, value: strings.Clone(val)}
 			ps.names[id] = name
@@ -147,19 +153,34 @@ func (ps *parser) read(b []byte, e *entry) error {
 	if err != nil {
 		return errNotObject
 	}
+	if e.at, err = startTime(o); err != nil {
+		return err
+	}
+	if err := ps.readFields(o); err != nil {
+		return err
+	}
+	return ps.readObjects(o)
+}
+
+// startTime reads start_time, in microseconds since the Unix epoch.
+func startTime(o *fastjson.Object) (int64, error) {
 	st := o.Get("start_time")
 	if st == nil || st.Type() == fastjson.TypeNull {
-		return errors.New(`start_time is missing (Envoy's "%START_TIME%")`)
+		return 0, errors.New(`start_time is missing (Envoy's "%START_TIME%")`)
 	}
 	if st.Type() != fastjson.TypeString {
-		return errors.New(`start_time is not a string: log Envoy's "%START_TIME%", an RFC 3339 time such as 2026-11-30T12:00:01.250Z`)
+		return 0, errors.New(`start_time is not a string: log Envoy's "%START_TIME%", an RFC 3339 time such as 2026-11-30T12:00:01.250Z`)
 	}
 	t, err := time.Parse(time.RFC3339Nano, str(st))
 	if err != nil {
-		return fmt.Errorf("start_time %q is not an RFC 3339 time such as 2026-11-30T12:00:01.250Z", st.GetStringBytes())
+		return 0, fmt.Errorf("start_time %q is not an RFC 3339 time such as 2026-11-30T12:00:01.250Z", st.GetStringBytes())
 	}
-	e.at = t.UnixMicro()
+	return t.UnixMicro(), nil
+}
 
+// readFields fills the request's method, path, host, peer address and
+// principal, clearing what the previous line left.
+func (ps *parser) readFields(o *fastjson.Object) error {
 	clear(ps.headers)
 	ps.http.Headers = ps.headers
 	ps.req.Attributes.ContextExtensions = nil
@@ -189,77 +210,74 @@ func (ps *parser) read(b []byte, e *entry) error {
 	// is the address, as Envoy's %DOWNSTREAM_REMOTE_ADDRESS% writes it
 	// before the port ("10.0.0.7:40000", "[2001:db8::1]:40000").
 	ps.sock.Address = hostOf(addr)
-	if ps.req.Attributes.Source.Principal, err = optString(o, "source_principal"); err != nil {
+	ps.req.Attributes.Source.Principal, err = optString(o, "source_principal")
+	return err
+}
+
+// readObjects fills the request's headers, context extensions and dynamic
+// metadata.
+func (ps *parser) readObjects(o *fastjson.Object) error {
+	err := visitObject(o, "request_headers", "an object of header names and values", func(k []byte, v *fastjson.Value) error {
+		if v.Type() != fastjson.TypeString {
+			return fmt.Errorf("request_headers.%s is not a string or null", k)
+		}
+		ps.headers[lowerName(k)] = str(v)
+		return nil
+	})
+	if err != nil {
 		return err
 	}
+	err = visitObject(o, "context_extensions", "an object", func(k []byte, v *fastjson.Value) error {
+		if v.Type() != fastjson.TypeString {
+			return fmt.Errorf("context_extensions.%s is not a string", k)
+		}
+		if ps.req.Attributes.ContextExtensions == nil {
+			ps.req.Attributes.ContextExtensions = map[string]string{}
+		}
+		ps.req.Attributes.ContextExtensions[string(k)] = string(v.GetStringBytes())
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// %DYNAMIC_METADATA(ns)% writes a namespace the request had not as null.
+	return visitObject(o, "metadata", "an object of namespaces", func(k []byte, v *fastjson.Value) error {
+		if v.Type() != fastjson.TypeObject {
+			return fmt.Errorf("metadata.%s is not an object", k)
+		}
+		s, err := structpb.NewStruct(toGo(v).(map[string]any))
+		if err != nil {
+			return fmt.Errorf("metadata.%s: %v", k, err)
+		}
+		md := ps.req.Attributes.MetadataContext
+		if md == nil {
+			md = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+			ps.req.Attributes.MetadataContext = md
+		}
+		md.FilterMetadata[string(k)] = s
+		return nil
+	})
+}
 
-	if hv := o.Get("request_headers"); hv != nil && hv.Type() != fastjson.TypeNull {
-		ho, err := hv.Object()
-		if err != nil {
-			return errors.New("request_headers is not an object of header names and values")
-		}
-		var bad error
-		ho.Visit(func(k []byte, v *fastjson.Value) {
-			switch v.Type() {
-			case fastjson.TypeNull: // Envoy's %REQ(...)% for a header the request lacked
-			case fastjson.TypeString:
-				ps.headers[lowerName(k)] = str(v)
-			default:
-				bad = fmt.Errorf("request_headers.%s is not a string or null", k)
-			}
-		})
-		if bad != nil {
-			return bad
-		}
+// visitObject calls f with each member of the object o.name, in order,
+// until f fails. An absent or null field is an empty object, and a null
+// member is skipped: Envoy's json_format writes what a request lacked (a
+// header, a value) as null. what says what the field should be.
+func visitObject(o *fastjson.Object, name, what string, f func(k []byte, v *fastjson.Value) error) error {
+	v := o.Get(name)
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return nil
 	}
-	if cv := o.Get("context_extensions"); cv != nil && cv.Type() != fastjson.TypeNull {
-		co, err := cv.Object()
-		if err != nil {
-			return errors.New("context_extensions is not an object")
-		}
-		ctx := map[string]string{}
-		var bad error
-		co.Visit(func(k []byte, v *fastjson.Value) {
-			switch v.Type() {
-			case fastjson.TypeNull:
-			case fastjson.TypeString:
-				ctx[string(k)] = string(v.GetStringBytes())
-			default:
-				bad = fmt.Errorf("context_extensions.%s is not a string", k)
-			}
-		})
-		if bad != nil {
-			return bad
-		}
-		ps.req.Attributes.ContextExtensions = ctx
+	obj, err := v.Object()
+	if err != nil {
+		return fmt.Errorf("%s is not %s", name, what)
 	}
-	if mv := o.Get("metadata"); mv != nil && mv.Type() != fastjson.TypeNull {
-		mo, err := mv.Object()
-		if err != nil {
-			return errors.New("metadata is not an object of namespaces")
+	obj.Visit(func(k []byte, v *fastjson.Value) {
+		if err == nil && v.Type() != fastjson.TypeNull {
+			err = f(k, v)
 		}
-		md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
-		var bad error
-		mo.Visit(func(k []byte, v *fastjson.Value) {
-			switch v.Type() {
-			case fastjson.TypeNull: // %DYNAMIC_METADATA(ns)% of a namespace the request had not
-			case fastjson.TypeObject:
-				s, err := structpb.NewStruct(toGo(v).(map[string]any))
-				if err != nil {
-					bad = fmt.Errorf("metadata.%s: %v", k, err)
-					return
-				}
-				md.FilterMetadata[string(k)] = s
-			default:
-				bad = fmt.Errorf("metadata.%s is not an object", k)
-			}
-		})
-		if bad != nil {
-			return bad
-		}
-		ps.req.Attributes.MetadataContext = md
-	}
-	return nil
+	})
+	return err
 }
 
 // str reads a JSON string without copying it: the string lives in the

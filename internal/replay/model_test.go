@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -237,8 +238,8 @@ type model struct {
 	// agents and keys count the distinct user agents and API keys seen
 	// behind each client address (by its caller name), on lines a
 	// client_ip policy keyed by it.
-	agents, keys                  map[string]map[string]bool
-	lines, decided, skipped, late int64
+	agents, keys                         map[string]map[string]bool
+	lines, decided, skipped, late, ahead int64
 }
 
 type mbucket struct {
@@ -338,6 +339,16 @@ func (m *model) run(lines []mline) {
 	var items []item
 	var maxSeen int64
 	seen := false
+	admit := func(it item) {
+		if !seen || it.r.ms > maxSeen {
+			maxSeen, seen = it.r.ms, true
+		}
+		items = append(items, it)
+	}
+	// A line more than the window after every admitted line waits for the
+	// next line: admitted when that one starts no earlier than the window
+	// before it, set aside (ahead) otherwise, admitted at the end.
+	var held *item
 	for i, l := range lines {
 		m.lines++
 		if l.req == nil {
@@ -348,10 +359,22 @@ func (m *model) run(lines []mline) {
 			m.late++
 			continue
 		}
-		if !seen || l.req.ms > maxSeen {
-			maxSeen, seen = l.req.ms, true
+		if held != nil {
+			if l.req.ms >= held.r.ms-m.window {
+				admit(*held)
+			} else {
+				m.ahead++
+			}
+			held = nil
 		}
-		items = append(items, item{int64(i + 1), l.req})
+		if !seen || l.req.ms > maxSeen+m.window {
+			held = &item{int64(i + 1), l.req}
+			continue
+		}
+		admit(item{int64(i + 1), l.req})
+	}
+	if held != nil {
+		admit(*held)
 	}
 	sort.SliceStable(items, func(i, j int) bool { return items[i].r.ms < items[j].r.ms })
 	for _, it := range items {
@@ -482,10 +505,6 @@ func sortCallers(cs []TopCaller) {
 // line's decision against an exact rational model written from the
 // specification, not from the code.
 func TestReplayMatchesTheRationalModel(t *testing.T) {
-	cfg, err := config.Parse("model.yaml", []byte(modelConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const window = 5 * time.Second
 	for _, tc := range []struct {
 		seed    uint64
@@ -495,73 +514,18 @@ func TestReplayMatchesTheRationalModel(t *testing.T) {
 		t.Run(fmt.Sprintf("seed %d, %d workers", tc.seed, tc.workers), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(tc.seed, 99))
 			lines := shuffle(rng, generate(rng, tc.n), window)
-			var log strings.Builder
 			bad := 0
 			for _, l := range lines {
-				log.WriteString(l.text + "\n")
 				if l.bad {
 					bad++
 				}
 			}
-			m := newModel(window)
-			m.run(lines)
-
-			var stderr bytes.Buffer
-			got := map[int64]bool{}
-			var order []int64
-			res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, ReorderWindow: window,
-				Workers: tc.workers, Malformed: &stderr, ShowMalformed: 3, OnDecision: func(line int64, allowed bool) {
-					got[line] = allowed
-					order = append(order, line)
-				}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Report(ReportOptions{Top: 1 << 20})
-
-			if res.Lines != m.lines || res.Decided != m.decided || res.Skipped != m.skipped || res.Late != m.late {
-				t.Errorf("lines/decided/skipped/late = %d/%d/%d/%d, model %d/%d/%d/%d",
-					res.Lines, res.Decided, res.Skipped, res.Late, m.lines, m.decided, m.skipped, m.late)
-			}
+			res, m := replayAgainstTheModel(t, lines, window, tc.workers)
 			if m.late == 0 || bad == 0 || m.stats["api"].byOther == 0 || m.stats["ip"].byOther == 0 || m.stats["shadow-key"].byOther == 0 {
 				t.Fatalf("the generated log misses a case: late %d, malformed %d, denied by another: api %d, ip %d, shadow-key %d",
 					m.late, bad, m.stats["api"].byOther, m.stats["ip"].byOther, m.stats["shadow-key"].byOther)
 			}
-			if n := strings.Count(stderr.String(), "\n"); n != 3 || !strings.HasPrefix(stderr.String(), "line ") {
-				t.Errorf("stderr should name the first 3 malformed lines, got:\n%s", stderr.String())
-			}
-			if len(got) != len(m.decisions) {
-				t.Errorf("%d lines decided, model %d", len(got), len(m.decisions))
-			}
-			wrong := 0
-			for line, want := range m.decisions {
-				if g, ok := got[line]; !ok || g != want {
-					if wrong++; wrong <= 5 {
-						t.Errorf("line %d: allowed = %v (decided: %v), model %v", line, g, ok, want)
-					}
-				}
-			}
-			for i := range modelPolicies {
-				want := m.policy(&modelPolicies[i])
-				g := res.Policies[i]
-				sortCallers(want.TopDenied)
-				sortCallers(g.TopDenied)
-				if g.Name != want.Name || g.Mode != want.Mode || g.Requests != want.Requests || g.Allowed != want.Allowed ||
-					g.Denied != want.Denied || g.DeniedByOther != want.DeniedByOther || g.Callers != want.Callers ||
-					g.CallersDenied != want.CallersDenied || g.CapacityNeeded != want.CapacityNeeded {
-					t.Errorf("%s:\n got   %+v\n model %+v", want.Name, summary(g), summary(want))
-				}
-				if !slices.Equal(g.TopDenied, want.TopDenied) {
-					t.Errorf("%s: denied callers\n got   %v\n model %v", want.Name, g.TopDenied, want.TopDenied)
-				}
-				slices.SortFunc(g.Collateral, func(a, b Collateral) int { return strings.Compare(a.Caller, b.Caller) })
-				slices.SortFunc(want.Collateral, func(a, b Collateral) int { return strings.Compare(a.Caller, b.Caller) })
-				if !slices.Equal(g.Collateral, want.Collateral) {
-					t.Errorf("%s: collateral\n got   %v\n model %v", want.Name, g.Collateral, want.Collateral)
-				}
-				if (want.Name == "ip" || want.Name == "shadow-ip") && len(want.Collateral) == 0 {
-					t.Errorf("%s: no denied client address to check the collateral report on", want.Name)
-				}
+			for _, g := range res.Policies {
 				if g.Denied == 0 || g.Allowed == 0 {
 					t.Errorf("%s: the log should both allow and deny (allowed %d, denied %d)", g.Name, g.Allowed, g.Denied)
 				}
@@ -570,7 +534,186 @@ func TestReplayMatchesTheRationalModel(t *testing.T) {
 	}
 }
 
+// TestOneFarFutureLineDoesNotMoveTheWindow: a line dated an hour or a
+// century after its neighbours (a wrong clock) near the top of a log is set
+// aside and counted as ahead; every other line is decided as without it, as
+// the model decides them.
+func TestOneFarFutureLineDoesNotMoveTheWindow(t *testing.T) {
+	const window = 5 * time.Second
+	for _, tc := range []struct {
+		name string
+		at   int // the outlier's index among the lines
+		ms   func(first int64) int64
+	}{
+		{"an hour ahead, third line", 2, func(first int64) int64 { return first + time.Hour.Milliseconds() }},
+		{"year 9999, first line", 0, func(int64) int64 { return time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC).UnixMilli() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, 7))
+			lines := shuffle(rng, generate(rng, 1500), window)
+			without, _ := replayAgainstTheModel(t, lines, window, 2)
+
+			outlier := *lines[5].req
+			outlier.ms = tc.ms(lines[0].req.ms)
+			lines = slices.Insert(lines, tc.at, mline{text: outlier.line(), req: &outlier})
+			res, m := replayAgainstTheModel(t, lines, window, 2)
+			if res.Ahead != 1 || m.ahead != 1 {
+				t.Errorf("ahead = %d (model %d), want the one outlier", res.Ahead, m.ahead)
+			}
+			if res.Late != without.Late || res.Decided != without.Decided || res.Lines != without.Lines+1 {
+				t.Errorf("with the outlier: %d lines, %d decided, %d late; without: %d, %d, %d",
+					res.Lines, res.Decided, res.Late, without.Lines, without.Decided, without.Late)
+			}
+			for i, p := range res.Policies {
+				if summary(p) != summary(without.Policies[i]) {
+					t.Errorf("the outlier changed the report:\n with    %s\n without %s", summary(p), summary(without.Policies[i]))
+				}
+			}
+			if err := res.Undecided(); err != nil {
+				t.Errorf("one outlier refused the log: %v", err)
+			}
+		})
+	}
+}
+
+// replayAgainstTheModel replays lines and checks the result against the
+// model's: the counts, every line's decision, each policy's report.
+func replayAgainstTheModel(t *testing.T, lines []mline, window time.Duration, workers int) (*Result, *model) {
+	t.Helper()
+	cfg, err := config.Parse("model.yaml", []byte(modelConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	for _, l := range lines {
+		log.WriteString(l.text + "\n")
+	}
+	m := newModel(window)
+	m.run(lines)
+
+	var stderr bytes.Buffer
+	got := map[int64]bool{}
+	res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, ReorderWindow: window,
+		Workers: workers, Malformed: &stderr, ShowMalformed: 3, OnDecision: func(line int64, allowed bool) {
+			got[line] = allowed
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Report(ReportOptions{Top: 1 << 20})
+
+	if res.Lines != m.lines || res.Decided != m.decided || res.Skipped != m.skipped || res.Late != m.late || res.Ahead != m.ahead {
+		t.Errorf("lines/decided/skipped/late/ahead = %d/%d/%d/%d/%d, model %d/%d/%d/%d/%d",
+			res.Lines, res.Decided, res.Skipped, res.Late, res.Ahead, m.lines, m.decided, m.skipped, m.late, m.ahead)
+	}
+	if n := strings.Count(stderr.String(), "\n"); n != 3 || !strings.HasPrefix(stderr.String(), "line ") {
+		t.Errorf("stderr should name the first 3 malformed lines, got:\n%s", stderr.String())
+	}
+	if len(got) != len(m.decisions) {
+		t.Errorf("%d lines decided, model %d", len(got), len(m.decisions))
+	}
+	wrong := 0
+	for line, want := range m.decisions {
+		if g, ok := got[line]; !ok || g != want {
+			if wrong++; wrong <= 5 {
+				t.Errorf("line %d: allowed = %v (decided: %v), model %v", line, g, ok, want)
+			}
+		}
+	}
+	for i := range modelPolicies {
+		want := m.policy(&modelPolicies[i])
+		g := res.Policies[i]
+		sortCallers(want.TopDenied)
+		sortCallers(g.TopDenied)
+		if g.Name != want.Name || g.Mode != want.Mode || g.Requests != want.Requests || g.Allowed != want.Allowed ||
+			g.Denied != want.Denied || g.DeniedByOther != want.DeniedByOther || g.Callers != want.Callers ||
+			g.CallersDenied != want.CallersDenied || g.CapacityNeeded != want.CapacityNeeded {
+			t.Errorf("%s:\n got   %+v\n model %+v", want.Name, summary(g), summary(want))
+		}
+		if !slices.Equal(g.TopDenied, want.TopDenied) {
+			t.Errorf("%s: denied callers\n got   %v\n model %v", want.Name, g.TopDenied, want.TopDenied)
+		}
+		slices.SortFunc(g.Collateral, func(a, b Collateral) int { return strings.Compare(a.Caller, b.Caller) })
+		slices.SortFunc(want.Collateral, func(a, b Collateral) int { return strings.Compare(a.Caller, b.Caller) })
+		if !slices.Equal(g.Collateral, want.Collateral) {
+			t.Errorf("%s: collateral\n got   %v\n model %v", want.Name, g.Collateral, want.Collateral)
+		}
+		if (want.Name == "ip" || want.Name == "shadow-ip") && len(want.Collateral) == 0 {
+			t.Errorf("%s: no denied client address to check the collateral report on", want.Name)
+		}
+	}
+	return res, m
+}
+
 func summary(p PolicyResult) string {
 	return fmt.Sprintf("%s %s req %d allowed %d denied %d other %d callers %d denied-callers %d needed %+v",
 		p.Name, p.Mode, p.Requests, p.Allowed, p.Denied, p.DeniedByOther, p.Callers, p.CallersDenied, p.CapacityNeeded)
+}
+
+// TestALogMostlyOutOfOrderIsRefused: a log joined from two files in the
+// wrong order has half its lines late; Undecided refuses the result rather
+// than let a table without them pass for the log's.
+func TestALogMostlyOutOfOrderIsRefused(t *testing.T) {
+	const window = 5 * time.Second
+	rng := rand.New(rand.NewPCG(5, 5))
+	lines := shuffle(rng, generate(rng, 1000), window)
+	swapped := append(slices.Clone(lines[len(lines)/2:]), lines[:len(lines)/2]...)
+	res, m := replayAgainstTheModel(t, swapped, window, 2)
+	if m.late < int64(len(lines))/3 {
+		t.Fatalf("the swapped log has only %d late lines", m.late)
+	}
+	err := res.Undecided()
+	if err == nil || !strings.Contains(err.Error(), "--reorder-window") || !strings.Contains(err.Error(), fmt.Sprintf("%d late", res.Late)) {
+		t.Errorf("Undecided() = %v, want a refusal naming the late lines and --reorder-window", err)
+	}
+	inOrder, _ := replayAgainstTheModel(t, lines, window, 2)
+	if err := inOrder.Undecided(); err != nil {
+		t.Errorf("the log in order (%d late of %d) is refused: %v", inOrder.Late, inOrder.Lines, err)
+	}
+}
+
+// TestMaxCallersBoundsTheCallersHeldAndCountsWhatItLeavesOut: with
+// MaxCallers the run holds no more callers than that, and every line it did
+// not decide because of the bound is counted; a bound above the log's
+// callers changes nothing.
+func TestMaxCallersBoundsTheCallersHeldAndCountsWhatItLeavesOut(t *testing.T) {
+	cfg, err := config.Parse("model.yaml", []byte(modelConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	var log strings.Builder
+	for _, l := range shuffle(rng, generate(rng, 2000), 5*time.Second) {
+		log.WriteString(l.text + "\n")
+	}
+	run := func(maxCallers int) *Result {
+		res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine,
+			ReorderWindow: 5 * time.Second, MaxCallers: maxCallers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Report(ReportOptions{})
+	}
+	all := run(0)
+	held := len(all.callers.names)
+	if held < 8 {
+		t.Fatalf("the log has only %d callers", held)
+	}
+	bounded := run(held / 2)
+	if n := len(bounded.callers.names); n > held/2 || n == 0 {
+		t.Errorf("--max-callers %d held %d callers", held/2, n)
+	}
+	if bounded.BeyondMaxCallers == 0 || bounded.Decided+bounded.BeyondMaxCallers != all.Decided || bounded.MaxCallers != held/2 {
+		t.Errorf("bounded: %d decided + %d beyond the bound (of %d), want %d decided in all", bounded.Decided,
+			bounded.BeyondMaxCallers, bounded.MaxCallers, all.Decided)
+	}
+	var table bytes.Buffer
+	bounded.WriteTable(&table)
+	if want := fmt.Sprintf("%d beyond --max-callers %d", bounded.BeyondMaxCallers, held/2); !strings.Contains(table.String(), want) {
+		t.Errorf("the table does not say %q:\n%s", want, table.String())
+	}
+	roomy := run(held)
+	if roomy.BeyondMaxCallers != 0 || !reflect.DeepEqual(roomy.Policies, all.Policies) {
+		t.Errorf("a bound of the log's %d callers changed the report", held)
+	}
 }

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -255,5 +258,87 @@ policies:
 	}
 	if got := list[0].TypedConfig.LogFormat.JSONFormat["metadata"]; !reflect.DeepEqual(got, want) {
 		t.Errorf("metadata = %v\nwant %v", got, want)
+	}
+}
+
+// TestTheHTMLChartsHaveNumericAxes: each chart labels its count axes with
+// numbers (0, half and the tallest bar's count), its time axis with clock
+// times and its capacity axis with tokens from 0; the callers' tables give
+// each caller's capacity needed.
+func TestTheHTMLChartsHaveNumericAxes(t *testing.T) {
+	res := modelResult(t)
+	var buf bytes.Buffer
+	if err := WriteHTML(&buf, "model.yaml", []Labeled{{Result: res}}); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	charts := regexp.MustCompile(`(?s)<svg .*?</svg>`).FindAllString(page, -1)
+	if len(charts) != len(res.Policies) {
+		t.Fatalf("%d charts for %d policies", len(charts), len(res.Policies))
+	}
+	ticks := func(svg, class string) []string {
+		var out []string
+		for _, m := range regexp.MustCompile(`<text class="`+class+`"[^>]*>([^<]*)</text>`).FindAllStringSubmatch(svg, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	for i, p := range res.Policies {
+		var top int64
+		for _, n := range p.series.requests {
+			top = max(top, n)
+		}
+		y := ticks(charts[i], "y-tick")
+		if len(y) < 5 || !slices.Equal(y[:3], []string{"0", strconv.FormatInt(top/2, 10), strconv.FormatInt(top, 10)}) || y[3] != "0" {
+			t.Errorf("%s: y ticks %v, want 0, %d, %d on the time panel, then the callers' counts from 0", p.Name, y, top/2, top)
+		}
+		x := ticks(charts[i], "x-tick")
+		if len(x) != 6 || x[0] != clock(p.series.origin) || x[3] != "0" {
+			t.Errorf("%s: x ticks %v, want three times from %s and three capacities from 0", p.Name, x, clock(p.series.origin))
+		}
+		if hi, err := strconv.ParseInt(x[5], 10, 64); err != nil || hi < p.CapacityNeeded.Max || hi < p.Capacity {
+			t.Errorf("%s: the capacity axis ends at %q, before the capacity %d or the largest need %d", p.Name, x[5], p.Capacity, p.CapacityNeeded.Max)
+		}
+		for _, c := range p.TopDenied {
+			row := fmt.Sprintf("<td>%d</td><td>%d</td><td>%d</td></tr>", c.Requests, c.Denied, c.CapacityNeeded)
+			if !strings.Contains(page, row) {
+				t.Errorf("%s: no row for %s with its capacity needed (%s)", p.Name, c.Caller, row)
+			}
+		}
+	}
+	if n := strings.Count(page, "<th>capacity needed</th>"); n < len(res.Policies) {
+		t.Errorf("%d callers' tables have a capacity needed column, want one per policy at least", n)
+	}
+}
+
+// TestTheComparisonHasEveryColumnOfTheTable: --compare prints the columns
+// a single run prints (by other, callers, the denied share), and its set.
+func TestTheComparisonHasEveryColumnOfTheTable(t *testing.T) {
+	res := modelResult(t)
+	var single, compared bytes.Buffer
+	if err := res.WriteTable(&single); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteComparison(&compared, []Labeled{{Result: res}, {Label: "api.capacity=9", Result: res}}, false); err != nil {
+		t.Fatal(err)
+	}
+	fields := func(s string, n int) []string {
+		return strings.Fields(strings.ReplaceAll(strings.Split(s, "\n")[n], "by other", "by-other"))
+	}
+	head, chead := fields(single.String(), 2), fields(compared.String(), 2)
+	if want := slices.Insert(slices.Clone(head), 1, "set"); !slices.Equal(chead, want) {
+		t.Errorf("comparison columns %v, want the table's with set: %v", chead, want)
+	}
+	for i, p := range res.Policies {
+		row := fields(single.String(), 3+i)
+		for j, label := range []string{"(configuration)", "api.capacity=9"} {
+			want := slices.Insert(slices.Clone(row), 1, label)
+			if got := fields(compared.String(), 3+2*i+j); !slices.Equal(got, want) {
+				t.Errorf("%s, %s:\n got  %v\n want %v", p.Name, label, got, want)
+			}
+		}
+		if p.Denied > 0 && !strings.Contains(strings.Join(row, " "), "%)") {
+			t.Errorf("%s: no denied share in %v", p.Name, row)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,11 @@ type Options struct {
 	// OnDecision, when set, hears every decided line in decision order:
 	// whether the request would have passed (shadow policies aside).
 	OnDecision func(line int64, allowed bool)
+	// MaxCallers bounds the distinct callers the run holds (0: no bound).
+	// Each costs memory until the run ends (docs/replay.md); once the bound
+	// is reached, a line that would add a caller is not decided and is
+	// counted in Result.BeyondMaxCallers.
+	MaxCallers int
 }
 
 // DefaultReorderWindow is the default of Options.ReorderWindow.
@@ -275,12 +281,16 @@ type decider struct {
 	pending entryHeap
 	maxSeen int64
 	seen    bool
+	// held is a line that started more than the window after every line
+	// admitted before it: the next line says whether it is where the log
+	// went (admitted) or an outlier (set aside as ahead).
+	held *entry
 
-	lines, decided, skipped, late int64
-	from, to                      int64
-	shown                         int
-	stats                         []*policyStats // one per policy, in the engine's order
-	callers                       callerTable
+	lines, decided, skipped, late, ahead, beyond int64
+	from, to                                     int64
+	shown                                        int
+	stats                                        []*policyStats // one per policy, in the engine's order
+	callers                                      callerTable
 }
 
 func newDecider(o Options) *decider {
@@ -313,12 +323,44 @@ func (d *decider) add(e *entry) {
 		}
 		return
 	}
-	// A line more than the window before the latest start seen may follow
-	// lines already decided: deciding it would run the clock backwards.
+	// A line more than the window before the latest start admitted may
+	// follow lines already decided: deciding it would run the clock
+	// backwards.
 	if d.seen && e.at < d.maxSeen-d.window {
 		d.late++
 		return
 	}
+	// A line far ahead of everything before it moves the window only if
+	// the next line agrees: one line dated an hour or a century ahead (a
+	// wrong clock) would otherwise make every line after it late.
+	if h := d.held; h != nil {
+		d.held = nil
+		if e.at >= h.at-d.window {
+			d.admit(h)
+		} else {
+			d.setAside(h)
+		}
+	}
+	if !d.seen || e.at > d.maxSeen+d.window {
+		d.held = e
+		return
+	}
+	d.admit(e)
+}
+
+// setAside counts a held line that the next line contradicted.
+func (d *decider) setAside(e *entry) {
+	d.ahead++
+	if d.shown < d.o.ShowMalformed && d.o.Malformed != nil {
+		d.shown++
+		fmt.Fprintf(d.o.Malformed, "line %d: start_time %s is more than the reorder window after the lines around it; set aside (ahead)\n",
+			e.line, formatTime(e.at))
+	}
+}
+
+// admit takes a line into the window: it is decided once a line starting
+// more than the window after it has been admitted, or at the end.
+func (d *decider) admit(e *entry) {
 	if !d.seen || e.at > d.maxSeen {
 		d.maxSeen, d.seen = e.at, true
 	}
@@ -337,6 +379,10 @@ func (d *decider) add(e *entry) {
 
 // flush decides every line still waiting (the end of the log).
 func (d *decider) flush() {
+	if h := d.held; h != nil {
+		d.held = nil
+		d.admit(h) // nothing after it says otherwise
+	}
 	for len(d.pending) > 0 {
 		d.decide(d.pending.pop())
 	}
@@ -348,6 +394,10 @@ func (d *decider) count(e *entry) {
 }
 
 func (d *decider) decide(e *entry) {
+	if d.o.MaxCallers > 0 && d.newCallers(e) > d.o.MaxCallers-len(d.callers.names) {
+		d.beyond++
+		return
+	}
 	d.count(e)
 	d.clock.us = e.at
 	if d.store == nil {
@@ -393,6 +443,17 @@ func (d *decider) decide(e *entry) {
 			counted = true
 		}
 	}
+}
+
+// newCallers counts the callers of e the run has not seen yet.
+func (d *decider) newCallers(e *entry) int {
+	n := 0
+	for i, id := range e.ids {
+		if _, ok := d.callers.index[id]; !ok && !slices.Contains(e.ids[:i], id) {
+			n++
+		}
+	}
+	return n
 }
 
 // entryHeap orders entries by start_time, then line number. It holds the

@@ -20,18 +20,12 @@ func WriteIndentedJSON(w io.Writer, v any) error {
 
 // WriteTable writes r as a table for people.
 func (r *Result) WriteTable(w io.Writer) error {
-	fmt.Fprintf(w, "%d lines: %d decided, %d skipped, %d late", r.Lines, r.Decided, r.Skipped, r.Late)
-	if r.From != "" {
-		fmt.Fprintf(w, "; from %s to %s", r.From, r.To)
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintln(w, r.Summary())
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "policy\tmode\tcapacity\trefill/s\trequests\tallowed\tdenied\tby other\tcallers\tdenied callers\tcapacity needed p50/p90/p99/max")
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d/%d/%d/%d\n", p.Name, p.Mode, p.Capacity, p.RefillPerSecond,
-			p.Requests, p.Allowed, withShare(p.Denied, p.Requests), p.DeniedByOther, p.Callers, p.CallersDenied,
-			p.CapacityNeeded.P50, p.CapacityNeeded.P90, p.CapacityNeeded.P99, p.CapacityNeeded.Max)
+		fmt.Fprintf(tw, "%s\t%s\n", p.Name, policyColumns(p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -57,6 +51,67 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// WriteComparison writes several runs of one log: as JSON, {"runs": [{"set":
+// ..., the Result}, ...]}; as a table, the first run's summary line and one
+// row per policy and run, with the columns of WriteTable and the run's --set.
+func WriteComparison(w io.Writer, runs []Labeled, asJSON bool) error {
+	if asJSON {
+		type run struct {
+			Set string `json:"set"`
+			*Result
+		}
+		out := struct {
+			Runs []run `json:"runs"`
+		}{}
+		for _, r := range runs {
+			out.Runs = append(out.Runs, run{Set: r.Label, Result: r.Result})
+		}
+		return WriteIndentedJSON(w, out)
+	}
+	r0 := runs[0].Result
+	fmt.Fprintln(w, r0.Summary())
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "policy\tset\tmode\tcapacity\trefill/s\trequests\tallowed\tdenied\tby other\tcallers\tdenied callers\tcapacity needed p50/p90/p99/max")
+	for p := range r0.Policies {
+		for _, r := range runs {
+			set := r.Label
+			if set == "" {
+				set = "(configuration)"
+			}
+			x := r.Result.Policies[p]
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", x.Name, set, policyColumns(x))
+		}
+	}
+	return tw.Flush()
+}
+
+// policyColumns are a policy's columns after its name (and set), tab
+// separated, as both tables print them.
+func policyColumns(p PolicyResult) string {
+	return fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d/%d/%d/%d", p.Mode, p.Capacity, p.RefillPerSecond,
+		p.Requests, p.Allowed, withShare(p.Denied, p.Requests), p.DeniedByOther, p.Callers, p.CallersDenied,
+		p.CapacityNeeded.P50, p.CapacityNeeded.P90, p.CapacityNeeded.P99, p.CapacityNeeded.Max)
+}
+
+// Summary is the report's first line: what became of the log's lines, and
+// the times it spans. Lines set aside (ahead, or beyond --max-callers) are
+// named only when there are some.
+func (r *Result) Summary() string {
+	s := fmt.Sprintf("%d lines: %d decided, %d skipped, %d late", r.Lines, r.Decided, r.Skipped, r.Late)
+	if r.Ahead > 0 {
+		s += fmt.Sprintf(", %d ahead (set aside)", r.Ahead)
+	}
+	if r.BeyondMaxCallers > 0 {
+		s += fmt.Sprintf(", %d beyond --max-callers %d (not decided: the report covers the first %d callers only)",
+			r.BeyondMaxCallers, r.MaxCallers, r.MaxCallers)
+	}
+	if r.From != "" {
+		s += fmt.Sprintf("; from %s to %s", r.From, r.To)
+	}
+	return s
 }
 
 func withShare(n, of int64) string {

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -216,16 +217,42 @@ func (s *series) add(at int64, denied bool) {
 
 // Result is a replay's outcome; its JSON is `floodgate replay --json`.
 type Result struct {
-	Lines    int64          `json:"lines"`
-	Decided  int64          `json:"decided"`
-	Skipped  int64          `json:"skipped"`
-	Late     int64          `json:"late"`
-	From     string         `json:"from"`
-	To       string         `json:"to"`
-	Policies []PolicyResult `json:"policies"`
+	Lines   int64 `json:"lines"`
+	Decided int64 `json:"decided"`
+	Skipped int64 `json:"skipped"`
+	Late    int64 `json:"late"`
+	// Ahead lines started more than the reorder window after the lines
+	// around them (a wrong clock): set aside, not decided.
+	Ahead int64 `json:"ahead"`
+	// BeyondMaxCallers lines were not decided: they would have added a
+	// caller past Options.MaxCallers (MaxCallers, 0 when unbounded).
+	BeyondMaxCallers int64          `json:"beyond_max_callers"`
+	MaxCallers       int            `json:"max_callers"`
+	From             string         `json:"from"`
+	To               string         `json:"to"`
+	Policies         []PolicyResult `json:"policies"`
 
 	stats   []*policyStats
 	callers *callerTable
+	window  time.Duration
+}
+
+// MaxUndecidedShare is the share of a log's dated lines that may be late
+// or ahead before Undecided refuses the result.
+const MaxUndecidedShare = 0.05
+
+// Undecided returns an error, to be shown in place of the report, when more
+// than MaxUndecidedShare of the dated lines could not be decided in start
+// order (late or ahead): a table without them would be confidently wrong.
+func (r *Result) Undecided() error {
+	dated, n := r.Lines-r.Skipped, r.Late+r.Ahead
+	if dated == 0 || float64(n) <= MaxUndecidedShare*float64(dated) {
+		return nil
+	}
+	return fmt.Errorf("%d of %d dated lines (%.1f%%) could not be decided in start_time order (%d late, %d ahead), "+
+		"more than the %.0f%% a report can leave out: the lines are further out of order than --reorder-window %s allows "+
+		"(a log joined from files in the wrong order, or a wrong clock); give a larger --reorder-window or check the start_time values",
+		n, dated, 100*float64(n)/float64(dated), r.Late, r.Ahead, 100*MaxUndecidedShare, r.window)
 }
 
 // PolicyResult is one policy's part of a Result.
@@ -289,7 +316,8 @@ type ReportOptions struct {
 }
 
 func (d *decider) result() *Result {
-	r := &Result{Lines: d.lines, Decided: d.decided, Skipped: d.skipped, Late: d.late}
+	r := &Result{Lines: d.lines, Decided: d.decided, Skipped: d.skipped, Late: d.late, Ahead: d.ahead,
+		BeyondMaxCallers: d.beyond, MaxCallers: d.o.MaxCallers, window: d.o.ReorderWindow}
 	if d.decided > 0 {
 		r.From, r.To = formatTime(d.from), formatTime(d.to)
 	}

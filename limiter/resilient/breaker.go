@@ -2,7 +2,6 @@ package resilient
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -41,7 +40,7 @@ type BreakerOptions struct {
 // sony/gobreaker does). A call admitted before the breaker opened cannot
 // close it, and a cancelled call cannot free a probe slot it never held.
 type Ticket struct {
-	gen   uint32
+	gen   uint64
 	probe bool // the call holds the half-open probe slot, or is a Probe
 }
 
@@ -49,22 +48,20 @@ type Ticket struct {
 // failures it opens and no call reaches the store; after OpenFor it lets one
 // probe through (half-open); the probe's success closes it, its failure
 // opens it again. Time is passed in, so tests drive it with a manual clock.
-// Safe for concurrent use; the closed path is atomic operations on one word.
+// Safe for concurrent use.
 //
-// Locks: mu guards the open and half-open bookkeeping and every transition;
-// notifyMu serialises the state-change callback, which runs with mu
-// released, so the callback may take any lock of its own and call the
-// breaker. notifyMu is only ever tried, never waited for; mu is taken
-// under it briefly, to collect transitions.
+// One mutex guards the state; a lock per call costs tens of nanoseconds
+// against a store round trip of tens of microseconds (docs/performance.md,
+// "Circuit breaker: mutex against atomics"). The state-change callback runs
+// with the mutex released, so it may take any lock of its own and call the
+// breaker; notifyMu keeps its calls in order (see notify).
 type Breaker struct {
 	opts BreakerOptions
-	// word packs the state (bits 0–1), the consecutive failures in the
-	// closed state (bits 2–31) and the generation (bits 32–63). Only
-	// transitions change the state and the generation, under mu; the
-	// closed path changes the failures with compare-and-swap.
-	word atomic.Uint64
 
 	mu       sync.Mutex
+	state    State
+	failures int    // consecutive failures while closed
+	gen      uint64 // bumped by every transition
 	openedAt time.Time
 	probing  bool
 	pending  []transition // transitions not yet told to onChange
@@ -75,21 +72,12 @@ type Breaker struct {
 
 type transition struct{ from, to State }
 
-func pack(s State, failures, gen uint32) uint64 {
-	return uint64(gen)<<32 | uint64(failures)<<2 | uint64(s)
-}
-
-func unpack(w uint64) (s State, failures, gen uint32) {
-	return State(w & 3), uint32(w>>2) & (1<<30 - 1), uint32(w >> 32)
-}
-
 // NewBreaker returns a closed breaker. onChange, if not nil, is called on
 // every transition, in order, without the breaker's lock held.
 func NewBreaker(o BreakerOptions, onChange func(from, to State)) *Breaker {
 	if o.Failures <= 0 {
 		o.Failures = 5
 	}
-	o.Failures = min(o.Failures, 1<<30-1)
 	if o.OpenFor <= 0 {
 		o.OpenFor = 500 * time.Millisecond
 	}
@@ -98,17 +86,15 @@ func NewBreaker(o BreakerOptions, onChange func(from, to State)) *Breaker {
 
 // State returns the current state.
 func (b *Breaker) State() State {
-	s, _, _ := unpack(b.word.Load())
-	return s
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
 }
 
 // Allow reports whether a call may go to the store at now and, when it may,
 // the ticket the call reports its result with. In the half-open state
 // exactly one caller (the probe) is allowed until it reports back.
 func (b *Breaker) Allow(now time.Time) (Ticket, bool) {
-	if s, _, gen := unpack(b.word.Load()); s == Closed {
-		return Ticket{gen: gen}, true
-	}
 	return b.admit(now, false)
 }
 
@@ -122,45 +108,40 @@ func (b *Breaker) Probe(now time.Time) (Ticket, bool) {
 
 func (b *Breaker) admit(now time.Time, probe bool) (Ticket, bool) {
 	b.mu.Lock()
+	if b.state == Closed {
+		t := Ticket{gen: b.gen, probe: probe}
+		b.mu.Unlock()
+		return t, true
+	}
 	defer b.notify()
 	defer b.mu.Unlock()
-	s, _, gen := unpack(b.word.Load())
-	switch s {
-	case Closed:
-		return Ticket{gen: gen, probe: probe}, true
-	case Open:
+	if b.state == Open {
 		if now.Sub(b.openedAt) < b.opts.OpenFor {
 			return Ticket{}, false
 		}
-		gen = b.set(HalfOpen)
-	default: // half-open: one probe at a time
-		if b.probing {
-			return Ticket{}, false
-		}
+		b.set(HalfOpen)
+	} else if b.probing { // half-open: one probe at a time
+		return Ticket{}, false
 	}
 	b.probing = true
-	return Ticket{gen: gen, probe: true}, true
+	return Ticket{gen: b.gen, probe: true}, true
 }
 
 // Success records that the call holding t worked.
 func (b *Breaker) Success(t Ticket) {
-	for {
-		w := b.word.Load()
-		s, failures, gen := unpack(w)
-		if gen != t.gen {
-			return // admitted in another generation: says nothing now
-		}
-		if s != Closed {
-			break
-		}
-		if failures == 0 || b.word.CompareAndSwap(w, pack(Closed, 0, gen)) {
-			return
-		}
-	}
 	b.mu.Lock()
+	if t.gen != b.gen || b.state == Closed {
+		// Another generation's result says nothing now; a closed
+		// breaker's success resets the count.
+		if t.gen == b.gen {
+			b.failures = 0
+		}
+		b.mu.Unlock()
+		return
+	}
 	defer b.notify()
 	defer b.mu.Unlock()
-	if s, _, gen := unpack(b.word.Load()); gen == t.gen && s == HalfOpen && t.probe {
+	if b.state == HalfOpen && t.probe {
 		b.probing = false
 		b.set(Closed)
 	}
@@ -168,41 +149,22 @@ func (b *Breaker) Success(t Ticket) {
 
 // Failure records that the call holding t failed or timed out at now.
 func (b *Breaker) Failure(t Ticket, now time.Time) {
-	if b.countFailure(t) {
+	b.mu.Lock()
+	if t.gen != b.gen || b.state == Open || (b.state == HalfOpen && !t.probe) {
+		b.mu.Unlock()
 		return
 	}
-	b.mu.Lock()
+	if b.state == Closed && !t.probe {
+		if b.failures++; b.failures < b.opts.Failures {
+			b.mu.Unlock()
+			return
+		}
+	}
 	defer b.notify()
 	defer b.mu.Unlock()
-	if b.countFailure(t) { // a success reset the count meanwhile
-		return
-	}
-	s, _, gen := unpack(b.word.Load())
-	if gen != t.gen || s == Open || (s == HalfOpen && !t.probe) {
-		return
-	}
 	b.probing = false
 	b.openedAt = now
 	b.set(Open)
-}
-
-// countFailure counts a failure in the closed state when it does not reach
-// the threshold, and reports whether it is done with it: counted, or from
-// another generation.
-func (b *Breaker) countFailure(t Ticket) bool {
-	for {
-		w := b.word.Load()
-		s, failures, gen := unpack(w)
-		if gen != t.gen {
-			return true
-		}
-		if s != Closed || t.probe || int(failures)+1 >= b.opts.Failures {
-			return false
-		}
-		if b.word.CompareAndSwap(w, pack(Closed, failures+1, gen)) {
-			return true
-		}
-	}
 }
 
 // Release ends a call that neither succeeded nor failed (the caller gave
@@ -212,22 +174,21 @@ func (b *Breaker) Release(t Ticket) {
 		return
 	}
 	b.mu.Lock()
-	if s, _, gen := unpack(b.word.Load()); gen == t.gen && s == HalfOpen {
+	if t.gen == b.gen && b.state == HalfOpen {
 		b.probing = false
 	}
 	b.mu.Unlock()
 }
 
 // set moves to a new state and generation, under mu, and queues the
-// transition for onChange. It returns the new generation.
-func (b *Breaker) set(to State) uint32 {
-	from, _, gen := unpack(b.word.Load())
-	gen++
-	b.word.Store(pack(to, 0, gen))
+// transition for onChange.
+func (b *Breaker) set(to State) {
+	from := b.state
+	b.state, b.failures = to, 0
+	b.gen++
 	if b.onChange != nil && from != to {
 		b.pending = append(b.pending, transition{from, to})
 	}
-	return gen
 }
 
 // notify tells onChange the transitions queued so far, in order, with mu
