@@ -27,7 +27,7 @@ func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // record counts n decisions of caller id (labelled by id) under p.
 func record(p *Policy, id string, n int, denied bool) {
 	for range n {
-		p.Record(id, Label{"header:x-api-key", id}, denied)
+		p.Record(p.r.now(), id, Label{"header:x-api-key", id}, denied)
 	}
 }
 
@@ -42,8 +42,8 @@ func TestCountsAreExactWhileTheCallersFitTheSketch(t *testing.T) {
 	c.Advance(25 * time.Second)
 	record(p, "b", 4, true)
 	record(p, "a", 1, false)
-	r.Policy("quiet", false).Record("z", Label{"client_ip", "192.0.2.1"}, false)
-	r.Policy("trial", true).Record("q", Label{"client_ip", "192.0.2.9"}, true)
+	r.Policy("quiet", false).Record(c.Now(), "z", Label{"client_ip", "192.0.2.1"}, false)
+	r.Policy("trial", true).Record(c.Now(), "q", Label{"client_ip", "192.0.2.9"}, true)
 
 	got := r.Snapshot(0)
 	want := Report{WindowSeconds: 60,
@@ -125,7 +125,7 @@ func TestHeavyHittersSurviveAFloodOfDistinctCallers(t *testing.T) {
 	}
 	rng.Shuffle(len(stream), func(i, j int) { stream[i], stream[j] = stream[j], stream[i] })
 	for _, id := range stream {
-		p.Record(id, Label{"client_ip", id}, true)
+		p.Record(c.Now(), id, Label{"client_ip", id}, true)
 	}
 	rep := r.Snapshot(3)
 	pr := rep.Policies[0]
@@ -229,7 +229,7 @@ func TestConcurrentRecordsLoseNothing(t *testing.T) {
 			defer wg.Done()
 			id := "w" + strconv.Itoa(w)
 			for i := range each {
-				p.Record(id, Label{"k", id}, i%2 == 0)
+				p.Record(r.now(), id, Label{"k", id}, i%2 == 0)
 			}
 		}()
 	}
@@ -248,7 +248,7 @@ func TestConcurrentRecordsLoseNothing(t *testing.T) {
 func TestLongLabelsAreCut(t *testing.T) {
 	r := New(Options{Now: newClock().Now})
 	long := "é" + string(make([]byte, 300))
-	r.Policy("p", false).Record("id", Label{"context:tenant", long}, true)
+	r.Policy("p", false).Record(r.now(), "id", Label{"context:tenant", long}, true)
 	got := r.Snapshot(0).Policies[0].Top[0].Caller
 	if len(got) > MaxLabelBytes || got[len(got)-len("…"):] != "…" {
 		t.Fatalf("label of %d bytes kept as %d bytes: %q", len(long), len(got), got)
@@ -282,7 +282,7 @@ func TestMemoryStaysFixedUnderAFloodOfDistinctCallers(t *testing.T) {
 	flood := func(from, to int) {
 		for i := from; i < to; i++ {
 			id := fmt.Sprintf("caller-%022d", i) // as long as a bucket identity
-			ps[i%policies].Record(id, Label{"header:x-api-key", id}, i%3 != 0)
+			ps[i%policies].Record(c.Now(), id, Label{"header:x-api-key", id}, i%3 != 0)
 			if i%50_000 == 0 {
 				c.Advance(7 * time.Second) // through every interval of the window, and around it
 			}
@@ -302,4 +302,32 @@ func TestMemoryStaysFixedUnderAFloodOfDistinctCallers(t *testing.T) {
 		t.Errorf("live heap grew from %d to %d bytes over the flood's second half", half, full)
 	}
 	runtime.KeepAlive(r)
+}
+
+// BenchmarkRecord is one denial recorded, from every CPU at once (run with
+// -cpu=2 to contend on the policy's lock): the same caller each time (an
+// over-limit flood), 64 callers (as many as a sketch follows) and 4096
+// (every record displaces the least-denied caller).
+func BenchmarkRecord(b *testing.B) {
+	for _, callers := range []int{1, 64, 4096} {
+		b.Run(strconv.Itoa(callers)+"-callers", func(b *testing.B) {
+			p := New(Options{}).Policy("p", false)
+			ids := make([]string, callers)
+			labels := make([]Label, callers)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("%022d", i)
+				labels[i] = Label{"header:x-api-key", ids[i]}
+			}
+			now := time.Now()
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 101
+				for pb.Next() {
+					p.Record(now, ids[i%len(ids)], &labels[i%len(ids)], true)
+					i++
+				}
+			})
+		})
+	}
 }

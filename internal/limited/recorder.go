@@ -33,7 +33,8 @@ type Options struct {
 	// callers of a report are exact when no more than Size distinct
 	// callers were seen in each interval.
 	Size int
-	// Now is the clock (default time.Now); tests inject one.
+	// Now is the clock a report reads (default time.Now); tests inject
+	// one. Decisions bring their own time (Policy.Record).
 	Now func() time.Time
 }
 
@@ -125,12 +126,14 @@ type Policy struct {
 	ring []*sketch // by epoch % intervals; nil until the policy records, and again once idle a whole window
 }
 
-// Record counts one decision of the policy for the caller id: denied (for a
-// shadow policy: would have been denied) or allowed. id tells callers apart
-// within the policy (a bucket identity: short, and equal for the same
-// caller); name labels it when a sketch starts following it.
-func (p *Policy) Record(id string, name Namer, denied bool) {
-	epoch := p.r.now().UnixNano() / p.r.step
+// Record counts one decision the policy made at time now for the caller id:
+// denied (for a shadow policy: would have been denied) or allowed. id tells
+// callers apart within the policy (a bucket identity: short, and equal for
+// the same caller); name labels it when a sketch starts following it. The
+// time is the front end's (the one it read for the decision): reading the
+// clock again would cost more than the rest of Record.
+func (p *Policy) Record(now time.Time, id string, name Namer, denied bool) {
+	epoch := now.UnixNano() / p.r.step
 	h := maphash.String(p.r.seed, id)
 	p.mu.Lock()
 	p.current(epoch).add(h, id, name, denied)
