@@ -28,6 +28,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
@@ -125,7 +126,8 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		return err
 	}
 	defer store.close()
-	authz := newAuthzServer(cfg, store, log, reg)
+	who := limited.New(limited.Options{}) // who is being limited, for /debug/limited
+	authz := newAuthzServer(cfg, store, log, reg, who)
 
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Listen.MaxRequestBytes),
@@ -167,7 +169,9 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 			return fmt.Errorf("listen.admin %s: %w", cfg.Listen.Admin, err)
 		}
 		adminAddr = adminLis.Addr().String()
-		admin = &http.Server{Handler: adminMux(reg, &ready, store.status), ReadHeaderTimeout: 5 * time.Second}
+		mux := adminMux(reg, &ready, store.status)
+		mux.Handle("/debug/limited", limited.Handler(who, adminAddr))
+		admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go admin.Serve(adminLis)
 	}
 
@@ -233,15 +237,16 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 }
 
 // newAuthzServer is the ext_authz server deciding with cfg's policies in
-// store, answering by cfg's failure mode when the store cannot decide.
-func newAuthzServer(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer) *extauthz.Server {
+// store, answering by cfg's failure mode when the store cannot decide, and
+// telling who (when not nil) whom it limits.
+func newAuthzServer(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who *limited.Recorder) *extauthz.Server {
 	onError := extauthz.FailOpen
 	if cfg.Store.OnFailure == "deny" {
 		onError = extauthz.FailClosed
 	}
 	return extauthz.NewServer(cfg.Engine, store.main, extauthz.ServerOptions{
 		Logger: log, Registerer: reg, OnError: onError,
-		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow,
+		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow, Limited: who,
 	})
 }
 
