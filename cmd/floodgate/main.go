@@ -110,7 +110,7 @@ func parseArgs(fs *flag.FlagSet, args []string) bool {
 }
 
 // flagFor guesses which of fs's flags a stray argument was meant for: a
-// file for --config, a path for --path.
+// file for --config, a path for --path, an address for --admin.
 func flagFor(fs *flag.FlagSet, arg string) string {
 	switch {
 	case fs.Lookup("config") != nil && (strings.Contains(arg, string(filepath.Separator)) || strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml")):
@@ -121,6 +121,8 @@ func flagFor(fs *flag.FlagSet, arg string) string {
 		}
 	case fs.Lookup("path") != nil && strings.HasPrefix(arg, "/"):
 		return "path"
+	case fs.Lookup("admin") != nil && strings.Contains(arg, ":"):
+		return "admin"
 	}
 	return ""
 }

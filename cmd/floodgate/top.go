@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ func top(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	every := fs.Duration("interval", 2*time.Second, "time between refreshes")
 	rows := fs.Int("rows", 10, "callers shown per policy")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for each replica")
+	everyAddr := fs.Bool("every-address", false, "ask every address each --admin name resolves to: a headless Service's name is every replica")
 	if !parseArgs(fs, args) {
 		return 2
 	}
@@ -51,11 +53,11 @@ func top(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	client := &http.Client{Timeout: *timeout}
 	if *asJSON || *once {
-		rep, errs := gather(ctx, client, urls)
+		rep, errs := gather(ctx, client, resolve(ctx, urls, *everyAddr, net.DefaultResolver.LookupHost))
 		for _, err := range errs {
 			fmt.Fprintln(stderr, "floodgate top:", err)
 		}
-		if len(errs) == len(urls) {
+		if len(rep.Replicas) == 0 {
 			return 1
 		}
 		rep.Trim(*rows)
@@ -73,7 +75,7 @@ func top(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	clear := isTerminal(stdout)
 	for {
-		rep, errs := gather(ctx, client, urls)
+		rep, errs := gather(ctx, client, resolve(ctx, urls, *everyAddr, net.DefaultResolver.LookupHost))
 		rep.Trim(*rows)
 		if clear {
 			io.WriteString(stdout, "\x1b[H\x1b[2J")
@@ -118,24 +120,60 @@ func adminURLs(list string) ([]string, error) {
 	return urls, nil
 }
 
+// target is one replica to ask: its URL, or why there is none.
+type target struct {
+	url string
+	err error
+}
+
+// resolve turns the --admin URLs into the replicas to ask: as given, or
+// with every, one per address each host name resolves to (looked up anew
+// on each refresh, as pods come and go).
+func resolve(ctx context.Context, urls []string, every bool, lookup func(context.Context, string) ([]string, error)) []target {
+	var out []target
+	for _, u := range urls {
+		p, _ := url.Parse(u)
+		host, port := p.Hostname(), p.Port()
+		if !every || net.ParseIP(host) != nil {
+			out = append(out, target{url: u})
+			continue
+		}
+		addrs, err := lookup(ctx, host)
+		if err != nil || len(addrs) == 0 {
+			out = append(out, target{url: u, err: fmt.Errorf("%s resolves to no address: %v", host, err)})
+			continue
+		}
+		slices.Sort(addrs)
+		for _, a := range addrs {
+			q := *p
+			q.Host = net.JoinHostPort(a, port)
+			out = append(out, target{url: q.String()})
+		}
+	}
+	return out
+}
+
 // gather asks every replica at once and merges what they answer; errs
 // names each replica that did not.
-func gather(ctx context.Context, client *http.Client, urls []string) (topReport, []error) {
-	reps := make([]limited.Report, len(urls))
-	errs := make([]error, len(urls))
+func gather(ctx context.Context, client *http.Client, targets []target) (topReport, []error) {
+	reps := make([]limited.Report, len(targets))
+	errs := make([]error, len(targets))
 	var wg sync.WaitGroup
-	for i, u := range urls {
+	for i, tg := range targets {
+		if errs[i] = tg.err; tg.err != nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			reps[i], errs[i] = fetchReport(ctx, client, u)
+			reps[i], errs[i] = fetchReport(ctx, client, tg.url)
 		}()
 	}
 	wg.Wait()
 	out := topReport{Replicas: []string{}, Report: limited.Report{Policies: []limited.PolicyReport{}, Shadow: []limited.PolicyReport{}}}
 	var failed []error
-	for i, u := range urls {
-		host := hostOf(u)
+	for i, tg := range targets {
+		host := hostOf(tg.url)
 		if errs[i] != nil {
 			failed = append(failed, fmt.Errorf("%s: %v", host, errs[i]))
 			continue

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -246,4 +248,57 @@ func exitCode(err error) int {
 // freeAddr is a loopback address nothing listens on.
 func freeAddr(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
+}
+
+// TestTopAsksEveryAddressOfAHeadlessService: with --every-address, a name
+// (a headless Service's) stands for each address it resolves to; an IP
+// address, or a name without the flag, for itself.
+func TestTopAsksEveryAddressOfAHeadlessService(t *testing.T) {
+	lookup := func(_ context.Context, host string) ([]string, error) {
+		if host == "floodgate-admin.floodgate" {
+			return []string{"10.0.0.9", "10.0.0.7", "fd00::3"}, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	urls, err := adminURLs("floodgate-admin.floodgate:9192, 10.0.0.1:9192,gone.floodgate:9192")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tg := range resolve(context.Background(), urls, true, lookup) {
+		if tg.err != nil {
+			got = append(got, "error: "+tg.err.Error())
+		} else {
+			got = append(got, tg.url)
+		}
+	}
+	want := []string{
+		"http://10.0.0.7:9192/debug/limited?format=json",
+		"http://10.0.0.9:9192/debug/limited?format=json",
+		"http://[fd00::3]:9192/debug/limited?format=json",
+		"http://10.0.0.1:9192/debug/limited?format=json",
+		"error: gone.floodgate resolves to no address: no such host",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if ts := resolve(context.Background(), urls[:1], false, lookup); len(ts) != 1 || ts[0].url != urls[0] {
+		t.Errorf("without --every-address: %+v", ts)
+	}
+}
+
+// TestTopRefusesWhatIsNotAnAdminAddress: a mistyped --admin is an error
+// that says what is wanted, before anything is asked.
+func TestTopRefusesWhatIsNotAnAdminAddress(t *testing.T) {
+	for arg, want := range map[string]string{
+		"9192":                 `floodgate top: --admin "9192": want HOST:PORT (the listen.admin address), as in 127.0.0.1:9192`,
+		"ftp://host:1":         `floodgate top: --admin "ftp://host:1": want HOST:PORT or an http(s) URL`,
+		" , ":                  `floodgate top: --admin needs at least one HOST:PORT`,
+		"127.0.0.1:9192,host:": `floodgate top: --admin "host:": want HOST:PORT (the listen.admin address), as in 127.0.0.1:9192`,
+	} {
+		var stderr bytes.Buffer
+		if code := run(context.Background(), []string{"top", "--once", "--admin", arg}, io.Discard, &stderr); code != 2 || strings.TrimSpace(stderr.String()) != want {
+			t.Errorf("--admin %q: exit %d, %q; want 2, %q", arg, code, stderr.String(), want)
+		}
+	}
 }
