@@ -32,6 +32,23 @@ func docBlock(t *testing.T, name string) string {
 	return string(block[1])
 }
 
+// TestTheREADMEShowsTheLimitedExampleAsTheDocsDo: the README's operations
+// section may carry docs/limited.md's `floodgate top` example (its
+// limited-top block); when it does, it must be the same block, which
+// TestTheLimitedDocsWorkAsWritten runs.
+func TestTheREADMEShowsTheLimitedExampleAsTheDocsDo(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "<!-- limited-top:start") {
+		t.Skip("the README has no limited-top block: nothing to compare")
+	}
+	if got, want := strings.Join(readmeBlock(t, "limited-top"), "\n"), strings.TrimSpace(docBlock(t, "limited-top")); got != want {
+		t.Errorf("the README's limited-top block\n%s\ndiffers from docs/limited.md's\n%s", got, want)
+	}
+}
+
 // TestTheLimitedDocsWorkAsWritten runs docs/limited.md's example on the
 // embedded default, as `make run` starts it but on free ports: the check
 // command, then `floodgate top --once`, whose table must be the one shown
