@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -35,6 +36,9 @@ type ServerOptions struct {
 	// resilient store offers an uncached view for it, so an over-limit
 	// cache does not hide would-be denials.
 	ShadowStore limiter.Store
+	// Limited, when set, hears every policy's decision, for the report of
+	// who is being limited (record.go).
+	Limited *limited.Recorder
 }
 
 // Server implements Envoy's Authorization service. It never answers with an
@@ -55,6 +59,7 @@ type Server struct {
 type serverState struct {
 	engine   *Engine
 	counters map[*Policy]policyCounters
+	tallies  tallies // record.go
 }
 
 // NewServer returns a server deciding with e's policies in store.
@@ -76,7 +81,7 @@ func NewServer(e *Engine, store limiter.Store, o ServerOptions) *Server {
 // SetEngine switches to a new engine atomically: Checks in flight finish on
 // the old one, new Checks use the new one.
 func (s *Server) SetEngine(e *Engine) {
-	st := &serverState{engine: e, counters: make(map[*Policy]policyCounters, len(e.Policies))}
+	st := &serverState{engine: e, counters: make(map[*Policy]policyCounters, len(e.Policies)), tallies: newTallies(s.opts.Limited, e)}
 	for _, p := range e.Policies {
 		st.counters[p] = s.metrics.forPolicy(p.Name)
 	}
@@ -135,6 +140,11 @@ type scratch struct {
 	ctx  context.Context
 	srv  *Server
 	st   *serverState
+
+	// The caller's label for the recorder, one per goroutine, and the
+	// Check's start, the time it records (record.go).
+	name, shadowName callerName
+	start            time.Time
 }
 
 // maxInline is how many matching policies of each kind a Check handles in
@@ -167,7 +177,7 @@ func (sc *scratch) reset() {
 	}
 	sc.enforced = batch{sc.enforcedPolicies[:0], sc.enforcedReqs[:0], sc.enforcedResults[:0]}
 	sc.shadow = batch{sc.shadowPolicies[:0], sc.shadowReqs[:0], sc.shadowResults[:0]}
-	sc.ctx, sc.srv, sc.st = nil, nil, nil
+	sc.ctx, sc.srv, sc.st, sc.start = nil, nil, nil, time.Time{}
 }
 
 // Check decides one request. See the package comment for the contract.
@@ -197,7 +207,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	// Check waits at most one store timeout whatever its policies.
 	enforced := &sc.enforced
 	if len(sc.shadow.reqs) > 0 {
-		sc.ctx, sc.srv, sc.st = ctx, s, st
+		sc.ctx, sc.srv, sc.st, sc.start = ctx, s, st, start
 		if len(enforced.reqs) == 0 {
 			sc.decideShadow()
 			s.metrics.outcomes.allowed.Inc()
@@ -218,6 +228,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		return s.failed(st.engine, &outcome{grpc: v.GRPC}), nil
 	}
 	o := outcome{policies: enforced.policies, results: enforced.results, allowed: allowed, grpc: v.GRPC}
+	st.tallies.record(start, st.engine, enforced, allowed, v, &sc.name)
 	for i, p := range o.policies {
 		o.degraded = o.degraded || o.results[i].Degraded
 		c := st.counters[p]
@@ -272,6 +283,7 @@ func (sc *scratch) decideShadow() {
 		s.metrics.StoreErrors.Inc()
 		return
 	}
+	st.tallies.record(sc.start, st.engine, b, allowed, &sc.view, &sc.shadowName)
 	for i, p := range b.policies {
 		c := st.counters[p]
 		if allowed {

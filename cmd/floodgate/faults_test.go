@@ -69,7 +69,7 @@ store:
   over_limit_cache: {max_entries: 1000}
 policies:%s`, srv.Addr, store, onFailure, extra, policies)
 	cfg, bs, reg := storeFrom(t, "faults.yaml", yaml)
-	conn := extauthztest.Serve(t, newAuthzServer(cfg, bs, zap.NewNop(), reg))
+	conn := extauthztest.Serve(t, newAuthzServer(cfg, bs, zap.NewNop(), reg, nil))
 	return &faultRig{t: t, redis: srv, client: authv3.NewAuthorizationClient(conn), mode: onFailure, envoyTimeout: 250 * time.Millisecond}
 }
 

@@ -1,6 +1,7 @@
 // Command floodgate is the Floodgate rate limiter: an Envoy ext_authz gRPC
-// server (serve), a configuration checker (validate) and a small ext_authz
-// client for trying it out (check).
+// server (serve), a configuration checker (validate), a small ext_authz
+// client for trying it out (check), and a view of who is being limited
+// across replicas (top).
 package main
 
 import (
@@ -24,6 +25,7 @@ Usage:
   floodgate check    --addr HOST:PORT --path P [-H 'name: value']... [--count N]
   floodgate replay   --config FILE --log FILE|- [--json] [--html FILE] [--set POLICY.FIELD=V]... [--compare]
                      [--top N] [--redact] [--reorder-window 60s] | --config FILE --print-log-format [--print-log-to FILE|-]
+  floodgate top      [--admin HOST:PORT[,HOST:PORT...]] [--once | --json] [--rows N] [--interval 2s]
   floodgate version
 
 Without --config, serve runs the embedded default: in-memory store, one sample
@@ -59,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return check(ctx, args[1:], stdout, stderr)
 	case "replay":
 		return replayCmd(ctx, args[1:], stdout, stderr)
+	case "top":
+		return top(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		printVersion(stdout)
 		return 0
@@ -106,7 +110,7 @@ func parseArgs(fs *flag.FlagSet, args []string) bool {
 }
 
 // flagFor guesses which of fs's flags a stray argument was meant for: a
-// file for --config, a path for --path.
+// file for --config, a path for --path, an address for --admin.
 func flagFor(fs *flag.FlagSet, arg string) string {
 	switch {
 	case fs.Lookup("config") != nil && (strings.Contains(arg, string(filepath.Separator)) || strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml")):
@@ -117,6 +121,8 @@ func flagFor(fs *flag.FlagSet, arg string) string {
 		}
 	case fs.Lookup("path") != nil && strings.HasPrefix(arg, "/"):
 		return "path"
+	case fs.Lookup("admin") != nil && strings.Contains(arg, ":"):
+		return "admin"
 	}
 	return ""
 }

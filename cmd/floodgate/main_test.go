@@ -34,6 +34,8 @@ func TestStrayArgumentsAreRefusedInEveryCommand(t *testing.T) {
 		{[]string{"check", "/api/items"}, `floodgate check: unexpected argument "/api/items": did you mean --path /api/items?`},
 		{[]string{"check", "--count", "2", "now", "--addr", "x:1"}, `floodgate check: unexpected arguments ["now" "--addr" "x:1"]: flags go before any other argument`},
 		{[]string{"replay", "--log", "-", "my.yaml"}, `floodgate replay: unexpected argument "my.yaml": did you mean --config my.yaml?`},
+		{[]string{"top", "127.0.0.1:9192"}, `floodgate top: unexpected argument "127.0.0.1:9192": did you mean --admin 127.0.0.1:9192?`},
+		{[]string{"top", "--once", "--admin", "127.0.0.1:9192", "extra"}, `floodgate top: unexpected argument "extra"`},
 		{[]string{"version", "extra"}, `floodgate version: unexpected argument "extra"`},
 		{[]string{"help", "serve"}, `floodgate help: unexpected argument "serve"`},
 	} {

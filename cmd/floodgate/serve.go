@@ -28,6 +28,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
@@ -147,6 +148,7 @@ type server struct {
 	hs    *health.Server
 	store *builtStore
 	authz *extauthz.Server
+	who   *limited.Recorder // who is being limited, for /debug/limited
 
 	grpcLis   net.Listener
 	gs        *grpc.Server
@@ -171,7 +173,8 @@ func newServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		return nil, err
 	}
 	s.store = store
-	s.authz = newAuthzServer(cfg, store, log, s.reg)
+	s.who = limited.New(limited.Options{})
+	s.authz = newAuthzServer(cfg, store, log, s.reg, s.who)
 	return s, nil
 }
 
@@ -225,7 +228,9 @@ func (s *server) listen() error {
 			return fmt.Errorf("listen.admin %s: %w", cfg.Listen.Admin, err)
 		}
 		s.adminAddr = adminLis.Addr().String()
-		s.admin = &http.Server{Handler: adminMux(s.reg, &s.ready, s.store.status), ReadHeaderTimeout: 5 * time.Second}
+		mux := adminMux(s.reg, &s.ready, s.store.status)
+		mux.Handle("/debug/limited", limited.Handler(s.who, s.adminAddr))
+		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go s.admin.Serve(adminLis)
 	}
 	return nil
@@ -293,15 +298,16 @@ func (s *server) drain() {
 }
 
 // newAuthzServer is the ext_authz server deciding with cfg's policies in
-// store, answering by cfg's failure mode when the store cannot decide.
-func newAuthzServer(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer) *extauthz.Server {
+// store, answering by cfg's failure mode when the store cannot decide, and
+// telling who (when not nil) whom it limits.
+func newAuthzServer(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who *limited.Recorder) *extauthz.Server {
 	onError := extauthz.FailOpen
 	if cfg.Store.OnFailure == "deny" {
 		onError = extauthz.FailClosed
 	}
 	return extauthz.NewServer(cfg.Engine, store.main, extauthz.ServerOptions{
 		Logger: log, Registerer: reg, OnError: onError,
-		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow,
+		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow, Limited: who,
 	})
 }
 
