@@ -36,9 +36,9 @@ type View struct {
 	// the subject of the peer's TLS certificate; under Istio mTLS the
 	// calling workload's SPIFFE ID. Empty without a client certificate.
 	Principal string
-	// GRPC is true when the downstream request is gRPC (its content-type
-	// starts with application/grpc): Envoy then answers a denial as a gRPC
-	// status (see denyResponse).
+	// GRPC is true when the downstream request is gRPC to Envoy (content-type
+	// application/grpc or application/grpc+...; see isGRPC): Envoy then
+	// answers a denial as a gRPC status (see denyResponse).
 	GRPC bool
 
 	headers map[string]string
@@ -114,12 +114,15 @@ func (v *View) Reset(req *authv3.CheckRequest) {
 	}
 }
 
-// isGRPC reports whether a content-type is gRPC's, as Envoy decides it
-// (Grpc::Common::isGrpcRequestHeaders, source/common/grpc/common.cc: the
-// value starts with application/grpc).
+// isGRPC reports whether a content-type is gRPC's, exactly as Envoy decides
+// it (Grpc::Common::hasGrpcContentType, source/common/grpc/common.cc):
+// "application/grpc" itself or anything starting with "application/grpc+",
+// case-sensitive. application/grpc-web is not gRPC to Envoy (unless a
+// grpc_web filter rewrote the request before ext_authz), and Envoy answers
+// such a caller with a plain HTTP reply.
 func isGRPC(ct string) bool {
 	const p = "application/grpc"
-	return len(ct) >= len(p) && strings.EqualFold(ct[:len(p)], p)
+	return strings.HasPrefix(ct, p) && (len(ct) == len(p) || ct[len(p)] == '+')
 }
 
 // Header returns the value of the named header; name must be lower case.
