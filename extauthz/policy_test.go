@@ -101,6 +101,15 @@ func TestIdentitiesAreHashedAndKeptApart(t *testing.T) {
 	if got := id(map[string]string{"x-api-key": long}); len(got) != 22 {
 		t.Errorf("a megabyte key gave %q", got)
 	}
+	// The whole value is hashed: keys equal in their first 4,100 bytes (or
+	// a megabyte) but not after are two callers.
+	prefix := strings.Repeat("k", 4100)
+	if id(map[string]string{"x-api-key": prefix + "-alice"}) == id(map[string]string{"x-api-key": prefix + "-bob"}) {
+		t.Error("two keys that differ after 4,100 bytes share a bucket")
+	}
+	if id(map[string]string{"x-api-key": long + "a"}) == id(map[string]string{"x-api-key": long + "b"}) {
+		t.Error("two keys that differ after a megabyte share a bucket")
+	}
 }
 
 func TestMissingKeysShareABucketOrSkipThePolicy(t *testing.T) {
