@@ -45,8 +45,9 @@ func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
 	if strings.ContainsAny(s.Path+s.PathPrefix, "?#") {
 		el.add(at, "paths are matched without the query string: remove ? and # from path/path_prefix")
 	}
-	// Requests are matched by their normalised path (NormalizePath): the
-	// rule's own path is read the same way, so /v1/./items or /v1//items in
+	// Requests are matched by the forms of their path (View.MatchPaths),
+	// the fully decoded one among them: the rule's own path is read as that
+	// one (NormalizePath), so /v1/./items or /v1//items in
 	// a rule means /v1/items. A prefix keeps its trailing slash.
 	if m.path != "" {
 		m.path = NormalizePath(m.path)
@@ -103,10 +104,7 @@ func (m *matcher) matches(v *View) bool {
 	if m.tcp != !v.HTTP {
 		return false
 	}
-	if m.pathPrefix != "" && !strings.HasPrefix(v.MatchPath(), m.pathPrefix) {
-		return false
-	}
-	if m.path != "" && v.MatchPath() != m.path {
+	if (m.pathPrefix != "" || m.path != "") && !m.pathMatches(v.MatchPaths()) {
 		return false
 	}
 	if len(m.methods) > 0 && !contains(m.methods, v.Method) {
@@ -137,6 +135,18 @@ func (m *matcher) matches(v *View) bool {
 		}
 	}
 	return true
+}
+
+// pathMatches reports whether one of the forms of the request path fits
+// both path and path_prefix: a path that reaches the upstream as a limited
+// one, in any reading, is limited.
+func (m *matcher) pathMatches(forms []string) bool {
+	for _, f := range forms {
+		if (m.pathPrefix == "" || strings.HasPrefix(f, m.pathPrefix)) && (m.path == "" || f == m.path) {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *matcher) hostMatches(host string) bool {

@@ -12,6 +12,7 @@
 package extauthz
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,15 +51,39 @@ type View struct {
 
 	normPath string // MatchPath, once computed
 	normDone bool
+	forms    [3]string // MatchPaths, once computed
+	nForms   int
 }
 
-// MatchPath is Path as policies match it: NormalizePath(Path), computed
-// once per request.
+// MatchPath is Path fully decoded: NormalizePath(Path), computed once per
+// request.
 func (v *View) MatchPath() string {
 	if !v.normDone {
 		v.normPath, v.normDone = NormalizePath(v.Path), true
 	}
 	return v.normPath
+}
+
+// MatchPaths are the forms of Path a policy's path or path_prefix is
+// matched against; the policy applies when any of them matches. They are
+// the path fully decoded (MatchPath), the form Envoy's route matched when
+// Envoy keeps %2F (RoutePath: Istio's setting), and, when the path has
+// path parameters, the path without them (ParamPath: what a Servlet
+// container serves). Equal forms are listed once; an ordinary path has
+// one. Computed once per request.
+func (v *View) MatchPaths() []string {
+	if v.nForms == 0 {
+		v.forms[0], v.nForms = v.MatchPath(), 1
+		if !isNormalPath(v.Path) || strings.IndexByte(v.Path, ';') >= 0 {
+			for _, f := range [...]string{RoutePath(v.Path), ParamPath(v.Path)} {
+				if !slices.Contains(v.forms[:v.nForms], f) {
+					v.forms[v.nForms] = f
+					v.nForms++
+				}
+			}
+		}
+	}
+	return v.forms[:v.nForms]
 }
 
 // NewView reads req. It never fails: whatever is missing reads as empty.
