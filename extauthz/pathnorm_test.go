@@ -150,7 +150,7 @@ func TestParamPathDropsPathParameters(t *testing.T) {
 		"/a;b=c;d=e/x;y":        "/a/x",
 		"/admin%3Bx/y":          "/admin%3Bx/y", // an escaped ";" is no parameter
 		"/plain/path":           "/plain/path",
-		"/a;x\\b":             "/a/b",
+		"/a;x\\b":               "/a/b",
 	} {
 		if got := ParamPath(in); got != want {
 			t.Errorf("ParamPath(%q) = %q, want %q", in, got, want)
