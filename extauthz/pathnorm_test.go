@@ -142,6 +142,42 @@ func TestRoutePathIsEnvoysCanonicalPath(t *testing.T) {
 	}
 }
 
+// Istio's own path normalisation vectors (tests/integration/security/normalization_test.go, the
+// "Base" and "MergeSlashes" cases: the path the upstream, and the route, receive under meshConfig
+// pathNormalization BASE, Istio's default, and MERGE_SLASHES). Istio's HCM sets normalize_path and
+// leaves path_with_escaped_slashes_action KEEP_UNCHANGED for both (buildHTTPConnectionManager in
+// pilot/pkg/networking/core/listener_builder.go). RoutePath is the MERGE_SLASHES path, and the BASE
+// path with its slashes merged (a policy's path never holds "//", so merging only adds matches).
+// Path parameters are kept by both ("/..;/admin" stays), which ParamPath covers.
+func TestRoutePathIsIstiosRoutedPath(t *testing.T) {
+	upper := regexp.MustCompile(`%[0-9a-fA-F]{2}`)
+	for _, v := range [][3]string{ // input, BASE, MERGE_SLASHES
+		{"/", "/", "/"},
+		{"/app#foo", "/app", "/app"},
+		{"/app/", "/app/", "/app/"},
+		{"/app/../admin", "/admin", "/admin"},
+		{"/app//", "/app//", "/app/"},
+		{"/app/%2f", "/app/%2f", "/app/%2f"},
+		{"/app%2f/", "/app%2f/", "/app%2f/"},
+		{"/xyz%30..//abc", "/xyz0..//abc", "/xyz0../abc"},
+		{"/app/%2E./admin", "/admin", "/admin"},
+		{`/app\admin`, "/app/admin", "/app/admin"},
+		{`/app/\/\/\admin`, "/app//////admin", "/app/admin"},
+		{`/%2Fapp%5cadmin%5Cabc`, `/%2Fapp%5cadmin%5Cabc`, `/%2Fapp%5cadmin%5Cabc`},
+		{`/%5Capp%2f%5c%2F%2e%2e%2fadmin%5c\abc`, `/%5Capp%2f%5c%2F..%2fadmin%5c/abc`, `/%5Capp%2f%5c%2F..%2fadmin%5c/abc`},
+		{"/app//../admin", "/app/admin", "/app/admin"},
+		{"/app//../../admin", "/admin", "/admin"},
+	} {
+		got := RoutePath(v[0])
+		if want := upper.ReplaceAllStringFunc(v[2], strings.ToUpper); got != want {
+			t.Errorf("RoutePath(%q) = %q, Istio MERGE_SLASHES routes %q", v[0], got, v[2])
+		}
+		if base := mergeSlashes(upper.ReplaceAllStringFunc(v[1], strings.ToUpper)); got != base {
+			t.Errorf("RoutePath(%q) = %q, Istio BASE routes %q (%q merged)", v[0], got, v[1], base)
+		}
+	}
+}
+
 func TestParamPathDropsPathParameters(t *testing.T) {
 	for in, want := range map[string]string{
 		"/admin;jsessionid=1/x": "/admin/x",
@@ -160,7 +196,7 @@ func TestParamPathDropsPathParameters(t *testing.T) {
 
 // Under Istio, Envoy keeps %2F (Istio's listener builder sets normalize_path
 // but leaves path_with_escaped_slashes_action at KEEP_UNCHANGED:
-// pilot/pkg/networking/core/listener_builder.go), so
+// buildHTTPConnectionManager in pilot/pkg/networking/core/listener_builder.go), so
 // /api/orders%2F..%2F..%2Fx is routed, and served, as a path under
 // /api/orders while its fully decoded form is /x. The policy for
 // /api/orders limits it; the earlier guarantee holds (a %2F spelling of a
