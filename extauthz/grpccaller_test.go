@@ -14,7 +14,7 @@ import (
 )
 
 // A gRPC downstream caller never sees the 429: Envoy turns a local reply to
-// a request whose content-type starts with application/grpc into a
+// a gRPC request (content-type application/grpc or application/grpc+...) into a
 // trailers-only gRPC response, and unless the denied headers already carry
 // grpc-status it sets httpToGrpcStatus(429) = UNAVAILABLE (14), which gRPC
 // clients retry at once (Utility::prepareLocalReply, source/common/http/utility.cc;
