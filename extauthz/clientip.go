@@ -13,7 +13,8 @@ import (
 // (N+1)-th address from the right of X-Forwarded-For: an edge Envoy with
 // use_remote_address has already appended the peer it saw, so with N = 0 that
 // peer is the client. With TrustedCIDRs set instead (Envoy's
-// xff_trusted_cidrs), the client is the rightmost address not inside them.
+// xff_trusted_cidrs), the client is the rightmost address not inside them,
+// or the leftmost address when all of them are inside.
 // When X-Forwarded-For is too short or the chosen entry is not a bare IP
 // address (an entry with a port, such as 198.51.100.7:8080 or
 // [2001:db8::1]:443, is not one to Envoy either), the connection's source
@@ -60,22 +61,7 @@ func (c *ClientIP) Resolve(v *View) netip.Prefix {
 
 func (c *ClientIP) fromXFF(xff, source string) (netip.Addr, bool) {
 	if len(c.TrustedCIDRs) > 0 {
-		// The connection's peer must itself be trusted for its header to count.
-		if src, ok := parseIP(source); !ok || !c.trusted(src) {
-			return netip.Addr{}, false
-		}
-		for i, rest := 0, xff; i < MaxXFFEntries && rest != ""; i++ {
-			var entry string
-			rest, entry = lastEntry(rest)
-			a, ok := parseBareIP(entry)
-			if !ok {
-				return netip.Addr{}, false
-			}
-			if !c.trusted(a) {
-				return a, true
-			}
-		}
-		return netip.Addr{}, false
+		return c.lastUntrusted(xff, source)
 	}
 	rest := xff
 	var entry string
@@ -86,6 +72,41 @@ func (c *ClientIP) fromXFF(xff, source string) (netip.Addr, bool) {
 		rest, entry = lastEntry(rest)
 	}
 	return parseBareIP(entry)
+}
+
+// MaxTrustedCIDRXFFEntries is Envoy's limit on X-Forwarded-For under
+// xff_trusted_cidrs: a header of more entries names no client
+// (MAX_ALLOWED_XFF_ENTRIES in Utility::getLastNonTrustedAddressFromXFF).
+const MaxTrustedCIDRXFFEntries = 20
+
+// lastUntrusted picks the client under TrustedCIDRs as Envoy's xff original
+// IP detection does (XffIPDetection::detect, then
+// Utility::getLastNonTrustedAddressFromXFF in source/common/http/utility.cc):
+// only a trusted peer's header counts; from the right, the first entry not
+// inside a trusted range is the client; an entry that is not a bare address
+// ends the search with no client; when every entry is trusted, the leftmost
+// one is the client; more than MaxTrustedCIDRXFFEntries entries name none.
+func (c *ClientIP) lastUntrusted(xff, source string) (netip.Addr, bool) {
+	if src, ok := parseIP(source); !ok || !c.trusted(src) {
+		return netip.Addr{}, false
+	}
+	if xff == "" || strings.Count(xff, ",") >= MaxTrustedCIDRXFFEntries {
+		return netip.Addr{}, false
+	}
+	var leftmost netip.Addr
+	for rest := xff; rest != ""; {
+		var entry string
+		rest, entry = lastEntry(rest)
+		a, ok := parseBareIP(entry)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		if !c.trusted(a) {
+			return a, true
+		}
+		leftmost = a
+	}
+	return leftmost, leftmost.IsValid()
 }
 
 func (c *ClientIP) trusted(a netip.Addr) bool {

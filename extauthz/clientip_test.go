@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -58,12 +59,25 @@ func TestClientIPFollowsEnvoysTrustedHopRule(t *testing.T) {
 	}
 }
 
+// With xff_trusted_cidrs, Envoy's xff original IP detection
+// (XffIPDetection::detect in
+// source/extensions/http/original_ip_detection/xff/xff.cc) counts the header
+// only from a trusted peer and takes Utility::getLastNonTrustedAddressFromXFF
+// (source/common/http/utility.cc): the rightmost untrusted entry; the
+// leftmost entry when every entry is trusted; no address when an entry is
+// not one or there are more than 20 entries (Envoy then uses the peer).
 func TestClientIPWithTrustedCIDRs(t *testing.T) {
 	c := ClientIP{TrustedCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.0.2.0/24")}, IPv4Prefix: 32, IPv6Prefix: 64}
+	many := strings.Repeat("10.9.9.9,", MaxTrustedCIDRXFFEntries) + "198.51.100.23"
 	for _, tc := range []struct{ source, xff, want string }{
 		{"10.0.0.5", "6.6.6.6, 198.51.100.23, 192.0.2.10, 10.1.1.1", "198.51.100.23/32"},
-		{"10.0.0.5", "10.1.1.1, 10.2.2.2", "10.0.0.5/32"}, // every entry trusted: the source
-		{"203.0.113.9", "1.2.3.4", "203.0.113.9/32"},      // an untrusted peer's header counts for nothing
+		{"10.0.0.5", "10.1.1.1, 10.2.2.2", "10.1.1.1/32"},            // every entry trusted: the leftmost
+		{"10.0.0.5", " 192.0.2.77 ", "192.0.2.77/32"},                // one trusted entry: itself
+		{"203.0.113.9", "1.2.3.4", "203.0.113.9/32"},                 // an untrusted peer's header counts for nothing
+		{"10.0.0.5", "198.51.100.23, junk, 10.1.1.1", "10.0.0.5/32"}, // an entry that is no address: the peer
+		{"10.0.0.5", "", "10.0.0.5/32"},
+		{"10.0.0.5", many[len("10.9.9.9,"):], "198.51.100.23/32"}, // 20 entries are read
+		{"10.0.0.5", many, "10.0.0.5/32"},                         // 21 are refused
 	} {
 		if got := c.Resolve(viewWith(tc.source, map[string]string{"x-forwarded-for": tc.xff})).String(); got != tc.want {
 			t.Errorf("source %s xff %q: client %s, want %s", tc.source, tc.xff, got, tc.want)

@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 )
 
 // A gRPC downstream caller never sees the 429: Envoy turns a local reply to
-// a request whose content-type starts with application/grpc into a
+// a gRPC request (content-type application/grpc or application/grpc+...) into a
 // trailers-only gRPC response, and unless the denied headers already carry
 // grpc-status it sets httpToGrpcStatus(429) = UNAVAILABLE (14), which gRPC
 // clients retry at once (Utility::prepareLocalReply, source/common/http/utility.cc;
@@ -38,15 +39,9 @@ func TestAGRPCCallerIsToldResourceExhaustedAndWhenToRetry(t *testing.T) {
 
 	p := PolicySpec{Name: "rpc", Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/3"}
 	r := newRig(t, []PolicySpec{p}, Options{}, nil, ServerOptions{})
-	for _, ct := range []string{"application/grpc", "application/grpc+proto", "Application/GRPC-Web"} {
+	for i, ct := range []string{"application/grpc", "application/grpc+proto"} {
 		t.Run(ct, func(t *testing.T) {
-			src := "198.51.100.1"
-			if ct != "application/grpc" {
-				src = "198.51.100.2"
-				if ct == "Application/GRPC-Web" {
-					src = "198.51.100.3"
-				}
-			}
+			src := fmt.Sprintf("198.51.100.%d", i+1)
 			req := checkRequest(src, map[string]string{"content-type": ct})
 			if resp := r.check(t, req); !allowed(resp) || headerOf(resp, HeaderGRPCStatus) != "" {
 				t.Fatalf("first call: %v", resp)
@@ -79,6 +74,42 @@ func TestAGRPCCallerIsToldResourceExhaustedAndWhenToRetry(t *testing.T) {
 	resp = r2.check(t, checkRequest("198.51.100.1", map[string]string{"content-type": "application/grpc", "x-cost": "5"}))
 	if allowed(resp) || headerOf(resp, HeaderGRPCStatus) != "8" || headerOf(resp, HeaderGRPCPushback) != "-1" {
 		t.Errorf("an impossible gRPC request: grpc-status %q pushback %q, want 8 and -1", headerOf(resp, HeaderGRPCStatus), headerOf(resp, HeaderGRPCPushback))
+	}
+}
+
+// Which callers are gRPC is Envoy's rule, not a looser one: content-type
+// exactly application/grpc or starting with application/grpc+,
+// case-sensitive (Grpc::Common::hasGrpcContentType, source/common/grpc/common.cc).
+// Envoy answers anyone else (gRPC-Web, a differently cased type) with a plain
+// HTTP 429, so gRPC headers on their denial would only confuse.
+func TestOnlyEnvoysGRPCContentTypesAreGRPC(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"application/grpc":           true,
+		"application/grpc+proto":     true,
+		"application/grpc+json":      true,
+		"application/grpc-web":       false,
+		"application/grpc-web+proto": false,
+		"application/grpc-web-text":  false,
+		"Application/GRPC":           false,
+		"application/GRPC":           false,
+		"application/grpcx":          false,
+		"application/grp":            false,
+		"application/json":           false,
+		"":                           false,
+	} {
+		if got := isGRPC(ct); got != want {
+			t.Errorf("isGRPC(%q) = %v, want %v", ct, got, want)
+		}
+	}
+	p := PolicySpec{Name: "rpc", Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/60"}
+	r := newRig(t, []PolicySpec{p}, Options{}, nil, ServerOptions{})
+	for i, ct := range []string{"application/grpc-web", "Application/GRPC", "application/grpcx"} {
+		req := checkRequest(fmt.Sprintf("198.51.100.%d", 10+i), map[string]string{"content-type": ct})
+		r.check(t, req)
+		resp := r.check(t, req)
+		if allowed(resp) || headerOf(resp, HeaderGRPCStatus) != "" || headerOf(resp, HeaderGRPCPushback) != "" {
+			t.Errorf("%s: the denial is answered as gRPC (grpc-status %q), but Envoy treats the caller as HTTP", ct, headerOf(resp, HeaderGRPCStatus))
+		}
 	}
 }
 

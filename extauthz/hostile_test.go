@@ -18,7 +18,7 @@ import (
 // what Envoy sends by default (it caps headers at 60 KiB): thousands of
 // headers, megabyte values, long paths and X-Forwarded-For chains, in both
 // header modes. Each gets a normal decision; XFF walking stops after
-// MaxXFFEntries; identities hash at most MaxIdentityBytes.
+// MaxXFFEntries.
 func TestOversizedRequestsGetADecision(t *testing.T) {
 	r := newRig(t, []PolicySpec{apiPolicy, {Name: "ip", Match: MatchSpec{PathPrefix: "/"}, Key: []string{"client_ip"}, Capacity: 100, RefillPerSecond: "1"}},
 		Options{ClientIP: ClientIPSpec{TrustedHops: 1}}, nil, ServerOptions{})

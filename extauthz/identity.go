@@ -69,10 +69,6 @@ func parseKeySource(s string) (keySource, error) {
 	return keySource{}, errors.New("unknown key source " + strconv.Quote(s) + " (want header:NAME, client_ip, context:NAME, metadata:NAMESPACE:PATH, fingerprint or source_principal)")
 }
 
-// MaxIdentityBytes bounds the value hashed into an identity: a megabyte
-// header costs no more than this to hash.
-const MaxIdentityBytes = 4096
-
 // sharedID is the bucket of requests for which no key source yields a value
 // under on_missing_key: shared.
 const sharedID = "-"
@@ -156,10 +152,10 @@ type hmacState struct {
 	in  []byte // tag, 0, value: one Write, no conversion allocating
 }
 
+// id hashes the whole of val: two values that differ anywhere are two
+// buckets. Its length is bounded by the request's (listen.max_request_bytes),
+// and hashing is linear in it.
 func (h *hasher) id(tag, val string) string {
-	if len(val) > MaxIdentityBytes {
-		val = val[:MaxIdentityBytes]
-	}
 	st := h.pool.Get().(*hmacState)
 	st.in = append(append(append(st.in[:0], tag...), 0), val...)
 	return h.sum(st)

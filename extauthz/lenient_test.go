@@ -3,6 +3,7 @@ package extauthz
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,10 +129,58 @@ func TestLenientDecodingRefusesDeepNesting(t *testing.T) {
 		t.Fatal("a request nested deeper than protobuf-go allows decoded")
 	}
 	desc := (&authv3.CheckRequest{}).ProtoReflect().Descriptor()
-	if repairUTF8(bytes.Clone(req), desc, 0) {
+	if _, _, ok := repairUTF8(nil, req, desc, 0); ok {
 		t.Error("the repair followed the nesting below maxRepairDepth")
 	}
-	if !repairUTF8(bytes.Clone(req), desc, -4*depth) { // the same request within the bound (three messages a level): repaired
+	fixed, changed, ok := repairUTF8(nil, req, desc, -4*depth) // the same request within the bound (three messages a level): repaired
+	if !ok || !changed || !bytes.Contains(fixed, []byte("\x00FF")) {
 		t.Error("the repair missed the innermost invalid key")
 	}
+}
+
+// Values that differ only in bytes that are not UTF-8 name different
+// buckets, and none of them shares a bucket with a valid value: k-\xff,
+// k-\xfe and k-? are three callers (under either decoder). Envoy itself
+// keeps such bytes only with encode_raw_headers (raw_value is bytes); in
+// `headers` it rewrites each as '!' (MessageUtil::sanitizeUtf8String,
+// source/common/protobuf/utility.cc), which no server can undo.
+func TestInvalidUTF8BytesStayDistinct(t *testing.T) {
+	e, p := compileOne(t, PolicySpec{Key: []string{"header:x-api-key"}}, Options{})
+	for name, codec := range map[string]func([]byte, *authv3.CheckRequest) error{
+		"fast":     unmarshalCheckRequest,
+		"protobuf": func(b []byte, r *authv3.CheckRequest) error { return lenientUnmarshal(b, r) },
+	} {
+		seen := map[string]string{}
+		for _, key := range []string{"k-\xff", "k-\xfe", "k-?", "k-!", "k-\xff\xfe", "k-\xc3"} {
+			b := marshalLoose(t, checkRequest("198.51.100.1", map[string]string{"x-api-key": key}))
+			var got authv3.CheckRequest
+			if err := codec(b, &got); err != nil {
+				t.Fatalf("%s: %q: %v", name, key, err)
+			}
+			id, _ := e.identity(p, NewView(&got))
+			if other, dup := seen[id]; dup {
+				t.Errorf("%s: %q and %q share a bucket", name, key, other)
+			}
+			seen[id] = key
+		}
+	}
+}
+
+// marshalLoose marshals req even when a string is not valid UTF-8
+// (protobuf-go refuses to): the strings are written with placeholders of
+// their length and patched.
+func marshalLoose(t *testing.T, req *authv3.CheckRequest) []byte {
+	t.Helper()
+	key := req.Attributes.Request.Http.Headers["x-api-key"]
+	placeholder := strings.Repeat("Z", len(key))
+	req.Attributes.Request.Http.Headers["x-api-key"] = placeholder
+	b, err := proto.Marshal(req)
+	req.Attributes.Request.Http.Headers["x-api-key"] = key
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Count(b, []byte(placeholder)) != 1 {
+		t.Fatalf("placeholder %q not found once", placeholder)
+	}
+	return bytes.Replace(b, []byte(placeholder), []byte(key), 1)
 }

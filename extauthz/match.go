@@ -14,6 +14,39 @@ type matcher struct {
 	hosts      []string // exact hosts, and ".suffix" for "*.suffix"
 	headers    []headerMatch
 	context    [][2]string
+	// principals and notPrincipals: exact principals, or prefixes (ending
+	// in "*" as written, stored without it).
+	principals, notPrincipals []principalMatch
+}
+
+type principalMatch struct {
+	value  string
+	prefix bool
+}
+
+func (p principalMatch) matches(principal string) bool {
+	if p.prefix {
+		return strings.HasPrefix(principal, p.value)
+	}
+	return principal == p.value
+}
+
+// compilePrincipals reads a principals list: each entry exact, or a prefix
+// written with a trailing "*".
+func compilePrincipals(list []string, at string, el *errorList) []principalMatch {
+	var out []principalMatch
+	for i, s := range list {
+		p := principalMatch{value: strings.TrimSpace(s)}
+		if strings.HasSuffix(p.value, "*") {
+			p.value, p.prefix = strings.TrimSuffix(p.value, "*"), true
+		}
+		if p.value == "" || strings.Contains(p.value, "*") {
+			el.add(fmt.Sprintf("%s[%d]", at, i), "want a principal such as spiffe://cluster.local/ns/NS/sa/SA, or a prefix ending in * (got %q)", s)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 type headerMatch struct {
@@ -45,8 +78,9 @@ func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
 	if strings.ContainsAny(s.Path+s.PathPrefix, "?#") {
 		el.add(at, "paths are matched without the query string: remove ? and # from path/path_prefix")
 	}
-	// Requests are matched by their normalised path (NormalizePath): the
-	// rule's own path is read the same way, so /v1/./items or /v1//items in
+	// Requests are matched by the forms of their path (View.MatchPaths),
+	// the fully decoded one among them: the rule's own path is read as that
+	// one (NormalizePath), so /v1/./items or /v1//items in
 	// a rule means /v1/items. A prefix keeps its trailing slash.
 	if m.path != "" {
 		m.path = NormalizePath(m.path)
@@ -95,6 +129,8 @@ func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
 	for k, v := range s.Context {
 		m.context = append(m.context, [2]string{k, v})
 	}
+	m.principals = compilePrincipals(s.Principals, at+".principals", el)
+	m.notPrincipals = compilePrincipals(s.NotPrincipals, at+".not_principals", el)
 	return m
 }
 
@@ -103,10 +139,7 @@ func (m *matcher) matches(v *View) bool {
 	if m.tcp != !v.HTTP {
 		return false
 	}
-	if m.pathPrefix != "" && !strings.HasPrefix(v.MatchPath(), m.pathPrefix) {
-		return false
-	}
-	if m.path != "" && v.MatchPath() != m.path {
+	if (m.pathPrefix != "" || m.path != "") && !m.pathMatches(v.MatchPaths()) {
 		return false
 	}
 	if len(m.methods) > 0 && !contains(m.methods, v.Method) {
@@ -136,7 +169,31 @@ func (m *matcher) matches(v *View) bool {
 			return false
 		}
 	}
-	return true
+	if len(m.principals) > 0 && !anyPrincipal(m.principals, v.Principal) {
+		return false
+	}
+	return !anyPrincipal(m.notPrincipals, v.Principal)
+}
+
+func anyPrincipal(list []principalMatch, principal string) bool {
+	for _, p := range list {
+		if p.matches(principal) {
+			return true
+		}
+	}
+	return false
+}
+
+// pathMatches reports whether one of the forms of the request path fits
+// both path and path_prefix: a path that reaches the upstream as a limited
+// one, in any reading, is limited.
+func (m *matcher) pathMatches(forms []string) bool {
+	for _, f := range forms {
+		if (m.pathPrefix == "" || strings.HasPrefix(f, m.pathPrefix)) && (m.path == "" || f == m.path) {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *matcher) hostMatches(host string) bool {

@@ -150,3 +150,120 @@ func unhex(c byte) byte {
 func isUnreserved(c byte) bool {
 	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
+
+// RoutePath returns the form of a request path that Envoy's route matched
+// when Envoy resolves dot segments but keeps %2F and %5C, as Istio
+// configures it (normalize_path on, path_with_escaped_slashes_action left
+// at KEEP_UNCHANGED): the query string and fragment dropped; escapes of
+// unreserved characters decoded and every other escape, %2F and %5C
+// included, kept (written upper case); a backslash read as "/"; "." and ".."
+// segments resolved on the path as it is, empty segments included
+// (PathUtil::canonicalPath, source/common/http/path_utility.cc, whose own
+// test vectors TestRoutePathIsEnvoysCanonicalPath replays); then repeated
+// slashes merged, which Envoy does after normalising when merge_slashes is
+// on and which, for a policy's path (never with "//"), only adds matches.
+//
+// Under such an Envoy /api/orders%2F..%2F..%2Fx is routed as a path under
+// /api/ while NormalizePath makes it /x: a policy applies when either form
+// matches (View.MatchPaths).
+func RoutePath(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	if isNormalPath(p) {
+		return p
+	}
+	b := make([]byte, 0, len(p)+1)
+	if p == "" || (p[0] != '/' && p[0] != '\\') {
+		b = append(b, '/')
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch c {
+		case '\\':
+			c = '/'
+		case '%':
+			if i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+				d := unhex(p[i+1])<<4 | unhex(p[i+2])
+				i += 2
+				if !isUnreserved(d) {
+					b = append(b, '%', upperHex[d>>4], upperHex[d&15])
+					continue
+				}
+				c = d
+			} else {
+				b = append(b, "%25"...)
+				continue
+			}
+		}
+		b = append(b, c)
+	}
+	return mergeSlashes(resolveDots(string(b)))
+}
+
+// resolveDots removes "." and ".." segments of p, which starts with "/", as
+// RFC 3986 §5.2.4 does: an empty segment (from "//") is a segment, so
+// /a//../b is /a/b; ".." never climbs above "/".
+func resolveDots(p string) string {
+	segs := strings.Split(p[1:], "/")
+	out := segs[:0]
+	for i, s := range segs {
+		last := i == len(segs)-1
+		switch s {
+		case ".":
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, s)
+			continue
+		}
+		if last {
+			out = append(out, "")
+		}
+	}
+	return "/" + strings.Join(out, "/")
+}
+
+// mergeSlashes replaces each run of "/" in p with one.
+func mergeSlashes(p string) string {
+	if !strings.Contains(p, "//") {
+		return p
+	}
+	b := make([]byte, 0, len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' && len(b) > 0 && b[len(b)-1] == '/' {
+			continue
+		}
+		b = append(b, p[i])
+	}
+	return string(b)
+}
+
+// ParamPath returns p with its path parameters removed, then normalised
+// (NormalizePath): in each segment, from ";" up to the next "/" or "\".
+// Java Servlet containers (Tomcat, Jetty) and Spring drop path parameters
+// before they route, so /admin;jsessionid=1/x, /admin;/x and /..;/admin/x
+// are /admin/x to them, while Envoy's route sees the path as it is (its
+// normalize_path keeps ";"). A policy for /admin/ applies to all three
+// (View.MatchPaths). A path without ";" is returned normalised.
+func ParamPath(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		p = p[:i]
+	}
+	if strings.IndexByte(p, ';') < 0 {
+		return NormalizePath(p)
+	}
+	b := make([]byte, 0, len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == ';' {
+			for i+1 < len(p) && p[i+1] != '/' && p[i+1] != '\\' {
+				i++
+			}
+			continue
+		}
+		b = append(b, p[i])
+	}
+	return NormalizePath(string(b))
+}

@@ -101,6 +101,15 @@ func TestIdentitiesAreHashedAndKeptApart(t *testing.T) {
 	if got := id(map[string]string{"x-api-key": long}); len(got) != 22 {
 		t.Errorf("a megabyte key gave %q", got)
 	}
+	// The whole value is hashed: keys equal in their first 4,100 bytes (or
+	// a megabyte) but not after are two callers.
+	prefix := strings.Repeat("k", 4100)
+	if id(map[string]string{"x-api-key": prefix + "-alice"}) == id(map[string]string{"x-api-key": prefix + "-bob"}) {
+		t.Error("two keys that differ after 4,100 bytes share a bucket")
+	}
+	if id(map[string]string{"x-api-key": long + "a"}) == id(map[string]string{"x-api-key": long + "b"}) {
+		t.Error("two keys that differ after a megabyte share a bucket")
+	}
 }
 
 func TestMissingKeysShareABucketOrSkipThePolicy(t *testing.T) {
@@ -143,5 +152,38 @@ func TestContextMetadataAndFingerprintSources(t *testing.T) {
 	}
 	if _, ok := id(none); ok {
 		t.Error("a request with no claim, context or fingerprint header got an identity under skip")
+	}
+}
+
+// principals and not_principals select by the caller's principal
+// (attributes.source.principal, which Envoy fills from the downstream peer's
+// certificate, CheckRequestUtils::setAttrContextPeer in
+// source/extensions/filters/common/ext_authz/check_request_utils.cc). Behind
+// an Istio ingress gateway that is the gateway's SPIFFE ID for every outside
+// client, so a policy can tell gateway-forwarded traffic from in-mesh callers.
+func TestPrincipalsMatch(t *testing.T) {
+	const gw = "spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account"
+	outside, _ := compileOne(t, PolicySpec{Match: MatchSpec{Principals: []string{"spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway*"}}}, Options{})
+	inside, _ := compileOne(t, PolicySpec{Match: MatchSpec{NotPrincipals: []string{gw}}}, Options{})
+	view := func(principal string) *View {
+		req := checkRequest("10.0.0.9", nil)
+		req.Attributes.Source.Principal = principal
+		return NewView(req)
+	}
+	for principal, want := range map[string][2]bool{
+		gw: {true, false},
+		"spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway": {true, true},
+		"spiffe://cluster.local/ns/shop/sa/cart":                         {false, true},
+		"":                                                               {false, true},
+	} {
+		v := view(principal)
+		if got := [2]bool{outside.Policies[0].match.matches(v), inside.Policies[0].match.matches(view(principal))}; got != want {
+			t.Errorf("principal %q: principals/not_principals match %v, want %v", principal, got, want)
+		}
+	}
+	for _, bad := range []string{"", "spiffe://*/ns/x", "*"} {
+		if _, err := Compile([]PolicySpec{{Name: "p", Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1", Match: MatchSpec{Principals: []string{bad}}}}, Options{}); err == nil || !strings.Contains(err.Error(), "policies[0].match.principals[0]") {
+			t.Errorf("principal %q: error %v, want one at policies[0].match.principals[0]", bad, err)
+		}
 	}
 }

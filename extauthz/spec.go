@@ -44,6 +44,13 @@ type MatchSpec struct {
 	// Protocol is "http" (default) or "tcp": a tcp policy applies to checks
 	// from Envoy's network filter, keyed by the connection's address.
 	Protocol string `yaml:"protocol"`
+	// Principals, when set, require the caller's principal (View.Principal:
+	// under Istio mTLS the peer's SPIFFE ID) to be one of these, each exact
+	// or a prefix ending in "*"; NotPrincipals excludes those it lists.
+	// Behind an Istio ingress gateway every outside request carries the
+	// gateway's own principal: these tell it from in-mesh callers.
+	Principals    []string `yaml:"principals"`
+	NotPrincipals []string `yaml:"not_principals"`
 }
 
 // HeaderMatchSpec matches one request header: equal to Value, starting with

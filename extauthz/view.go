@@ -12,6 +12,7 @@
 package extauthz
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,9 +37,9 @@ type View struct {
 	// the subject of the peer's TLS certificate; under Istio mTLS the
 	// calling workload's SPIFFE ID. Empty without a client certificate.
 	Principal string
-	// GRPC is true when the downstream request is gRPC (its content-type
-	// starts with application/grpc): Envoy then answers a denial as a gRPC
-	// status (see denyResponse).
+	// GRPC is true when the downstream request is gRPC to Envoy (content-type
+	// application/grpc or application/grpc+...; see isGRPC): Envoy then
+	// answers a denial as a gRPC status (see denyResponse).
 	GRPC bool
 
 	headers map[string]string
@@ -50,15 +51,39 @@ type View struct {
 
 	normPath string // MatchPath, once computed
 	normDone bool
+	forms    [3]string // MatchPaths, once computed
+	nForms   int
 }
 
-// MatchPath is Path as policies match it: NormalizePath(Path), computed
-// once per request.
+// MatchPath is Path fully decoded: NormalizePath(Path), computed once per
+// request.
 func (v *View) MatchPath() string {
 	if !v.normDone {
 		v.normPath, v.normDone = NormalizePath(v.Path), true
 	}
 	return v.normPath
+}
+
+// MatchPaths are the forms of Path a policy's path or path_prefix is
+// matched against; the policy applies when any of them matches. They are
+// the path fully decoded (MatchPath), the form Envoy's route matched when
+// Envoy keeps %2F (RoutePath: Istio's setting), and, when the path has
+// path parameters, the path without them (ParamPath: what a Servlet
+// container serves). Equal forms are listed once; an ordinary path has
+// one. Computed once per request.
+func (v *View) MatchPaths() []string {
+	if v.nForms == 0 {
+		v.forms[0], v.nForms = v.MatchPath(), 1
+		if !isNormalPath(v.Path) || strings.IndexByte(v.Path, ';') >= 0 {
+			for _, f := range [...]string{RoutePath(v.Path), ParamPath(v.Path)} {
+				if !slices.Contains(v.forms[:v.nForms], f) {
+					v.forms[v.nForms] = f
+					v.nForms++
+				}
+			}
+		}
+	}
+	return v.forms[:v.nForms]
 }
 
 // NewView reads req. It never fails: whatever is missing reads as empty.
@@ -114,12 +139,15 @@ func (v *View) Reset(req *authv3.CheckRequest) {
 	}
 }
 
-// isGRPC reports whether a content-type is gRPC's, as Envoy decides it
-// (Grpc::Common::isGrpcRequestHeaders, source/common/grpc/common.cc: the
-// value starts with application/grpc).
+// isGRPC reports whether a content-type is gRPC's, exactly as Envoy decides
+// it (Grpc::Common::hasGrpcContentType, source/common/grpc/common.cc):
+// "application/grpc" itself or anything starting with "application/grpc+",
+// case-sensitive. application/grpc-web is not gRPC to Envoy (unless a
+// grpc_web filter rewrote the request before ext_authz), and Envoy answers
+// such a caller with a plain HTTP reply.
 func isGRPC(ct string) bool {
 	const p = "application/grpc"
-	return len(ct) >= len(p) && strings.EqualFold(ct[:len(p)], p)
+	return strings.HasPrefix(ct, p) && (len(ct) == len(p) || ct[len(p)] == '+')
 }
 
 // Header returns the value of the named header; name must be lower case.

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -90,12 +91,36 @@ func gatewayProblems(b *bundle, cfg *config.Config, fs *corev1.Service, grpcSvc 
 				}
 			}
 		}
+		// The headers list is Envoy's allowed_headers (extAuthConfig in Envoy Gateway's
+		// internal/xds/translator/extauth.go): without content-type, Envoy sends none, no caller
+		// looks like gRPC to Floodgate, and a gRPC caller's denial reaches it as UNAVAILABLE.
+		if len(ea.HeadersToExtAuth) > 0 && !slices.ContainsFunc(ea.HeadersToExtAuth, func(s string) bool { return strings.EqualFold(s, "content-type") }) {
+			bad("%s: headersToExtAuth lacks content-type: Envoy then sends Floodgate no content-type, and gRPC callers are denied as HTTP ones (their clients see UNAVAILABLE)", at)
+		}
+		timeout := 10 * time.Second // Envoy Gateway's default (defaultExtServiceRequestTimeout)
 		if ea.Timeout == nil {
 			bad("%s: set extAuth.timeout", at)
 		} else if d, err := time.ParseDuration(string(*ea.Timeout)); err != nil {
 			bad("%s: timeout %s: %v", at, *ea.Timeout, err)
 		} else {
+			timeout = d
 			checkTimeout(at, d)
+		}
+		// A retry policy becomes GrpcService.retry_policy (buildNonRouteRetryPolicy), whose
+		// max_interval Envoy makes the per-try timeout of every Check
+		// (Http::Utility::convertCoreToRouteRetryPolicy): below the timeout it cuts every slower Check.
+		if bs := ea.GRPC.BackendSettings; bs != nil && bs.Retry != nil && bs.Retry.PerRetry != nil && bs.Retry.PerRetry.BackOff != nil {
+			bo := bs.Retry.PerRetry.BackOff
+			var perTry time.Duration
+			if bo.MaxInterval != nil {
+				perTry, _ = time.ParseDuration(string(*bo.MaxInterval))
+			} else if bo.BaseInterval != nil {
+				base, _ := time.ParseDuration(string(*bo.BaseInterval))
+				perTry = 10 * base
+			}
+			if perTry > 0 && perTry < timeout {
+				bad("%s: backendSettings.retry.perRetry.backOff gives a per-try timeout of %v, below the Check's timeout %v: every Check slower than that fails and passes unlimited", at, perTry, timeout)
+			}
 		}
 		if ea.FailOpen == nil || !*ea.FailOpen {
 			bad("%s: set extAuth.failOpen: true (a rate limiter outage must not fail the API)", at)
@@ -140,10 +165,75 @@ func TestGatewayBrokenCopiesAreRejected(t *testing.T) {
 		{"wrong backend namespace", "gateway/security-policy.yaml", "namespace: floodgate\n          port", "namespace: default\n          port", "want Service floodgate/floodgate"},
 		{"no ReferenceGrant", "gateway/reference-grant.yaml", "namespace: demo", "namespace: other", "no ReferenceGrant"},
 		{"a header left out", "gateway/security-policy.yaml", "      - x-api-key\n", "", "lacks x-api-key"},
+		{"content-type left out", "gateway/security-policy.yaml", "      - content-type\n", "", "lacks content-type"},
+		{"a retry that cuts the Check", "gateway/security-policy.yaml", "          port: 9191\n", "          port: 9191\n      backendSettings:\n        retry:\n          numRetries: 1\n          perRetry:\n            backOff:\n              baseInterval: 5ms\n              maxInterval: 25ms\n", "per-try timeout of 25ms"},
 		{"timeout under Redis's", "gateway/security-policy.yaml", "timeout: 250ms", "timeout: 40ms", "above Floodgate's store.redis.timeout"},
 		{"fail closed", "gateway/security-policy.yaml", "failOpen: true", "failOpen: false", "failOpen: true"},
 		{"route target", "gateway/security-policy.yaml", "kind: HTTPRoute\n      name: httpbin", "kind: HTTPRoute\n      name: httpbn", "not a HTTPRoute"},
 		{"route parent", "gateway/httproute.yaml", "- name: edge", "- name: egde", "no Gateway"},
 		{"unlisted file", "gateway/kustomization.yaml", "  - reference-grant.yaml\n", "", "does not list reference-grant.yaml"},
 	})
+}
+
+// egFeatureSince lists SecurityPolicy extAuth fields by the Envoy Gateway release that introduced
+// them (api/v1alpha1/ext_auth_types.go at the v1.5.0, v1.6.0 and v1.7.0 tags): an older release does
+// not know the field.
+var egFeatureSince = []struct {
+	field string
+	since string
+	uses  func(*egv1a1.ExtAuth) bool
+}{
+	{"extAuth.timeout", "1.6", func(ea *egv1a1.ExtAuth) bool { return ea.Timeout != nil }},
+	{"extAuth.contextExtensions", "1.7", func(ea *egv1a1.ExtAuth) bool { return len(ea.ContextExtensions) > 0 }},
+}
+
+// TestGatewayVersionNotes: a SecurityPolicy that uses a field of a newer Envoy Gateway says so in its
+// file's comments ("Envoy Gateway >= 1.N"), and manifests/README.md says it too.
+func TestGatewayVersionNotes(t *testing.T) {
+	files := readFiles(t)
+	b, err := load(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := 0
+	for name, objs := range b.files {
+		for _, o := range objs {
+			sp, ok := o.(*egv1a1.SecurityPolicy)
+			if !ok || sp.Spec.ExtAuth == nil {
+				continue
+			}
+			for _, f := range egFeatureSince {
+				if !f.uses(sp.Spec.ExtAuth) {
+					continue
+				}
+				used++
+				note := "Envoy Gateway >= " + f.since
+				if !strings.Contains(yamlComments(string(files[name])), note) {
+					t.Errorf("%s: SecurityPolicy %s sets %s but its comments do not say %q", name, sp.Name, f.field, note)
+				}
+				if !strings.Contains(string(readme), note) {
+					t.Errorf("manifests/README.md does not say %q (%s)", note, f.field)
+				}
+			}
+		}
+	}
+	if used == 0 {
+		t.Fatal("no SecurityPolicy uses a versioned field: the test tests nothing")
+	}
+}
+
+// yamlComments returns the comments of a YAML file, one per line.
+func yamlComments(src string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(src, "\n") {
+		if i := strings.Index(line, "#"); i >= 0 {
+			b.WriteString(line[i:])
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }
