@@ -99,9 +99,10 @@ type Store struct {
 	opts     Options
 	clock    limiter.Clock
 	log      *zap.Logger
-	breaker  *Breaker // store-wide: decisions no shard claims
-	sharded  Sharded  // primary, when its buckets live on several servers
-	shards   sync.Map // shard name → *shardBreaker
+	breaker  *Breaker      // store-wide: decisions no shard claims
+	wide     *shardBreaker // breaker, as the shard ""
+	sharded  Sharded       // primary, when its buckets live on several servers
+	shards   sync.Map      // shard name → *shardBreaker
 	// exactMu serialises the bookkeeping of breaker transitions across
 	// breakers, and so the calls of OnExactChange; degraded counts the
 	// breakers not closed.
@@ -166,7 +167,8 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(s.stateGauge, s.shardGauge, s.transitions, s.cacheHits, s.fallbacks, s.failures, s.permanent)
 	}
-	s.breaker = NewBreaker(o.Breaker, func(from, to State) { s.onBreakerChange(nil, from, to) })
+	s.wide = &shardBreaker{b: NewBreaker(o.Breaker, func(from, to State) { s.onBreakerChange(nil, from, to) })}
+	s.breaker = s.wide.b
 	if o.OverLimitEntries > 0 {
 		s.cache = newOverLimitCache(o.OverLimitEntries)
 	}
@@ -180,11 +182,13 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 
 // shardBreaker is one shard's breaker. gone (under exactMu) marks one
 // forgotten (its server left the topology): its late transitions count no
-// more.
+// more. failedAt is when its last failure was counted (Unix nanoseconds
+// by the Store's clock); see failed.
 type shardBreaker struct {
-	name string
-	b    *Breaker
-	gone bool
+	name     string
+	b        *Breaker
+	gone     bool
+	failedAt atomic.Int64
 }
 
 // breakerFor returns the breaker of shard, made closed on first use.
@@ -350,7 +354,7 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 	allowed, err := s.takePrimary(ctx, s.deadline(ctx), reqs, res)
 	if err == nil {
 		for _, p := range passes {
-			p.b.Success(p.t)
+			p.sb.b.Success(p.t)
 		}
 		if !allowed && useCache && s.cache != nil {
 			s.cache.record(reqs, res, now)
@@ -359,28 +363,27 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 	}
 	if errors.Is(err, limiter.ErrDeniedDespite) {
 		// The store denied; only its tidying up failed. The denial stands.
-		s.failed(passes, err)
+		s.failed(passes, now, err)
 		s.log.Warn("store denied but failed afterwards", zap.Error(err))
 		return false, nil
 	}
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The caller went away: say nothing about the store's health.
 		for _, p := range passes {
-			p.b.Release(p.t)
+			p.sb.b.Release(p.t)
 		}
 		return false, ctx.Err()
 	}
-	s.failed(passes, err)
+	s.failed(passes, now, err)
 	return s.degrade(ctx, reqs, res, err)
 }
 
 // pass is a breaker's leave for one decision to call the store: the
-// breaker, the shard it guards ("" for the store-wide one) and the ticket
-// to report the result with.
+// shard's breaker (the store-wide one for shard "") and the ticket to
+// report the result with.
 type pass struct {
-	shard string
-	b     *Breaker
-	t     Ticket
+	sb *shardBreaker
+	t  Ticket
 }
 
 // admit asks the breakers of every shard holding a bucket of reqs (or the
@@ -392,39 +395,48 @@ func (s *Store) admit(ctx context.Context, reqs []limiter.Request, now time.Time
 	if s.sharded != nil {
 		var nbuf [4]string
 		for _, shard := range s.sharded.Shards(ctx, reqs, nbuf[:0]) {
-			b := s.breakerFor(shard).b
-			t, ok := b.Allow(now)
+			sb := s.breakerFor(shard)
+			t, ok := sb.b.Allow(now)
 			if !ok {
 				for _, p := range dst {
-					p.b.Release(p.t)
+					p.sb.b.Release(p.t)
 				}
 				return dst, false
 			}
-			dst = append(dst, pass{shard, b, t})
+			dst = append(dst, pass{sb, t})
 		}
 		if len(dst) > 0 {
 			return dst, true
 		}
 	}
 	t, ok := s.breaker.Allow(now)
-	return append(dst, pass{"", s.breaker, t}), ok
+	return append(dst, pass{s.wide, t}), ok
 }
 
-// failed reports a failed store call to the metrics and the breakers it
-// is to blame on: of a decision over several shards, those the error names
-// (the others' calls went through, or were not made), or all of them when
-// it names none. An error retrying cannot cure opens those breakers at
-// once and is logged with what to fix.
-func (s *Store) failed(passes []pass, err error) {
+// failed reports a failed store call, started at started, to the metrics
+// and the breakers it is to blame on: of a decision over several shards,
+// those the error names (the others' calls went through, or were not made),
+// or all of them when it names none. An error retrying cannot cure opens
+// those breakers at once and is logged with what to fix.
+//
+// A breaker counts one failure per wave: a call that started before the
+// breaker last counted a failure was in flight with that call, and most
+// likely shares its fate (one stall of the store, or of this process, times
+// out every decision waiting on it at once, and with pipelining they even
+// share one round trip), so its failure is not counted again. Failures
+// therefore open the breaker only when they persist over that many rounds
+// (with a store that hangs, about Failures × Timeout), not when one hiccup
+// fails every decision in flight together.
+func (s *Store) failed(passes []pass, started time.Time, err error) {
 	blamed := passes
 	if len(passes) > 1 {
 		if named := shardsNamed(err, nil); len(named) > 0 {
 			blamed = make([]pass, 0, len(passes))
 			for _, p := range passes {
-				if slices.Contains(named, p.shard) {
+				if slices.Contains(named, p.sb.name) {
 					blamed = append(blamed, p)
 				} else {
-					p.b.Release(p.t)
+					p.sb.b.Release(p.t)
 				}
 			}
 		}
@@ -438,7 +450,8 @@ func (s *Store) failed(passes []pass, err error) {
 			s.log.Error("the store refuses floodgate: "+fix, zap.String("kind", kind), zap.Error(err))
 			for _, p := range blamed {
 				p.t.probe = true // no need to wait for more failures: open now
-				p.b.Failure(p.t, now)
+				p.sb.b.Failure(p.t, now)
+				p.sb.failedAt.Store(now.UnixNano())
 			}
 			return
 		}
@@ -449,7 +462,12 @@ func (s *Store) failed(passes []pass, err error) {
 	}
 	s.failures.WithLabelValues(reason).Inc()
 	for _, p := range blamed {
-		p.b.Failure(p.t, now)
+		if started.UnixNano() < p.sb.failedAt.Load() {
+			p.sb.b.Release(p.t) // in the wave of a failure already counted
+			continue
+		}
+		p.sb.failedAt.Store(now.UnixNano())
+		p.sb.b.Failure(p.t, now)
 	}
 }
 
@@ -489,9 +507,9 @@ func (s *Store) probeLoop() {
 	defer close(s.probeDone)
 	first := []limiter.Request{probeRequest}
 	if shards := s.shardsOf(first); len(shards) == 1 {
-		s.probe(s.breakerFor(shards[0]).b, shards[0], probeRequest, max(s.opts.Timeout, startProbeTimeout))
+		s.probe(s.breakerFor(shards[0]), probeRequest, max(s.opts.Timeout, startProbeTimeout))
 	} else {
-		s.probe(s.breaker, "", probeRequest, max(s.opts.Timeout, startProbeTimeout))
+		s.probe(s.wide, probeRequest, max(s.opts.Timeout, startProbeTimeout))
 	}
 	t := time.NewTicker(s.opts.ProbeInterval)
 	defer t.Stop()
@@ -501,7 +519,7 @@ func (s *Store) probeLoop() {
 			return
 		case <-t.C:
 			if s.breaker.State() != Closed {
-				s.probe(s.breaker, "", probeRequest, s.opts.Timeout)
+				s.probe(s.wide, probeRequest, s.opts.Timeout)
 			}
 			s.shards.Range(func(_, v any) bool {
 				if sb := v.(*shardBreaker); sb.b.State() != Closed {
@@ -536,7 +554,7 @@ func (s *Store) probeShard(sb *shardBreaker) {
 			req.ID = probeRequest.ID + "-" + strconv.Itoa(i)
 		}
 		if shards := s.shardsOf([]limiter.Request{req}); len(shards) == 1 && shards[0] == sb.name {
-			s.probe(sb.b, sb.name, req, s.opts.Timeout)
+			s.probe(sb, req, s.opts.Timeout)
 			return
 		}
 	}
@@ -544,10 +562,12 @@ func (s *Store) probeShard(sb *shardBreaker) {
 }
 
 // probe makes one decision on a probe bucket, req, within timeout, when
-// breaker b (of shard) admits a probe, and reports its result to b like
-// any call's.
-func (s *Store) probe(b *Breaker, shard string, req limiter.Request, timeout time.Duration) {
-	ticket, ok := b.Probe(s.clock.Now())
+// sb's breaker admits a probe, and reports its result to it like any
+// call's.
+func (s *Store) probe(sb *shardBreaker, req limiter.Request, timeout time.Duration) {
+	b := sb.b
+	started := s.clock.Now()
+	ticket, ok := b.Probe(started)
 	if !ok {
 		return
 	}
@@ -560,8 +580,8 @@ func (s *Store) probe(b *Breaker, shard string, req limiter.Request, timeout tim
 	case ctx.Err() == context.Canceled:
 		b.Release(ticket)
 	default:
-		s.log.Debug("store probe failed", zap.String("shard", shard), zap.Error(err))
-		s.failed([]pass{{shard, b, ticket}}, err)
+		s.log.Debug("store probe failed", zap.String("shard", sb.name), zap.Error(err))
+		s.failed([]pass{{sb, ticket}}, started, err)
 	}
 }
 
