@@ -6,6 +6,10 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
+// Sharded reports whether the store's buckets live on several servers: on
+// a Redis Cluster (resilient.Sharded).
+func (s *Store) Sharded() bool { return s.cluster != nil }
+
 // Shards appends to dst the address of each Redis Cluster master holding a
 // bucket of reqs, each once, as the client's slot map has it now, and
 // returns it. Outside a Cluster (one server decides everything) it appends

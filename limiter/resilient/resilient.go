@@ -86,8 +86,11 @@ type Options struct {
 // holds one with a Shard() string method names its server; otherwise every
 // server of the decision is blamed). A decision for which Shards names no
 // server (outside a Cluster, or before the slot map is known) answers to
-// the store-wide breaker, Breaker.
+// the store-wide breaker, Breaker. Sharded reports whether the store is
+// sharded at all (a Redis store is only on a Cluster); when it is not,
+// Shards is never called.
 type Sharded interface {
+	Sharded() bool
 	Shards(ctx context.Context, reqs []limiter.Request, dst []string) []string
 }
 
@@ -144,7 +147,9 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	}
 	s := &Store{primary: primary, fallback: o.Fallback, opts: o, clock: o.Clock, log: o.Logger}
 	s.bounded, _ = primary.(limiter.DeadlineStore)
-	s.sharded, _ = primary.(Sharded)
+	if sh, ok := primary.(Sharded); ok && sh.Sharded() {
+		s.sharded = sh
+	}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}

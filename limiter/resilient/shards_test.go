@@ -28,6 +28,8 @@ type serverError string
 func (e serverError) Error() string { return "server " + string(e) + " is down" }
 func (e serverError) Shard() string { return string(e) }
 
+func (s *shardedStore) Sharded() bool { return true }
+
 func (s *shardedStore) Shards(_ context.Context, reqs []limiter.Request, dst []string) []string {
 	first := len(dst)
 	for _, r := range reqs {
