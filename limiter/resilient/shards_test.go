@@ -14,13 +14,33 @@ import (
 )
 
 // shardedStore keeps its buckets on servers named by the identity's part
-// before the colon ("a:x" lives on a), decides with a memory store, and
-// fails every decision touching a server listed in down, with an error
-// naming that server, as redisstore's NodeError does.
+// before the colon ("a:x" lives on a, unless moved says a's slots moved to
+// another server); other identities (the probes') are spread over the
+// servers in spread. It decides with a memory store and fails every
+// decision touching a server listed in down, with an error naming that
+// server, as redisstore's NodeError does.
 type shardedStore struct {
-	mu   sync.Mutex
-	down map[string]bool
-	mem  *memory.Store
+	mu     sync.Mutex
+	down   map[string]bool
+	moved  map[string]string
+	spread []string
+	probes map[string]int // decisions per server of identities without a colon
+	mem    *memory.Store
+}
+
+func (s *shardedStore) serverOf(id string) string {
+	srv, _, ok := strings.Cut(id, ":")
+	if !ok {
+		h := uint(0)
+		for _, c := range id {
+			h = h*31 + uint(c)
+		}
+		srv = s.spread[h%uint(len(s.spread))]
+	}
+	if to, ok := s.moved[srv]; ok {
+		return to
+	}
+	return srv
 }
 
 type serverError string
@@ -31,9 +51,15 @@ func (e serverError) Shard() string { return string(e) }
 func (s *shardedStore) Sharded() bool { return true }
 
 func (s *shardedStore) Shards(_ context.Context, reqs []limiter.Request, dst []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shards(reqs, dst)
+}
+
+func (s *shardedStore) shards(reqs []limiter.Request, dst []string) []string {
 	first := len(dst)
 	for _, r := range reqs {
-		srv, _, _ := strings.Cut(r.ID, ":")
+		srv := s.serverOf(r.ID)
 		found := false
 		for _, d := range dst[first:] {
 			found = found || d == srv
@@ -48,9 +74,12 @@ func (s *shardedStore) Shards(_ context.Context, reqs []limiter.Request, dst []s
 func (s *shardedStore) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
 	s.mu.Lock()
 	var errs []error
-	for _, srv := range s.Shards(ctx, reqs, nil) {
+	for _, srv := range s.shards(reqs, nil) {
 		if s.down[srv] {
 			errs = append(errs, serverError(srv))
+		}
+		if !strings.Contains(reqs[0].ID, ":") {
+			s.probes[srv]++
 		}
 	}
 	s.mu.Unlock()
@@ -60,6 +89,13 @@ func (s *shardedStore) Take(ctx context.Context, reqs []limiter.Request, res []l
 	return s.mem.Take(ctx, reqs, res)
 }
 
+func newShardedStore(clock limiter.Clock, servers ...string) *shardedStore {
+	return &shardedStore{
+		down: map[string]bool{}, moved: map[string]string{}, spread: servers, probes: map[string]int{},
+		mem: memory.New(memory.Options{Clock: clock}),
+	}
+}
+
 // TestAFailureCountsAgainstTheServersItNames: decisions spanning servers a
 // and b fail because b is down. Only b's breaker counts them: a's stays
 // closed, and decisions on a alone stay exact. When b comes back and its
@@ -67,7 +103,8 @@ func (s *shardedStore) Take(ctx context.Context, reqs []limiter.Request, res []l
 // change once.
 func TestAFailureCountsAgainstTheServersItNames(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
-	primary := &shardedStore{down: map[string]bool{"b": true}, mem: memory.New(memory.Options{Clock: clock})}
+	primary := newShardedStore(clock, "a", "b")
+	primary.down["b"] = true
 	var changes []bool
 	rs, err := resilient.New(primary, resilient.Options{
 		Clock: clock, Fallback: memory.New(memory.Options{Clock: clock}),
@@ -114,5 +151,42 @@ func TestAFailureCountsAgainstTheServersItNames(t *testing.T) {
 	}
 	if !rs.Exact() || len(changes) != 2 || !changes[1] {
 		t.Errorf("after b came back: Exact() = %v, changes %v; want true, [false true]", rs.Exact(), changes)
+	}
+}
+
+// TestAServerThatLeftTheTopologyIsForgotten: server b is down and its
+// breaker open; the background probe keeps probing it (with identities
+// that land on b) while b holds slots. Then b's slots move to c (a replica
+// promoted): no identity lands on b any more, so its breaker is dropped and
+// decisions are exact again, although b never came back.
+func TestAServerThatLeftTheTopologyIsForgotten(t *testing.T) {
+	primary := newShardedStore(nil, "a", "b")
+	primary.down["b"] = true
+	rs, err := resilient.New(primary, resilient.Options{
+		Breaker:       resilient.BreakerOptions{Failures: 1, OpenFor: time.Millisecond},
+		ProbeInterval: 5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	res := make([]limiter.Result, 1)
+	if _, err := rs.Take(context.Background(), []limiter.Request{{Name: "p", ID: "b:1", Limit: limiter.MustLimit(5, "1"), Cost: 1}}, res); err == nil {
+		t.Fatal("a decision on a down server succeeded")
+	}
+	probes := func() int { primary.mu.Lock(); defer primary.mu.Unlock(); return primary.probes["b"] }
+	waitUntil(t, 2*time.Second, "probing b", func() bool { return probes() >= 3 })
+	if st, ok := rs.ShardStates()["b"]; !ok || st == resilient.Closed || rs.Exact() {
+		t.Fatalf("b, down and probed, has breaker %v (known %v), Exact %v", st, ok, rs.Exact())
+	}
+	primary.mu.Lock()
+	primary.moved["b"] = "c"
+	primary.mu.Unlock()
+	waitUntil(t, 2*time.Second, "exact after b's slots moved to c", rs.Exact)
+	if _, ok := rs.ShardStates()["b"]; ok {
+		t.Errorf("b's breaker is still kept: %v", rs.ShardStates())
+	}
+	if _, err := rs.Take(context.Background(), []limiter.Request{{Name: "p", ID: "b:1", Limit: limiter.MustLimit(5, "1"), Cost: 1}}, res); err != nil || res[0].Degraded {
+		t.Errorf("a decision on b's moved keys: %v, %+v", err, res[0])
 	}
 }
