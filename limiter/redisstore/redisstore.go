@@ -15,10 +15,12 @@
 //
 // Topologies: Dial builds the client for a standalone server, a Redis Cluster
 // or a Sentinel-managed master. On a Cluster, pipelined decisions of
-// different callers share a script call per node (pipeline.go); one
-// decision whose own buckets fall in several slots (several identities)
-// runs the script once per slot and refunds the charged slots when another
-// denies; see takeAcrossSlots.
+// different callers share a script call per node, each master batching
+// apart (pipeline.go); one decision whose own buckets fall in several slots
+// (several identities) runs the script once per slot and refunds the
+// charged slots when another denies; see takeAcrossSlots. Shards tells the
+// resilience layer which masters a decision needs, so that it keeps a
+// circuit breaker per master (shards.go).
 package redisstore
 
 import (
