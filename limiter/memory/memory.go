@@ -6,10 +6,13 @@
 // decisions on different callers rarely meet on a lock. A bucket that has
 // refilled completely is indistinguishable from one never seen, so it is
 // reclaimed at no cost to accuracy (in amortized sweeps as new buckets
-// arrive, and by Reclaim); when a shard still reaches its share of
-// MaxBuckets, the sampled bucket closest to full is evicted, which can only
-// err in the caller's favour. A flood of unique identities therefore costs
-// bounded memory.
+// arrive, and by Reclaim). When a shard still reaches its share of
+// MaxBuckets, the bucket family (policy) holding the most of that shard gives
+// up the sampled bucket of its own closest to full: a flood of unique
+// identities on one policy costs bounded memory and makes room out of its own
+// buckets, never out of a policy that holds fewer (docs/failure-modes.md,
+// "In-memory store: what is forgotten first"). Forgetting a bucket can only
+// err in its caller's favour.
 package memory
 
 import (
@@ -47,6 +50,7 @@ type Store struct {
 	shardCap int
 	shards   []shard
 	limits   limits
+	families families
 }
 
 // limits numbers the limits the store has seen, so that a bucket records the
@@ -71,6 +75,31 @@ func (ls *limits) id(l limiter.Limit) uint32 {
 	ls.all = append(ls.all, l)
 	id := uint32(len(ls.all) - 1)
 	ls.ids.Store(l, id)
+	return id
+}
+
+// families numbers the bucket families (Request.Name: policies) the store
+// has seen, so that a bucket records its family in four bytes and eviction
+// can tell one policy's buckets from another's. Names come from the
+// configuration, so they are few.
+type families struct {
+	ids sync.Map // string → uint32
+	mu  sync.Mutex
+	n   uint32 // under mu
+}
+
+func (fs *families) id(name string) uint32 {
+	if id, ok := fs.ids.Load(name); ok {
+		return id.(uint32)
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if id, ok := fs.ids.Load(name); ok {
+		return id.(uint32)
+	}
+	id := fs.n
+	fs.n++
+	fs.ids.Store(name, id)
 	return id
 }
 
@@ -105,10 +134,11 @@ func (s *Store) shard(k key) int { return int(uint64(k) >> 32 & s.mask) }
 // bucket is one bucket's exact state: missing units, counted in limit lim,
 // at the microsecond (since the store's epoch) full − ceil(missing/G), full
 // being the first microsecond at which it is full again. Storing full rather
-// than that instant lets the table sweep without the limit.
+// than that instant lets the table sweep without the limit. fam is its
+// family (policy), for eviction; it fits in what would be padding.
 type bucket struct {
 	missing, full int64
-	lim           uint32
+	lim, fam      uint32
 }
 
 // at is the microsecond at which b missed b.missing units, given its limit.
@@ -178,7 +208,7 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 	}
 	for i := range reqs {
 		k := s.key(reqs[i].Name, reqs[i].ID)
-		p := pending{k: k, shard: s.shard(k), slot: -1, lim: s.limits.id(reqs[i].Limit)}
+		p := pending{k: k, shard: s.shard(k), slot: -1, lim: s.limits.id(reqs[i].Limit), fam: s.families.id(reqs[i].Name)}
 		pend, idx = append(pend, p), append(idx, p.shard)
 	}
 	order = s.locked(idx, order)
@@ -206,7 +236,7 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 			r, p := &reqs[i], &pend[i]
 			if p.converted {
 				// Held under the new limit from now on, charged or not.
-				s.shards[p.shard].t.slots[p.slot].b = bucket{missing: p.missing, full: now + untilFull(r.Limit, p.missing), lim: p.lim}
+				s.shards[p.shard].t.slots[p.slot].b = bucket{missing: p.missing, full: now + untilFull(r.Limit, p.missing), lim: p.lim, fam: p.fam}
 			}
 			res[i] = r.Limit.Result(p.missing, r.Cost, r.Limit.Fits(p.missing, r.Cost))
 		}
@@ -223,7 +253,7 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 			}
 			k, _ := r.Limit.Units()
 			m := p.missing + r.Cost*k
-			b := bucket{missing: m, full: now + untilFull(r.Limit, m), lim: p.lim}
+			b := bucket{missing: m, full: now + untilFull(r.Limit, m), lim: p.lim, fam: p.fam}
 			if sh := &s.shards[p.shard]; p.slot >= 0 {
 				sh.t.slots[p.slot].b = b
 			} else {
@@ -243,6 +273,7 @@ type pending struct {
 	slot      int    // index in the shard's table, -1 for a bucket not held
 	missing   int64  // units missing now
 	lim       uint32 // the request's limit's id
+	fam       uint32 // the request's family's id
 	converted bool   // held under another limit until now
 }
 
@@ -270,7 +301,7 @@ const minSweep = 64
 // once the shard has taken as many new buckets as it held after its last
 // sweep, it drops its full ones, so reclamation costs O(1) per insert, amortized, and memory
 // tracks the callers still refilling. When the shard is at its cap all the
-// same, it evicts the sampled bucket closest to full.
+// same, the family holding the most of it gives up a bucket (table.evict).
 func (s *Store) insert(sh *shard, k key, b bucket, now int64) {
 	t := &sh.t
 	if sh.untilSweep--; sh.untilSweep <= 0 {
@@ -278,7 +309,7 @@ func (s *Store) insert(sh *shard, k key, b bucket, now int64) {
 		sh.untilSweep = max(minSweep, t.n)
 	}
 	if t.n >= s.shardCap {
-		t.evictNearFull(int(uint64(k) >> 16))
+		t.evict(int(uint64(k)>>16), b.fam)
 	}
 	i, _ := t.find(k)
 	t.insert(i, k, b)

@@ -11,6 +11,7 @@ import "unsafe"
 type table struct {
 	slots []slot
 	n     int
+	held  []int32 // buckets held, by family
 }
 
 type slot struct {
@@ -62,6 +63,10 @@ func (t *table) insert(i int, k key, b bucket) {
 	}
 	t.slots[i] = slot{k, b}
 	t.n++
+	for int(b.fam) >= len(t.held) {
+		t.held = append(t.held, 0)
+	}
+	t.held[b.fam]++
 }
 
 func (t *table) grow() {
@@ -83,6 +88,7 @@ func (t *table) grow() {
 // remove empties slot i and shifts back the entries of its probe run that
 // would otherwise become unreachable (Knuth's algorithm R).
 func (t *table) remove(i int) {
+	t.held[t.slots[i].b.fam]--
 	m := t.mask()
 	for j := i; ; {
 		j = (j + 1) & m
@@ -114,23 +120,42 @@ func (t *table) sweep(now int64) int {
 	return removed
 }
 
-// evictNearFull removes, among up to 8 entries found probing from start, the
-// one whose bucket is full soonest: forgetting it loses the least.
-func (t *table) evictNearFull(start int) {
+// evictSample is how many of the victim family's buckets evict compares.
+const evictSample = 8
+
+// evict makes room for a bucket of family fam. The family holding the most
+// buckets gives one up (fam itself when it ties for the most), so one
+// policy's flood of callers displaces its own buckets and never those of a
+// policy holding fewer. Of that family's first evictSample buckets found
+// probing from start, the one full soonest goes: forgetting it hands its
+// caller the fewest tokens (a family's buckets share a limit, so soonest full
+// is also least missing).
+func (t *table) evict(start int, fam uint32) {
+	victim := fam
+	if int(fam) >= len(t.held) {
+		victim = 0
+	}
+	for f, n := range t.held {
+		if n > t.held[victim] {
+			victim = uint32(f)
+		}
+	}
+	if t.held[victim] == 0 {
+		return
+	}
 	m := t.mask()
-	victim, seen := -1, 0
-	for i := start & m; seen < 8 && seen < t.n; i = (i + 1) & m {
-		if t.slots[i].k == 0 {
+	pick, seen := -1, 0
+	for i := start & m; seen < evictSample && seen < int(t.held[victim]); i = (i + 1) & m {
+		s := &t.slots[i]
+		if s.k == 0 || s.b.fam != victim {
 			continue
 		}
 		seen++
-		if victim < 0 || t.slots[i].b.full < t.slots[victim].b.full {
-			victim = i
+		if pick < 0 || s.b.full < t.slots[pick].b.full {
+			pick = i
 		}
 	}
-	if victim >= 0 {
-		t.remove(victim)
-	}
+	t.remove(pick)
 }
 
 // crowded reports whether n entries fill more than three quarters of slots.

@@ -95,3 +95,54 @@ func TestMaxTableBytesBoundsAFlood(t *testing.T) {
 		}
 	}
 }
+
+// TestEvictionTakesFromTheFamilyHoldingTheMost: a shard at its cap holds 8
+// buckets of family 0 and 4 of family 1. Newcomers of either family displace
+// family 0's buckets, soonest full first, until the two hold equal shares;
+// from then on a newcomer displaces its own family's.
+func TestEvictionTakesFromTheFamilyHoldingTheMost(t *testing.T) {
+	s := New(Options{MaxBuckets: 12, Shards: 1})
+	sh := &s.shards[0]
+	next := key(1)
+	add := func(fam uint32, full int64) key {
+		k := next
+		next++
+		s.insert(sh, k, bucket{full: full, fam: fam}, 0)
+		return k
+	}
+	zero := make([]key, 8)
+	for i := range zero {
+		zero[i] = add(0, int64(1000-i)) // the last added is full soonest
+	}
+	for i := 0; i < 4; i++ {
+		add(1, 5) // fuller than any of family 0's: not what decides
+	}
+	held := func(k key) bool { _, ok := sh.t.find(k); return ok }
+	add(1, 2000)
+	if held(zero[7]) || !held(zero[6]) {
+		t.Fatalf("a newcomer of family 1 did not displace family 0's soonest-full bucket: held %v", sh.t.held)
+	}
+	add(0, 2000)
+	if held(zero[6]) || !held(zero[5]) {
+		t.Fatalf("a newcomer of family 0 did not displace family 0's soonest-full bucket: held %v", sh.t.held)
+	}
+	add(1, 2000)
+	if sh.t.held[0] != 6 || sh.t.held[1] != 6 {
+		t.Fatalf("families hold %v, want 6 and 6", sh.t.held)
+	}
+	for i := 0; i < 100; i++ {
+		add(1, 2000) // a tie: the newcomer's own family gives up one
+	}
+	if sh.t.held[0] != 6 || sh.t.held[1] != 6 {
+		t.Errorf("after 100 more of family 1, families hold %v: family 1's flood took family 0's room", sh.t.held)
+	}
+	if sh.t.n != s.shardCap {
+		t.Errorf("shard holds %d, want %d", sh.t.n, s.shardCap)
+	}
+}
+
+func TestSlotsStay32Bytes(t *testing.T) {
+	if slotBytes != 32 {
+		t.Errorf("a table slot is %d bytes, want 32 (two to a cache line)", slotBytes)
+	}
+}

@@ -88,8 +88,14 @@ var ErrClosed = errors.New("redis: store closed")
 
 // NewPipelined is New with pipelining: concurrent decisions share round
 // trips (see the comment at the top of pipeline.go). Close stops it.
+//
+// On a Redis Cluster each master gets a coalescer of its own (flushers,
+// queue and batches): a batch waits for the slowest node it carries, so a
+// master that hangs or is gone would otherwise hold up, behind its own
+// timeouts, the decisions of every healthy master sharing its batches.
 func NewPipelined(client Client, prefix string, o PipelineOptions) *Store {
 	s := New(client, prefix)
+	s.pipeOpts = o
 	s.pipe = newCoalescer(s, o)
 	return s
 }
@@ -98,9 +104,41 @@ func NewPipelined(client Client, prefix string, o PipelineOptions) *Store {
 // fail with ErrClosed. It does not close the client. It is a no-op on a
 // store made by New.
 func (s *Store) Close() {
-	if s.pipe != nil {
-		s.pipe.close()
+	if s.pipe == nil {
+		return
 	}
+	s.pipesMu.Lock()
+	s.pipesClosed = true
+	s.pipesMu.Unlock()
+	s.pipe.close()
+	s.pipes.Range(func(_, c any) bool {
+		c.(*coalescer).close()
+		return true
+	})
+}
+
+// pipeFor returns the coalescer of the master serving key: on a Cluster,
+// the one of that master (made on first use); otherwise, or before the
+// client has read the cluster's slot map, the store's own.
+func (s *Store) pipeFor(ctx context.Context, key string) *coalescer {
+	addr := s.masterOf(ctx, key)
+	if addr == "" {
+		return s.pipe
+	}
+	if c, ok := s.pipes.Load(addr); ok {
+		return c.(*coalescer)
+	}
+	s.pipesMu.Lock()
+	defer s.pipesMu.Unlock()
+	if s.pipesClosed {
+		return s.pipe // closed: its run says ErrClosed
+	}
+	if c, ok := s.pipes.Load(addr); ok {
+		return c.(*coalescer)
+	}
+	c := newCoalescer(s, s.pipeOpts)
+	s.pipes.Store(addr, c)
+	return c
 }
 
 // call is one decision waiting for, or riding, a batch. Calls are pooled:
@@ -416,6 +454,7 @@ func (c *coalescer) group(ctx context.Context, live []*call, bySlot bool) []grou
 			if !bySlot {
 				if node, err := c.store.cluster.MasterForKey(ctx, cl.keys[0]); err == nil {
 					where = node
+					c.store.slotsKnown.Store(true)
 				}
 			}
 		}

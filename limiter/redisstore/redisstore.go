@@ -15,10 +15,12 @@
 //
 // Topologies: Dial builds the client for a standalone server, a Redis Cluster
 // or a Sentinel-managed master. On a Cluster, pipelined decisions of
-// different callers share a script call per node (pipeline.go); one
-// decision whose own buckets fall in several slots (several identities)
-// runs the script once per slot and refunds the charged slots when another
-// denies; see takeAcrossSlots.
+// different callers share a script call per node, each master batching
+// apart (pipeline.go); one decision whose own buckets fall in several slots
+// (several identities) runs the script once per slot and refunds the
+// charged slots when another denies; see takeAcrossSlots. Shards tells the
+// resilience layer which masters a decision needs, so that it keeps a
+// circuit breaker per master (shards.go).
 package redisstore
 
 import (
@@ -30,6 +32,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,6 +92,15 @@ type Store struct {
 	take    *script
 	refund  *script
 	pipe    *coalescer // NewPipelined: decisions share round trips (pipeline.go)
+
+	// On a Cluster, a pipelined store's coalescer per master address
+	// (pipeFor); pipesMu serialises making one and Close.
+	pipeOpts    PipelineOptions
+	pipes       sync.Map // string → *coalescer
+	pipesMu     sync.Mutex
+	pipesClosed bool
+	// slotsKnown: the Cluster client has read the slot map (masterOf).
+	slotsKnown atomic.Bool
 
 	// onScripts, when set (ObserveScripts), hears how long each round trip
 	// of script calls took and how many calls it carried.
@@ -171,7 +184,7 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	var reply []int64
 	var err error
 	if s.pipe != nil {
-		reply, err = s.pipe.run(ctx, deadline, cl, keys, buckets)
+		reply, err = s.pipeFor(ctx, keys[0]).run(ctx, deadline, cl, keys, buckets)
 	} else {
 		sc := s.takeCall(keys, 1, func(int) []bucketArgs { return buckets })
 		s.exec(ctx, sc)
@@ -282,6 +295,9 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 	}
 	for i, sc := range calls {
 		sc.reply, sc.err = cmds[i].Result()
+		if sc.err == nil && s.cluster != nil && !s.slotsKnown.Load() {
+			s.slotsKnown.Store(true) // the command was routed: the slot map is in
+		}
 		if sc.err != nil {
 			sc.err = explain(sc.err) // on every path: alone, pipelined, slot by slot
 		} else if len(sc.reply) != sc.want {
@@ -349,7 +365,9 @@ func (sc *scriptCall) cmd(ctx context.Context, verb, body string, clock []any) *
 //
 // A group whose call fails leaves its own buckets uncertain (the script may
 // or may not have run), as a failed call does on the single-slot path; the
-// other groups are refunded and Take returns the error.
+// other groups are refunded and Take returns the error: one *NodeError per
+// failed group (and failed refund), naming the master it failed on, so the
+// resilience layer counts the failure against that master alone.
 func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res []limiter.Result, keys []string, buckets []bucketArgs) (bool, error) {
 	// Group bucket indices by slot, in order of first appearance.
 	var groups [][]int
@@ -379,13 +397,11 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 	}
 	s.exec(ctx, takes...)
 	allowed := true
-	var failed error
+	var fails []error // one per failed group, each naming its master
 	for g, sc := range takes {
 		if sc.err != nil {
 			allowed = false
-			if failed == nil {
-				failed = fmt.Errorf("redis: token-bucket script (slot %d): %w", slots[g], sc.err)
-			}
+			fails = append(fails, s.onNode(ctx, gkeys[g][0], fmt.Errorf("redis: token-bucket script (slot %d): %w", slots[g], sc.err)))
 			continue
 		}
 		if sc.reply[0] != 1 {
@@ -414,20 +430,18 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 			refunded = append(refunded, slots[g])
 		}
 	}
-	var refundErr error
+	var refundErrs []error
 	if len(refunds) > 0 {
 		s.exec(context.WithoutCancel(ctx), refunds...)
 		for j, sc := range refunds {
-			if sc.err != nil && refundErr == nil {
-				refundErr = fmt.Errorf("%w (slot %d): %w", ErrRefund, refunded[j], sc.err)
+			if sc.err != nil {
+				refundErrs = append(refundErrs, s.onNode(ctx, refunds[j].keys[0], fmt.Errorf("%w (slot %d): %w", ErrRefund, refunded[j], sc.err)))
 			}
 		}
 	}
-	if failed != nil {
-		if refundErr != nil {
-			return false, errors.Join(failed, refundErr)
-		}
-		return false, failed
+	refundErr := errors.Join(refundErrs...)
+	if len(fails) > 0 {
+		return false, errors.Join(append(fails, refundErrs...)...)
 	}
 	for g, idx := range groups {
 		wasCharged := takes[g].reply[0] == 1

@@ -13,6 +13,11 @@
 // degraded, in the background, so Exact tells the truth without traffic;
 // with Options.Permanent, errors that retrying cannot cure (a wrong
 // password, say) degrade at once and say what to fix (Problem).
+//
+// A primary whose buckets live on servers that fail independently (the
+// masters of a Redis Cluster) says so by implementing Sharded: each server
+// then has a breaker of its own, and one master down sends to the failure
+// mode only the decisions whose buckets live on it.
 package resilient
 
 import (
@@ -20,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +76,24 @@ type Options struct {
 	Permanent func(error) (kind, fix string, ok bool)
 }
 
+// Sharded is a primary store whose buckets live on servers that fail
+// independently, such as the masters of a Redis Cluster
+// (redisstore.Store). Shards appends to dst a name for each server holding
+// a bucket of reqs, each once, and returns it; it must not wait for the
+// network. The Store keeps a circuit breaker per name: a decision goes to
+// the failure mode when the breaker of any server it needs is open, and a
+// failure counts against the servers it happened on (an error whose chain
+// holds one with a Shard() string method names its server; otherwise every
+// server of the decision is blamed). A decision for which Shards names no
+// server (outside a Cluster, or before the slot map is known) answers to
+// the store-wide breaker, Breaker. Sharded reports whether the store is
+// sharded at all (a Redis store is only on a Cluster); when it is not,
+// Shards is never called.
+type Sharded interface {
+	Sharded() bool
+	Shards(ctx context.Context, reqs []limiter.Request, dst []string) []string
+}
+
 // Store is the resilient limiter.Store.
 type Store struct {
 	primary  limiter.Store
@@ -77,7 +102,15 @@ type Store struct {
 	opts     Options
 	clock    limiter.Clock
 	log      *zap.Logger
-	breaker  *Breaker
+	breaker  *Breaker      // store-wide: decisions no shard claims
+	wide     *shardBreaker // breaker, as the shard ""
+	sharded  Sharded       // primary, when its buckets live on several servers
+	shards   sync.Map      // shard name → *shardBreaker
+	// exactMu serialises the bookkeeping of breaker transitions across
+	// breakers, and so the calls of OnExactChange; degraded counts the
+	// breakers not closed.
+	exactMu  sync.Mutex
+	degraded int
 	cache    *overLimitCache
 	scaled   sync.Map // limiter.Limit → limiter.Limit for the fallback
 
@@ -87,6 +120,7 @@ type Store struct {
 	problem   atomic.Pointer[string] // the last permanent error's fix, while degraded
 
 	stateGauge  prometheus.Gauge
+	shardGauge  *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	cacheHits   prometheus.Counter
 	fallbacks   prometheus.Counter
@@ -113,6 +147,9 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	}
 	s := &Store{primary: primary, fallback: o.Fallback, opts: o, clock: o.Clock, log: o.Logger}
 	s.bounded, _ = primary.(limiter.DeadlineStore)
+	if sh, ok := primary.(Sharded); ok && sh.Sharded() {
+		s.sharded = sh
+	}
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
@@ -120,8 +157,11 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
 	}
 	s.stateGauge = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "floodgate_breaker_state", Help: "Circuit breaker on the store: 0 closed (exact), 1 half-open, 2 open (degraded).",
+		Name: "floodgate_breaker_state", Help: "Circuit breaker on the store: 0 closed (exact), 1 half-open, 2 open (degraded); on a Redis Cluster, the most open of the masters' breakers.",
 	})
+	s.shardGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "floodgate_breaker_shard_state", Help: "Circuit breaker on one Redis Cluster master, by address: 0 closed (exact), 1 half-open, 2 open (decisions on its keys degraded).",
+	}, []string{"shard"})
 	s.transitions = counterVec("floodgate_breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "to")
 	s.cacheHits = counter("floodgate_overlimit_cache_hits_total", "Denials answered by the over-limit cache without a store call.")
 	s.fallbacks = counter("floodgate_fallback_decisions_total", "Decisions made by the per-replica fallback while the store was unavailable.")
@@ -130,9 +170,10 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 		"Store errors that retrying cannot cure (wrong password, missing ACL permission, cluster mode against a standalone server...), by kind; the log says what to fix.",
 		"kind")
 	if o.Registerer != nil {
-		o.Registerer.MustRegister(s.stateGauge, s.transitions, s.cacheHits, s.fallbacks, s.failures, s.permanent)
+		o.Registerer.MustRegister(s.stateGauge, s.shardGauge, s.transitions, s.cacheHits, s.fallbacks, s.failures, s.permanent)
 	}
-	s.breaker = NewBreaker(o.Breaker, s.onBreakerChange)
+	s.wide = &shardBreaker{b: NewBreaker(o.Breaker, func(from, to State) { s.onBreakerChange(nil, from, to) })}
+	s.breaker = s.wide.b
 	if o.OverLimitEntries > 0 {
 		s.cache = newOverLimitCache(o.OverLimitEntries)
 	}
@@ -144,23 +185,105 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	return s, nil
 }
 
-// onBreakerChange is the breaker's callback: it runs without the breaker's
-// lock, one transition at a time, in order.
-func (s *Store) onBreakerChange(from, to State) {
-	s.stateGauge.Set(float64(to))
+// shardBreaker is one shard's breaker. gone (under exactMu) marks one
+// forgotten (its server left the topology): its late transitions count no
+// more. failedAt is when its last failure was counted (Unix nanoseconds
+// by the Store's clock); see failed.
+type shardBreaker struct {
+	name     string
+	b        *Breaker
+	gone     bool
+	failedAt atomic.Int64
+}
+
+// breakerFor returns the breaker of shard, made closed on first use.
+func (s *Store) breakerFor(shard string) *shardBreaker {
+	if v, ok := s.shards.Load(shard); ok {
+		return v.(*shardBreaker)
+	}
+	sb := &shardBreaker{name: shard}
+	sb.b = NewBreaker(s.opts.Breaker, func(from, to State) { s.onBreakerChange(sb, from, to) })
+	if v, loaded := s.shards.LoadOrStore(shard, sb); loaded {
+		return v.(*shardBreaker)
+	}
+	return sb
+}
+
+// onBreakerChange is every breaker's callback (sb nil for the store-wide
+// one): it runs without the breaker's lock, one transition of that breaker
+// at a time, in order. Decisions are exact while every breaker is closed;
+// OnExactChange hears when that starts and stops being so.
+func (s *Store) onBreakerChange(sb *shardBreaker, from, to State) {
+	s.exactMu.Lock()
+	defer s.exactMu.Unlock()
+	if sb != nil && sb.gone {
+		return
+	}
 	s.transitions.WithLabelValues(to.String()).Inc()
-	s.log.Warn("store circuit breaker "+to.String(), zap.String("from", from.String()), zap.String("to", to.String()))
-	if to == Closed {
+	fields := []zap.Field{zap.String("from", from.String()), zap.String("to", to.String())}
+	if sb != nil {
+		s.shardGauge.WithLabelValues(sb.name).Set(float64(to))
+		fields = append(fields, zap.String("shard", sb.name))
+	}
+	s.log.Warn("store circuit breaker "+to.String(), fields...)
+	if to == Closed && s.cache != nil {
+		// Redis may have come back empty (restarted, failed over):
+		// what the cache learned before may no longer hold.
+		s.cache.clear()
+	}
+	switch {
+	case from == Closed && to != Closed:
+		s.degraded++
+		s.exactChanged(s.degraded == 1, false)
+	case from != Closed && to == Closed:
+		s.degraded--
+		s.exactChanged(s.degraded == 0, true)
+	}
+	s.stateGauge.Set(float64(s.worstState()))
+}
+
+// exactChanged, under exactMu, tells OnExactChange that decisions turned
+// exact (or degraded) when changed is true.
+func (s *Store) exactChanged(changed, exact bool) {
+	if !changed {
+		return
+	}
+	if exact {
 		s.problem.Store(nil)
-		if s.cache != nil {
-			// Redis may have come back empty (restarted, failed over):
-			// what the cache learned before may no longer hold.
-			s.cache.clear()
-		}
 	}
-	if s.opts.OnExactChange != nil && (to == Closed || from == Closed) {
-		s.opts.OnExactChange(to == Closed)
+	if s.opts.OnExactChange != nil {
+		s.opts.OnExactChange(exact)
 	}
+}
+
+// worstState is the most open state among the breakers.
+func (s *Store) worstState() State {
+	worst := s.breaker.State()
+	s.shards.Range(func(_, v any) bool {
+		worst = max(worst, v.(*shardBreaker).b.State())
+		return true
+	})
+	return worst
+}
+
+// forget drops the breaker of a shard that has left the topology (a
+// master replaced by its promoted replica, say): no decision answers to it
+// any more, so it must not keep decisions reported as degraded.
+func (s *Store) forget(sb *shardBreaker) {
+	s.exactMu.Lock()
+	defer s.exactMu.Unlock()
+	if sb.gone {
+		return
+	}
+	sb.gone = true
+	s.shards.Delete(sb.name)
+	s.shardGauge.DeleteLabelValues(sb.name)
+	if sb.b.State() != Closed {
+		s.degraded--
+		s.exactChanged(s.degraded == 0, true)
+	}
+	s.stateGauge.Set(float64(s.worstState()))
+	s.log.Info("store shard left the topology: its breaker is dropped", zap.String("shard", sb.name))
 }
 
 // Close stops the background probe. Decisions keep working.
@@ -173,8 +296,21 @@ func (s *Store) Close() {
 }
 
 // Exact reports whether decisions currently come from the shared store
-// (the breaker is closed) rather than the failure mode.
-func (s *Store) Exact() bool { return s.breaker.State() == Closed }
+// (every breaker is closed) rather than the failure mode. On a Redis
+// Cluster with one master down it is false, although the decisions on the
+// other masters' keys are exact.
+func (s *Store) Exact() bool { return s.worstState() == Closed }
+
+// ShardStates returns the state of each shard's breaker, by shard name (a
+// Redis Cluster master's address); empty outside a Cluster.
+func (s *Store) ShardStates() map[string]State {
+	m := map[string]State{}
+	s.shards.Range(func(k, v any) bool {
+		m[k.(string)] = v.(*shardBreaker).b.State()
+		return true
+	})
+	return m
+}
 
 // Problem is what to fix when the store last failed with an error retrying
 // cannot cure, while decisions are degraded; "" otherwise.
@@ -185,7 +321,8 @@ func (s *Store) Problem() string {
 	return ""
 }
 
-// Breaker returns the store's circuit breaker.
+// Breaker returns the store-wide circuit breaker: the one of decisions no
+// shard claims (every decision, outside a Redis Cluster).
 func (s *Store) Breaker() *Breaker { return s.breaker }
 
 // Take implements limiter.Store.
@@ -213,14 +350,17 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		s.cacheHits.Inc()
 		return false, nil
 	}
-	ticket, ok := s.breaker.Allow(now)
+	var buf [4]pass
+	passes, ok := s.admit(ctx, reqs, now, buf[:0])
 	if !ok {
 		s.failures.WithLabelValues("breaker_open").Inc()
 		return s.degrade(ctx, reqs, res, errBreakerOpen)
 	}
 	allowed, err := s.takePrimary(ctx, s.deadline(ctx), reqs, res)
 	if err == nil {
-		s.breaker.Success(ticket)
+		for _, p := range passes {
+			p.sb.b.Success(p.t)
+		}
 		if !allowed && useCache && s.cache != nil {
 			s.cache.record(reqs, res, now)
 		}
@@ -228,31 +368,96 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 	}
 	if errors.Is(err, limiter.ErrDeniedDespite) {
 		// The store denied; only its tidying up failed. The denial stands.
-		s.failed(ticket, err)
+		s.failed(passes, now, err)
 		s.log.Warn("store denied but failed afterwards", zap.Error(err))
 		return false, nil
 	}
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// The caller went away: say nothing about the store's health.
-		s.breaker.Release(ticket)
+		for _, p := range passes {
+			p.sb.b.Release(p.t)
+		}
 		return false, ctx.Err()
 	}
-	s.failed(ticket, err)
+	s.failed(passes, now, err)
 	return s.degrade(ctx, reqs, res, err)
 }
 
-// failed reports a failed store call to the metrics and the breaker. An
-// error retrying cannot cure opens the breaker at once and is logged with
-// what to fix.
-func (s *Store) failed(t Ticket, err error) {
+// pass is a breaker's leave for one decision to call the store: the
+// shard's breaker (the store-wide one for shard "") and the ticket to
+// report the result with.
+type pass struct {
+	sb *shardBreaker
+	t  Ticket
+}
+
+// admit asks the breakers of every shard holding a bucket of reqs (or the
+// store-wide one, when no shard claims them) for leave to call the store,
+// appending their passes to dst. When any refuses, the passes granted are
+// released and ok is false: the decision is all-or-nothing, so it cannot
+// be exact on some of its buckets alone.
+func (s *Store) admit(ctx context.Context, reqs []limiter.Request, now time.Time, dst []pass) ([]pass, bool) {
+	if s.sharded != nil {
+		var nbuf [4]string
+		for _, shard := range s.sharded.Shards(ctx, reqs, nbuf[:0]) {
+			sb := s.breakerFor(shard)
+			t, ok := sb.b.Allow(now)
+			if !ok {
+				for _, p := range dst {
+					p.sb.b.Release(p.t)
+				}
+				return dst, false
+			}
+			dst = append(dst, pass{sb, t})
+		}
+		if len(dst) > 0 {
+			return dst, true
+		}
+	}
+	t, ok := s.breaker.Allow(now)
+	return append(dst, pass{s.wide, t}), ok
+}
+
+// failed reports a failed store call, started at started, to the metrics
+// and the breakers it is to blame on: of a decision over several shards,
+// those the error names (the others' calls went through, or were not made),
+// or all of them when it names none. An error retrying cannot cure opens
+// those breakers at once and is logged with what to fix.
+//
+// A breaker counts one failure per wave: a call that started before the
+// breaker last counted a failure was in flight with that call, and most
+// likely shares its fate (one stall of the store, or of this process, times
+// out every decision waiting on it at once, and with pipelining they even
+// share one round trip), so its failure is not counted again. Failures
+// therefore open the breaker only when they persist over that many rounds
+// (with a store that hangs, about Failures × Timeout), not when one hiccup
+// fails every decision in flight together.
+func (s *Store) failed(passes []pass, started time.Time, err error) {
+	blamed := passes
+	if len(passes) > 1 {
+		if named := shardsNamed(err, nil); len(named) > 0 {
+			blamed = make([]pass, 0, len(passes))
+			for _, p := range passes {
+				if slices.Contains(named, p.sb.name) {
+					blamed = append(blamed, p)
+				} else {
+					p.sb.b.Release(p.t)
+				}
+			}
+		}
+	}
+	now := s.clock.Now()
 	if s.opts.Permanent != nil {
 		if kind, fix, ok := s.opts.Permanent(err); ok {
 			s.failures.WithLabelValues("misconfigured").Inc()
 			s.permanent.WithLabelValues(kind).Inc()
 			s.problem.Store(&fix)
 			s.log.Error("the store refuses floodgate: "+fix, zap.String("kind", kind), zap.Error(err))
-			t.probe = true // no need to wait for more failures: open now
-			s.breaker.Failure(t, s.clock.Now())
+			for _, p := range blamed {
+				p.t.probe = true // no need to wait for more failures: open now
+				p.sb.b.Failure(p.t, now)
+				p.sb.failedAt.Store(now.UnixNano())
+			}
 			return
 		}
 	}
@@ -261,12 +466,37 @@ func (s *Store) failed(t Ticket, err error) {
 		reason = "timeout"
 	}
 	s.failures.WithLabelValues(reason).Inc()
-	s.breaker.Failure(t, s.clock.Now())
+	for _, p := range blamed {
+		if started.UnixNano() < p.sb.failedAt.Load() {
+			p.sb.b.Release(p.t) // in the wave of a failure already counted
+			continue
+		}
+		p.sb.failedAt.Store(now.UnixNano())
+		p.sb.b.Failure(p.t, now)
+	}
+}
+
+// shardsNamed appends to dst the shards that errors in err's chain (and
+// joins) name with a Shard() string method.
+func shardsNamed(err error, dst []string) []string {
+	switch e := err.(type) {
+	case nil:
+		return dst
+	case interface{ Shard() string }:
+		return append(dst, e.Shard())
+	case interface{ Unwrap() []error }:
+		for _, x := range e.Unwrap() {
+			dst = shardsNamed(x, dst)
+		}
+		return dst
+	}
+	return shardsNamed(errors.Unwrap(err), dst)
 }
 
 // probeRequest is the decision a probe asks for: a bucket no policy can
 // name (policy names start with a letter or digit) that is full again a
-// microsecond after it pays, so its key in Redis expires at once.
+// microsecond after it pays, so its key in Redis expires at once. Probes of
+// a Cluster master use identities "floodgate-N" until one lands on it.
 var probeRequest = limiter.Request{Name: "_probe", ID: "floodgate", Limit: limiter.MustLimit(1, "1000000"), Cost: 1}
 
 // startProbeTimeout bounds the start-up probe when Timeout is shorter: the
@@ -277,10 +507,15 @@ var probeRequest = limiter.Request{Name: "_probe", ID: "floodgate", Limit: limit
 const startProbeTimeout = time.Second
 
 // probeLoop probes the primary once at start, then every ProbeInterval
-// while decisions are degraded, until Close.
+// each breaker that is not closed, until Close.
 func (s *Store) probeLoop() {
 	defer close(s.probeDone)
-	s.probe(max(s.opts.Timeout, startProbeTimeout))
+	first := []limiter.Request{probeRequest}
+	if shards := s.shardsOf(first); len(shards) == 1 {
+		s.probe(s.breakerFor(shards[0]), probeRequest, max(s.opts.Timeout, startProbeTimeout))
+	} else {
+		s.probe(s.wide, probeRequest, max(s.opts.Timeout, startProbeTimeout))
+	}
 	t := time.NewTicker(s.opts.ProbeInterval)
 	defer t.Stop()
 	for {
@@ -288,32 +523,70 @@ func (s *Store) probeLoop() {
 		case <-s.probeCtx.Done():
 			return
 		case <-t.C:
-			if !s.Exact() {
-				s.probe(s.opts.Timeout)
+			if s.breaker.State() != Closed {
+				s.probe(s.wide, probeRequest, s.opts.Timeout)
 			}
+			s.shards.Range(func(_, v any) bool {
+				if sb := v.(*shardBreaker); sb.b.State() != Closed {
+					s.probeShard(sb)
+				}
+				return true
+			})
 		}
 	}
 }
 
-// probe makes one decision on the probe bucket, within timeout, when the
-// breaker admits a probe, and reports its result to the breaker like any
+// shardsOf is the shards holding reqs' buckets: none outside a Cluster.
+func (s *Store) shardsOf(reqs []limiter.Request) []string {
+	if s.sharded == nil {
+		return nil
+	}
+	return s.sharded.Shards(s.probeCtx, reqs, nil)
+}
+
+// probeIDs bounds the probe identities tried to find one whose bucket a
+// shard holds: with m masters, each is missed by all of them with
+// probability (1 − 1/m)^probeIDs (3·10⁻⁵ for 100 masters).
+const probeIDs = 1024
+
+// probeShard probes the shard of sb with a probe bucket it holds. A shard
+// that holds none of probeIDs of them is no longer in the topology (its
+// slots moved to another master: a failover): its breaker is dropped.
+func (s *Store) probeShard(sb *shardBreaker) {
+	req := probeRequest
+	for i := 0; i < probeIDs; i++ {
+		if i > 0 {
+			req.ID = probeRequest.ID + "-" + strconv.Itoa(i)
+		}
+		if shards := s.shardsOf([]limiter.Request{req}); len(shards) == 1 && shards[0] == sb.name {
+			s.probe(sb, req, s.opts.Timeout)
+			return
+		}
+	}
+	s.forget(sb)
+}
+
+// probe makes one decision on a probe bucket, req, within timeout, when
+// sb's breaker admits a probe, and reports its result to it like any
 // call's.
-func (s *Store) probe(timeout time.Duration) {
-	ticket, ok := s.breaker.Probe(s.clock.Now())
+func (s *Store) probe(sb *shardBreaker, req limiter.Request, timeout time.Duration) {
+	b := sb.b
+	started := s.clock.Now()
+	ticket, ok := b.Probe(started)
 	if !ok {
 		return
 	}
 	ctx := s.probeCtx
 	var res [1]limiter.Result
-	_, err := s.takePrimary(ctx, time.Now().Add(timeout), []limiter.Request{probeRequest}, res[:])
+	_, err := s.takePrimary(ctx, time.Now().Add(timeout), []limiter.Request{req}, res[:])
 	switch {
 	case err == nil:
-		s.breaker.Success(ticket)
+		b.Success(ticket)
 	case ctx.Err() == context.Canceled:
-		s.breaker.Release(ticket)
+		b.Release(ticket)
 	default:
-		s.log.Debug("store probe failed", zap.Error(err))
-		s.failed(ticket, err)
+		s.log.Debug("store probe failed", zap.String("shard", sb.name), zap.Error(err))
+		s.failed([]pass{{sb, ticket}}, started, err)
 	}
 }
 
