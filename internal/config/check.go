@@ -75,6 +75,11 @@ func (v *validator) checkListen(l *Listen) {
 		l.GRPC = DefaultGRPC
 	}
 	v.hostPort("listen.grpc", l.GRPC)
+	// Left out, the admin port is where the embedded default and the README
+	// put it; only an explicit admin: "" turns it off.
+	if _, set := v.lines["listen.admin"]; !set {
+		l.Admin = DefaultAdmin
+	}
 	if l.Admin != "" {
 		v.hostPort("listen.admin", l.Admin)
 	}

@@ -90,7 +90,7 @@ func (c *Config) RestartOnlyChanges(next *Config) []string {
 // Listen is where the servers listen, and the gRPC server's limits.
 type Listen struct {
 	GRPC  string `yaml:"grpc"`  // ext_authz Check and grpc.health.v1
-	Admin string `yaml:"admin"` // HTTP /metrics, /healthz, /readyz; "" disables
+	Admin string `yaml:"admin"` // HTTP /metrics, /healthz, /readyz; default DefaultAdmin, "" disables
 
 	// TLS, when set, serves gRPC over TLS; with client_ca_file, mTLS.
 	TLS *ListenTLS `yaml:"tls"`
