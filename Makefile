@@ -35,9 +35,10 @@ image:
 	GOOS= GOARCH= $(GO) run ./cmd/floodgate-image --binary bin/floodgate-linux-$(IMAGE_ARCH) --arch $(IMAGE_ARCH) \
 	  --version $(VERSION) --revision "$(REVISION)" --tag $(IMAGE) --out bin/floodgate-image.tar
 
-## run: Floodgate on its embedded default (in-memory store, sample policy, loopback).
+## run: Floodgate on its embedded default (in-memory store, sample policy, loopback), stamped
+## with the version make build stamps.
 run:
-	$(GO) run ./cmd/floodgate serve
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/floodgate serve
 
 ## test: the whole suite, real redis-server included (installed when missing and possible).
 test: redis

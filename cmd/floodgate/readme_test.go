@@ -24,8 +24,8 @@ func TestTheREADMEDemoWorksAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^run:\n\t\$\(GO\) run \./cmd/floodgate serve$`).Match(makefile) {
-		t.Fatal("make run is no longer `go run ./cmd/floodgate serve`: update this test and the README together")
+	if !regexp.MustCompile(`(?m)^run:\n\t\$\(GO\) run -ldflags "\$\(LDFLAGS\)" \./cmd/floodgate serve$`).Match(makefile) {
+		t.Fatal("make run is no longer `go run ./cmd/floodgate serve` (stamped as make build stamps): update this test and the README together")
 	}
 	if help, _ := exec.Command(binary, "check", "-h").CombinedOutput(); !strings.Contains(string(help), fmt.Sprintf("(default %q)", config.DefaultGRPC)) {
 		t.Fatalf("check's --addr no longer defaults to the default listen address %s:\n%s", config.DefaultGRPC, help)

@@ -354,6 +354,8 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 		log.Error("redis refuses floodgate: "+fix+"; the failure mode answers until it is fixed", zap.Error(err))
 	} else if err != nil {
 		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
+	} else {
+		warnEviction(ctx, client, log) // eviction.go
 	}
 	opts := resilient.Options{
 		Timeout:       cfg.Store.Redis.Timeout.Duration,

@@ -26,10 +26,17 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		printProblems(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d policies, store %s)\n", *path, len(c.Policies), c.Store.Backend)
+	n := len(c.Policies)
+	summary := fmt.Sprintf("%d %s, store %s", n, plural(int64(n), "policy", "policies"), c.Store.Backend) // plural: replay.go
 	if *connect {
-		return connectCheck(c, stdout, stderr) // connect.go
+		// The store is part of what is checked: "ok" comes last, and only
+		// when it answered.
+		if code := connectCheck(c, stdout, stderr); code != 0 { // connect.go
+			fmt.Fprintf(stderr, "%s: the file is valid (%s), but the store cannot be used: see above\n", *path, summary)
+			return code
+		}
 	}
+	fmt.Fprintf(stdout, "%s: ok (%s)\n", *path, summary)
 	return 0
 }
 
