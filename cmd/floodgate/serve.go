@@ -148,14 +148,17 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		}
 		serverOpts = append(serverOpts, grpc.Creds(src.credentials()))
 	}
+	gate := newRequestGate(cfg, authz, reg, log) // inflight.go: bounds the request bytes in flight
+	serverOpts = append(serverOpts, gate.ServerOptions()...)
 	grpcLis, err := net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {
 		return fmt.Errorf("listen.grpc %s: %w", cfg.Listen.GRPC, err)
 	}
 	gs := grpc.NewServer(serverOpts...)
-	authv3.RegisterAuthorizationServer(gs, authz)
-	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
+	services := gate.Registrar(gs)
+	authv3.RegisterAuthorizationServer(services, authz)
+	healthpb.RegisterHealthServer(services, hs)
+	reflection.Register(services)
 
 	var ready atomic.Bool
 	var admin *http.Server

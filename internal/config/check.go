@@ -84,6 +84,9 @@ func (v *validator) checkListen(l *Listen) {
 		v.hostPort("listen.admin", l.Admin)
 	}
 	v.intIn("listen.max_request_bytes", &l.MaxRequestBytes, DefaultMaxRequestBytes, 4096, MaxMaxRequestBytes)
+	if n := l.MaxRequestBytesInFlight; n != 0 && (n < MinRequestBytesInFlight || n > MaxRequestBytesInFlight) {
+		v.at("listen.max_request_bytes_in_flight", "must be between %d (1 MiB) and %d (64 GiB), or 0 to size it from the memory limit (got %d)", MinRequestBytesInFlight, MaxRequestBytesInFlight, n)
+	}
 	// gRPC takes the limit as a uint32.
 	v.intIn("listen.max_concurrent_streams", &l.MaxConcurrentStreams, DefaultMaxConcurrentStreams, 1, math.MaxUint32)
 	v.durationIn("listen.keepalive_min_time", &l.KeepaliveMinTime, DefaultKeepaliveMinTime, time.Second, 24*time.Hour)

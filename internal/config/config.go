@@ -102,6 +102,11 @@ type Listen struct {
 	// whose :path and :authority Envoy repeats as fields: about 16 MiB) with
 	// 15 MiB to spare for with_request_body; see the README to size it.
 	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// MaxRequestBytesInFlight bounds the bytes of all the requests being
+	// read and decided at once (max_request_bytes bounds one). 0, the
+	// default, sizes it from the memory the process is given
+	// (docs/operations.md, "Memory: request bytes in flight").
+	MaxRequestBytesInFlight int `yaml:"max_request_bytes_in_flight"`
 	// MaxConcurrentStreams bounds Checks in flight per connection (default 1024).
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
 	// KeepaliveMinTime: clients pinging more often are disconnected (default 10s).
@@ -283,6 +288,8 @@ const (
 	DefaultFailureRetryAfter    = time.Second
 	DefaultMaxRequestBytes      = 32 << 20
 	MaxMaxRequestBytes          = 256 << 20
+	MinRequestBytesInFlight     = 1 << 20
+	MaxRequestBytesInFlight     = 64 << 30
 	DefaultMaxConcurrentStreams = 1024
 	DefaultKeepaliveMinTime     = 10 * time.Second
 )

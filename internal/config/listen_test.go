@@ -23,3 +23,14 @@ func TestListenDefaultsAreTheEmbeddedDefaults(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxRequestBytesInFlight(t *testing.T) {
+	if c := mustParse(t, goodPolicy); c.Listen.MaxRequestBytesInFlight != 0 {
+		t.Errorf("default %d, want 0 (sized from the memory limit)", c.Listen.MaxRequestBytesInFlight)
+	}
+	if c := mustParse(t, "listen: {max_request_bytes_in_flight: 67108864}\n"+goodPolicy); c.Listen.MaxRequestBytesInFlight != 64<<20 {
+		t.Errorf("read %d, want 64 MiB", c.Listen.MaxRequestBytesInFlight)
+	}
+	wantProblem(t, "listen:\n  max_request_bytes_in_flight: 1000\n"+goodPolicy,
+		`bad.yaml:2: listen.max_request_bytes_in_flight: must be between 1048576 (1 MiB) and 68719476736 (64 GiB), or 0 to size it from the memory limit (got 1000)`)
+}
