@@ -76,4 +76,3 @@ func gateCodec(decoder string) encoding.CodecV2 {
 	}
 	return extauthz.ProtobufCodec()
 }
-
