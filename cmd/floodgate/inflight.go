@@ -50,7 +50,11 @@ func requestBytesInFlight(set int, memLimit, storeBytes int64) (int64, string) {
 // the budget of request bytes in flight, a Check that finds no room in
 // time answered by the failure mode (store.on_failure), as when the store
 // cannot decide, never with an RPC error that Envoy would turn into its own
-// failure_mode_allow or status_on_error.
+// failure_mode_allow or status_on_error. Such an answer leaves the rest of
+// the request unread: gRPC ends the stream after it (RST_STREAM NO_ERROR),
+// and Envoy's router takes a complete answer to a request it is still
+// sending as the answer, resetting its side itself (Filter::
+// onUpstreamComplete, source/common/router/router.cc).
 func newRequestGate(cfg *config.Config, authz *extauthz.Server, reg prometheus.Registerer, log *zap.Logger) *inflight.Gate {
 	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), storeBytes(cfg))
 	if limit < int64(cfg.Listen.MaxRequestBytes) {

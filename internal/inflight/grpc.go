@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -142,39 +141,37 @@ var (
 )
 
 // receive reads the RPC's next message within the budget: the length
-// prefix, then that many bytes of the budget, then the message. give gives
-// the bytes back; it is never nil. At the end of the stream it returns
-// io.EOF.
-func (g *Gate) receive(ctx context.Context) (data mem.BufferSlice, give func(), err error) {
-	noop := func() {}
+// prefix, then that many bytes of the budget, then the message. It returns
+// the bytes taken, to give back once the message has been handled (0 when
+// none were). At the end of the stream it returns io.EOF.
+func (g *Gate) receive(ctx context.Context) (data mem.BufferSlice, taken int64, err error) {
 	ts, ok := grpc.ServerTransportStreamFromContext(ctx).(transportStream)
 	if !ok {
-		return nil, noop, errNoStream
+		return nil, 0, errNoStream
 	}
 	var hdr [5]byte
 	if err := ts.ReadMessageHeader(hdr[:]); err != nil {
-		return nil, noop, rpcError(err)
+		return nil, 0, rpcError(err)
 	}
 	if hdr[0]&1 != 0 {
 		// Neither Envoy nor grpc-go's clients compress unless told to,
 		// and this server offers no compressor.
-		return nil, noop, status.Error(codes.Unimplemented, "compressed requests are not accepted")
+		return nil, 0, status.Error(codes.Unimplemented, "compressed requests are not accepted")
 	}
 	n := int64(binary.BigEndian.Uint32(hdr[1:]))
 	if n > int64(g.o.MaxMessage) {
-		return nil, noop, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, g.o.MaxMessage)
+		return nil, 0, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, g.o.MaxMessage)
 	}
-	taken, ok := g.o.Budget.Take(ctx, n, g.wait(ctx))
+	taken, ok = g.o.Budget.Take(ctx, n, g.wait(ctx))
 	if !ok {
-		return nil, noop, errOverBudget
+		return nil, 0, errOverBudget
 	}
-	give = sync.OnceFunc(func() { g.o.Budget.Give(taken) })
 	data, err = ts.Read(int(n))
 	if err != nil {
-		give()
-		return nil, noop, rpcError(err)
+		g.o.Budget.Give(taken)
+		return nil, 0, rpcError(err)
 	}
-	return data, give, nil
+	return data, taken, nil
 }
 
 // wait is how long a request of ctx may wait for bytes.
@@ -212,8 +209,8 @@ func (g *Gate) decode(data mem.BufferSlice, v any) error {
 // budget, and its bytes are held until the handler has answered.
 func (g *Gate) unary(method string, h grpc.MethodHandler) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-		data, give, err := g.receive(ctx)
-		defer give()
+		data, taken, err := g.receive(ctx)
+		defer g.o.Budget.Give(taken)
 		switch {
 		case errors.Is(err, errNoStream):
 			taken, ok := g.o.Budget.Take(ctx, int64(g.o.MaxMessage), g.wait(ctx))
@@ -267,8 +264,8 @@ type gatedStream struct {
 }
 
 func (s *gatedStream) RecvMsg(m any) error {
-	data, give, err := s.g.receive(s.Context())
-	defer give()
+	data, taken, err := s.g.receive(s.Context())
+	defer s.g.o.Budget.Give(taken)
 	switch {
 	case errors.Is(err, errNoStream):
 		taken, ok := s.g.o.Budget.Take(s.Context(), int64(s.g.o.MaxMessage), s.g.wait(s.Context()))
