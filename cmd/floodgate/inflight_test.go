@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/internal/config"
 )
 
 // marshalled is a CheckRequest already in wire form, sent as it is by
@@ -161,5 +163,35 @@ func TestRequestBytesInFlightIsSizedFromTheMemoryLimit(t *testing.T) {
 		if got, from := requestBytesInFlight(tc.set, tc.limit, tc.buckets); got != tc.want || from == "" {
 			t.Errorf("%s: %d (%s), want %d", tc.name, got, from, tc.want)
 		}
+	}
+}
+
+// TestTheRequestBytesBudgetFollowsGOMEMLIMIT: serve sizes the budget from
+// the memory limit in force, here GOMEMLIMIT's, and says so at start.
+func TestTheRequestBytesBudgetFollowsGOMEMLIMIT(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "240MiB")
+	cfg := `listen: {grpc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+store: {backend: memory, memory: {max_buckets: 1024}}
+policies:
+  - {name: api, key: [client_ip], capacity: 5, refill_per_second: 1}
+`
+	parsed, err := config.Parse("floodgate.yaml", []byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := requestBytesInFlight(0, 240<<20, storeBytes(parsed))
+	if want == requestBytesUnlimited || want == requestBytesFloor {
+		t.Fatalf("the case does not tell the memory limit's share (%d) from a fixed default", want)
+	}
+	p := startFloodgate(t, cfg)
+	line, ok := p.LogLine("request bytes in flight")
+	if !ok {
+		t.Fatalf("no start-up line for the budget:\n%s", p.Output())
+	}
+	if got, _ := line["limit"].(float64); int64(got) != want {
+		t.Errorf("budget %v (%v), want %d: a sixth of GOMEMLIMIT less the buckets", line["limit"], line["limit_from"], want)
+	}
+	if m := scrape(t, "http://"+p.Admin+"/metrics"); !strings.Contains(m, "floodgate_request_bytes_in_flight_limit "+strconv.FormatFloat(float64(want), 'g', -1, 64)+"\n") {
+		t.Errorf("floodgate_request_bytes_in_flight_limit is not %d", want)
 	}
 }
