@@ -33,3 +33,19 @@ policies:
 		})
 	}
 }
+
+// TestValidateConnectReadsEveryClusterMastersPolicy: in a Redis Cluster each
+// master evicts on its own; validate --connect reads the policy of every
+// one (INFO memory on each), here three that each evict.
+func TestValidateConnectReadsEveryClusterMastersPolicy(t *testing.T) {
+	c := redistest.StartCluster(t, 3, "--maxmemory-policy", "allkeys-lfu")
+	code, out := validateConnect(t, redisConfig(`"`+c.Addrs()[0]+`"`, ", cluster: true"))
+	if code != 0 {
+		t.Fatalf("exit %d, want 0 (a warning is not a failure):\n%s", code, out)
+	}
+	for _, addr := range c.Addrs() {
+		if !strings.Contains(out, "warning: redis "+addr+" has maxmemory-policy allkeys-lfu") {
+			t.Errorf("no warning for master %s:\n%s", addr, out)
+		}
+	}
+}
