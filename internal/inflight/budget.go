@@ -86,6 +86,15 @@ func (b *Budget) Take(ctx context.Context, n int64, wait time.Duration) (int64, 
 	}
 }
 
+// TakeNow takes n bytes at once, over the limit if need be. For what is
+// held whatever the budget says (a request no larger than a stream's
+// window, which its sender has sent already): counted, never waiting.
+func (b *Budget) TakeNow(n int64) int64 {
+	n = max(n, 0)
+	b.used.Add(n)
+	return n
+}
+
 func (b *Budget) tryTake(n int64) bool {
 	for {
 		u := b.used.Load()

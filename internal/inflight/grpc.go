@@ -162,8 +162,12 @@ func (g *Gate) receive(ctx context.Context) (data mem.BufferSlice, taken int64, 
 	if n > int64(g.o.MaxMessage) {
 		return nil, 0, status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, g.o.MaxMessage)
 	}
-	taken, ok = g.o.Budget.Take(ctx, n, g.wait(ctx))
-	if !ok {
+	if n <= StreamWindow {
+		// Within the stream's window the sender has sent it all already,
+		// whether it is read or not: waiting would only keep an ordinary
+		// Check from being decided while large requests hold the budget.
+		taken = g.o.Budget.TakeNow(n)
+	} else if taken, ok = g.o.Budget.Take(ctx, n, g.wait(ctx)); !ok {
 		return nil, 0, errOverBudget
 	}
 	data, err = ts.Read(int(n))

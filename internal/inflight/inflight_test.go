@@ -153,6 +153,16 @@ func TestAGatedServerReadsWithinTheBudget(t *testing.T) {
 	if got := pathOf(check("/small", 1<<10)); got != "/small" {
 		t.Errorf("a 1 KiB Check beside a held one: answered %q, want it read and decided", got)
 	}
+	// A request within a stream's window is never kept waiting, even with
+	// the whole budget taken: its sender has sent it already.
+	rest, ok := g.o.Budget.Take(ctx, g.o.Budget.Limit()-g.o.Budget.InUse(), 0)
+	if !ok {
+		t.Fatal("could not take the rest of the budget")
+	}
+	if got := pathOf(check("/window", 60<<10)); got != "/window" {
+		t.Errorf("a 60 KiB Check with the budget spent: answered %q, want it read and decided", got)
+	}
+	g.o.Budget.Give(rest)
 	hctx, hcancel := context.WithTimeout(ctx, time.Second)
 	_, err = healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{Service: strings.Repeat("s", 700<<10)})
 	hcancel()
