@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./internal/config:FuzzParse
 
-.PHONY: all build image run test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
+.PHONY: all build image run run-redis test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
 
 all: lint test
 
@@ -35,9 +35,27 @@ image:
 	GOOS= GOARCH= $(GO) run ./cmd/floodgate-image --binary bin/floodgate-linux-$(IMAGE_ARCH) --arch $(IMAGE_ARCH) \
 	  --version $(VERSION) --revision "$(REVISION)" --tag $(IMAGE) --out bin/floodgate-image.tar
 
-## run: Floodgate on its embedded default (in-memory store, sample policy, loopback).
+## run: Floodgate on its embedded default (in-memory store, sample policy, loopback), stamped
+## with the version make build stamps.
 run:
-	$(GO) run ./cmd/floodgate serve
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/floodgate serve
+
+## run-redis: Floodgate on a local Redis (internal/config/local-redis.yaml: the sample policy, buckets
+## in Redis). Uses the Redis answering on 127.0.0.1:6379, or starts redis-server there (no persistence,
+## maxmemory-policy noeviction) and stops it when Floodgate stops.
+LOCAL_REDIS_CONFIG ?= internal/config/local-redis.yaml
+run-redis: redis
+	@if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then \
+	  echo "using the Redis answering on 127.0.0.1:6379"; \
+	  exec $(GO) run -ldflags "$(LDFLAGS)" ./cmd/floodgate serve --config $(LOCAL_REDIS_CONFIG); \
+	fi; \
+	dir=$$(mktemp -d); \
+	redis-server --bind 127.0.0.1 --port 6379 --save '' --appendonly no --dir "$$dir" \
+	  --maxmemory-policy noeviction --daemonize no --loglevel warning & rpid=$$!; \
+	trap 'kill $$rpid 2>/dev/null; wait $$rpid 2>/dev/null; rm -rf "$$dir"' EXIT INT TERM; \
+	for i in $$(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done; \
+	echo "started redis-server on 127.0.0.1:6379 (stopped with Floodgate)"; \
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/floodgate serve --config $(LOCAL_REDIS_CONFIG)
 
 ## test: the whole suite, real redis-server included (installed when missing and possible).
 test: redis

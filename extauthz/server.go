@@ -259,6 +259,13 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	return st.engine.denyResponse(&o, retryAfter), nil
 }
 
+// Unread answers, by the failure mode, a Check whose request was not read
+// (the server had no memory to spare for it in time): as when the store
+// cannot decide, allowed marked degraded, or denied with ErrorRetryAfter.
+func (s *Server) Unread() *authv3.CheckResponse {
+	return s.failed(s.state.Load().engine, nil)
+}
+
 // failed answers by the failure mode when the store could not decide.
 func (s *Server) failed(e *Engine, o *outcome) *authv3.CheckResponse {
 	if o == nil {

@@ -61,6 +61,13 @@ func connectCheck(cfg *config.Config, stdout, stderr io.Writer) int {
 		return fail("cannot use the server", err)
 	}
 	fmt.Fprintf(stdout, "store: %s: answers, Redis >= %s\n", where, redisstore.MinVersion)
+	if ws, err := evictionWarnings(ctx, client); err != nil { // eviction.go
+		fmt.Fprintf(stderr, "store: %s: warning: cannot read maxmemory-policy (%v): make sure it is noeviction, or a full Redis forgets rate-limit buckets\n", where, err)
+	} else {
+		for _, w := range ws {
+			fmt.Fprintf(stderr, "store: warning: %s\n", w)
+		}
+	}
 	store := redisstore.New(client, ro.Prefix)
 	var res [1]limiter.Result
 	if _, err := store.Take(ctx, []limiter.Request{connectRequest}, res[:]); err != nil {

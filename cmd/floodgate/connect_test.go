@@ -53,6 +53,8 @@ func TestValidateConnect(t *testing.T) {
 	auth := redistest.StartWith(t, redistest.Config{Password: "s3cret"})
 	dead := redistest.Start(t)
 	dead.Kill()
+	lru := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+	ttl := redistest.Start(t, "--maxmemory-policy", "volatile-ttl")
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	os.WriteFile(pwFile, []byte("wrong\n"), 0o600)
 	for _, tc := range []struct {
@@ -61,7 +63,11 @@ func TestValidateConnect(t *testing.T) {
 		want      []string
 	}{
 		{"a working server", redisConfig(`"`+good.Addr+`"`, ""), 0,
-			[]string{": ok (1 policies, store redis)", "answers, Redis >= 7.0", "the token-bucket script ran", "fg:_validate:{connect}"}},
+			[]string{"answers, Redis >= 7.0", "the token-bucket script ran", "fg:_validate:{connect}", ": ok (1 policy, store redis)"}},
+		{"a server that evicts any key when full", redisConfig(`"`+lru.Addr+`"`, ""), 0,
+			[]string{"warning: redis " + lru.Addr + " has maxmemory-policy allkeys-lru (maxmemory is 67108864 bytes)", "set maxmemory-policy noeviction", ": ok (1 policy, store redis)"}},
+		{"a server that evicts keys with an expiry, as every bucket has", redisConfig(`"`+ttl.Addr+`"`, ""), 0,
+			[]string{"warning: redis " + ttl.Addr + " has maxmemory-policy volatile-ttl (no maxmemory is set yet", "set maxmemory-policy noeviction"}},
 		{"a server that needs a password", redisConfig(`"`+auth.Addr+`"`, ""), 1,
 			[]string{"NOAUTH", "fix: the Redis server requires a password: set store.redis.password_file or password_env"}},
 		{"a wrong password", redisConfig(`"`+auth.Addr+`"`, ", password_file: "+pwFile), 1,
@@ -69,7 +75,7 @@ func TestValidateConnect(t *testing.T) {
 		{"two standalone servers taken as a Cluster", redisConfig(`"`+good.Addr+`", "`+other.Addr+`"`, ""), 1,
 			[]string{"cluster support disabled", "fix: several store.redis.addresses"}},
 		{"nothing listening", redisConfig(`"`+dead.Addr+`"`, ""), 1,
-			[]string{"cannot use the server", "is the server running"}},
+			[]string{"cannot use the server", "is the server running", ": the file is valid (1 policy, store redis), but the store cannot be used"}},
 		{"the memory store", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 1\n    refill_per_second: 1\n", 0,
 			[]string{"store: memory: nothing to connect to"}},
 	} {
@@ -83,6 +89,15 @@ func TestValidateConnect(t *testing.T) {
 				if !strings.Contains(out, w) {
 					t.Errorf("output lacks %q", w)
 				}
+			}
+			if evicts := strings.Contains(tc.name, "evicts"); evicts != strings.Contains(out, "maxmemory-policy") {
+				t.Errorf("a warning about maxmemory-policy: %v, want %v", !evicts, evicts)
+			}
+			// "ok" is the verdict on the file and the store together: the
+			// last line when both are usable, absent otherwise.
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			if last := lines[len(lines)-1]; (tc.code == 0) != strings.Contains(last, ": ok (") || strings.Contains(strings.Join(lines[:len(lines)-1], "\n"), ": ok (") {
+				t.Errorf("exit %d with %q as the last line: \"ok\" must be printed last, and only on success", code, last)
 			}
 		})
 	}

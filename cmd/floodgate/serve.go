@@ -212,14 +212,17 @@ func (s *server) listen() error {
 	if err != nil {
 		return err
 	}
+	gate := newRequestGate(cfg, s.authz, s.reg, s.log) // inflight.go: bounds the request bytes in flight
+	serverOpts = append(serverOpts, gate.ServerOptions()...)
 	s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {
 		return fmt.Errorf("listen.grpc %s: %w", cfg.Listen.GRPC, err)
 	}
 	s.gs = grpc.NewServer(serverOpts...)
-	authv3.RegisterAuthorizationServer(s.gs, s.authz)
-	healthpb.RegisterHealthServer(s.gs, s.hs)
-	reflection.Register(s.gs)
+	services := gate.Registrar(s.gs)
+	authv3.RegisterAuthorizationServer(services, s.authz)
+	healthpb.RegisterHealthServer(services, s.hs)
+	reflection.Register(services)
 
 	if cfg.Listen.Admin != "" {
 		adminLis, err := net.Listen("tcp", cfg.Listen.Admin)
@@ -487,6 +490,8 @@ func dialRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (redis.
 		log.Error("redis refuses floodgate: "+fix+"; the failure mode answers until it is fixed", zap.Error(err))
 	} else if err != nil {
 		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
+	} else {
+		warnEviction(ctx, client, log) // eviction.go
 	}
 	return client, ro.Prefix, nil
 }

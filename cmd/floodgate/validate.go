@@ -39,10 +39,17 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		printProblems(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d policies, store %s%s)\n", *path, len(c.Policies), c.Store.Backend, note)
+	n := len(c.Policies)
+	summary := fmt.Sprintf("%d %s, store %s%s", n, plural(n, "policy", "policies"), c.Store.Backend, note)
 	if *connect {
-		return connectCheck(c, stdout, stderr) // connect.go
+		// The store is part of what is checked: "ok" comes last, and only
+		// when it answered.
+		if code := connectCheck(c, stdout, stderr); code != 0 { // connect.go
+			fmt.Fprintf(stderr, "%s: the file is valid (%s), but the store cannot be used: see above\n", *path, summary)
+			return code
+		}
 	}
+	fmt.Fprintf(stdout, "%s: ok (%s)\n", *path, summary)
 	return 0
 }
 
@@ -66,4 +73,12 @@ func printProblems(w io.Writer, err error) {
 	for _, p := range ps {
 		fmt.Fprintln(w, p)
 	}
+}
+
+// plural is one or many, as n says.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

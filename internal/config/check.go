@@ -61,10 +61,18 @@ func (v *validator) checkListen(l *Listen) {
 		l.GRPC = DefaultGRPC
 	}
 	v.hostPort("listen.grpc", l.GRPC)
+	// Left out, the admin port is where the embedded default and the README
+	// put it; only an explicit admin: "" turns it off.
+	if _, set := v.lines["listen.admin"]; !set {
+		l.Admin = DefaultAdmin
+	}
 	if l.Admin != "" {
 		v.hostPort("listen.admin", l.Admin)
 	}
 	v.intIn("listen.max_request_bytes", &l.MaxRequestBytes, DefaultMaxRequestBytes, 4096, MaxMaxRequestBytes)
+	if n := l.MaxRequestBytesInFlight; n != 0 && (n < MinRequestBytesInFlight || n > MaxRequestBytesInFlight) {
+		v.at("listen.max_request_bytes_in_flight", "must be between %d (1 MiB) and %d (64 GiB), or 0 to size it from the memory limit (got %d)", MinRequestBytesInFlight, MaxRequestBytesInFlight, n)
+	}
 	// gRPC takes the limit as a uint32.
 	v.intIn("listen.max_concurrent_streams", &l.MaxConcurrentStreams, DefaultMaxConcurrentStreams, 1, math.MaxUint32)
 	v.durationIn("listen.keepalive_min_time", &l.KeepaliveMinTime, DefaultKeepaliveMinTime, time.Second, 24*time.Hour)

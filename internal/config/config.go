@@ -100,7 +100,7 @@ func (c *Config) RestartOnlyChanges(next *Config) []string {
 // Listen is where the servers listen, and the gRPC server's limits.
 type Listen struct {
 	GRPC  string `yaml:"grpc"`  // ext_authz Check and grpc.health.v1
-	Admin string `yaml:"admin"` // HTTP /metrics, /healthz, /readyz; "" disables
+	Admin string `yaml:"admin"` // HTTP /metrics, /healthz, /readyz; default DefaultAdmin, "" disables
 
 	// TLS, when set, serves gRPC over TLS; with client_ca_file, mTLS.
 	TLS *ListenTLS `yaml:"tls"`
@@ -112,6 +112,11 @@ type Listen struct {
 	// whose :path and :authority Envoy repeats as fields: about 16 MiB) with
 	// 15 MiB to spare for with_request_body; see the README to size it.
 	MaxRequestBytes int `yaml:"max_request_bytes"`
+	// MaxRequestBytesInFlight bounds the bytes of all the requests being
+	// read and decided at once (max_request_bytes bounds one). 0, the
+	// default, sizes it from the memory the process is given
+	// (docs/operations.md, "Memory: request bytes in flight").
+	MaxRequestBytesInFlight int `yaml:"max_request_bytes_in_flight"`
 	// MaxConcurrentStreams bounds Checks in flight per connection (default 1024).
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
 	// KeepaliveMinTime: clients pinging more often are disconnected (default 10s).
@@ -278,6 +283,8 @@ const (
 	DefaultFailureRetryAfter    = time.Second
 	DefaultMaxRequestBytes      = 32 << 20
 	MaxMaxRequestBytes          = 256 << 20
+	MinRequestBytesInFlight     = 1 << 20
+	MaxRequestBytesInFlight     = 64 << 30
 	DefaultMaxConcurrentStreams = 1024
 	DefaultKeepaliveMinTime     = 10 * time.Second
 	DefaultOverLimitEntries     = 100_000

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/encoding"
+
+	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/inflight"
+)
+
+// Sizing listen.max_request_bytes_in_flight when the file leaves it 0
+// (docs/operations.md, "Memory: request bytes in flight").
+const (
+	// requestBytesCost: a request of n bytes costs the process about 3n
+	// at its peak (the bytes read, the contiguous copy the decoder reads,
+	// the strings decoded from it), and gets half of the memory limit left
+	// after the in-memory buckets: a sixth of it in request bytes.
+	requestBytesShare = 6
+	// requestBytesFloor: never less, so that a request of the default
+	// max_request_bytes' half still passes beside the small ones.
+	requestBytesFloor = 16 << 20
+	// requestBytesUnlimited: without any memory limit (no container
+	// limit, GOMEMLIMIT or in-memory store to size one from), still small.
+	requestBytesUnlimited = 48 << 20
+)
+
+// requestBytesInFlight is the budget of request bytes in flight and where
+// it comes from: the file's, or sized from memLimit (the Go memory limit in
+// force, math.MaxInt64 for none) less storeBytes.
+func requestBytesInFlight(set int, memLimit, storeBytes int64) (int64, string) {
+	switch {
+	case set > 0:
+		return int64(set), "listen.max_request_bytes_in_flight"
+	case memLimit <= 0 || memLimit >= unlimited:
+		return requestBytesUnlimited, fmt.Sprintf("%d MiB: no memory limit", requestBytesUnlimited>>20)
+	}
+	b := max((memLimit-storeBytes)/requestBytesShare, requestBytesFloor)
+	return b, fmt.Sprintf("1/%d of the memory limit (%d bytes) less the in-memory buckets (%d bytes), at least %d MiB",
+		requestBytesShare, memLimit, storeBytes, requestBytesFloor>>20)
+}
+
+// newRequestGate is the gate every gRPC request is read through: within
+// the budget of request bytes in flight, a Check that finds no room in
+// time answered by the failure mode (store.on_failure), as when the store
+// cannot decide, never with an RPC error that Envoy would turn into its own
+// failure_mode_allow or status_on_error. Such an answer leaves the rest of
+// the request unread: gRPC ends the stream after it (RST_STREAM NO_ERROR),
+// and Envoy's router takes a complete answer to a request it is still
+// sending as the answer, resetting its side itself (Filter::
+// onUpstreamComplete, source/common/router/router.cc).
+func newRequestGate(cfg *config.Config, authz *extauthz.Server, reg prometheus.Registerer, log *zap.Logger) *inflight.Gate {
+	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), storeBytes(cfg))
+	if limit < int64(cfg.Listen.MaxRequestBytes) {
+		from += fmt.Sprintf("; below listen.max_request_bytes (%d): a larger request waits until it is read alone", cfg.Listen.MaxRequestBytes)
+	}
+	log.Info("request bytes in flight", zap.Int64("limit", limit), zap.String("limit_from", from))
+	return inflight.New(inflight.Options{
+		Budget:     inflight.NewBudget(limit),
+		MaxMessage: cfg.Listen.MaxRequestBytes,
+		Codec:      gateCodec(cfg.Listen.Decoder),
+		Unread: map[string]func(context.Context) any{
+			"/" + authv3.Authorization_ServiceDesc.ServiceName + "/Check": func(context.Context) any { return authz.Unread() },
+		},
+		Registerer: reg,
+	})
+}
+
+// gateCodec decodes requests as the server's codec does (serve.go,
+// listen.decoder).
+func gateCodec(decoder string) encoding.CodecV2 {
+	if decoder == "fast" {
+		return extauthz.ServerCodec()
+	}
+	return extauthz.ProtobufCodec()
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/internal/config"
+)
+
+// marshalled is a CheckRequest already in wire form, sent as it is by
+// passthroughCodec: 16 concurrent sends of one 30 MiB request cost the
+// test one copy, not sixteen.
+type marshalled []byte
+
+type passthroughCodec struct{}
+
+func (passthroughCodec) Name() string { return "proto" }
+func (passthroughCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.(marshalled))}, nil
+}
+func (passthroughCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
+}
+
+// TestConcurrentLargeChecksStayWithinTheRequestBytesBudget: 16 concurrent
+// 30 MiB Checks over real gRPC, against a floodgate given 256 MiB
+// (GOMEMLIMIT, as a container's limit sets it; the budget is then a sixth
+// of it, 42 MiB), must leave its peak RSS (VmHWM) within that: each is read
+// only once its bytes fit in the budget, and one that does not fit within
+// the wait is answered by the failure mode (allowed, marked degraded),
+// never with an RPC error: an answer before the request has been sent in
+// full, which Envoy's router takes as the answer (Filter::
+// onUpstreamComplete, source/common/router/router.cc) as the gRPC client
+// here does. Without the budget the process peaked at 1,206 MiB here, the
+// memory limit notwithstanding, since all of it was live (32 such Checks:
+// 2.45 GB); with it, at 115 MiB.
+func TestConcurrentLargeChecksStayWithinTheRequestBytesBudget(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "256MiB")
+	p := startFloodgate(t, `listen: {grpc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+store: {backend: memory, memory: {max_buckets: 1024}}
+policies:
+  - {name: api, key: [client_ip], capacity: 1000, refill_per_second: 1000}
+`)
+	const (
+		calls    = 16
+		size     = 30 << 20
+		peakMax  = 300 << 20
+		deadline = 30 * time.Second
+	)
+	line, ok := p.LogLine("request bytes in flight")
+	if !ok {
+		t.Fatalf("no start-up line for the budget:\n%s", p.Output())
+	}
+	budget, _ := line["limit"].(float64)
+	if budget < 32<<20 || budget > 48<<20 {
+		t.Fatalf("budget %v bytes (%v), want about a sixth of 256 MiB", budget, line["limit_from"])
+	}
+	req := request(t, "/upload", "203.0.113.7", "x-filler: "+strings.Repeat("f", size))
+	raw, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(passthroughCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	before := procStatus(t, p.Cmd.Process.Pid, "VmHWM")
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var decided, unread int
+	var errs []error
+	start := time.Now()
+	for range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			var resp authv3.CheckResponse
+			err := conn.Invoke(ctx, "/envoy.service.auth.v3.Authorization/Check", marshalled(raw), &resp)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errs = append(errs, err)
+			case !isAllowed(&resp):
+				errs = append(errs, fmt.Errorf("denied: %v", resp.GetDeniedResponse()))
+			case hdr(&resp, "x-ratelimit-degraded") == "true":
+				unread++
+			default:
+				decided++
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	peak := procStatus(t, p.Cmd.Process.Pid, "VmHWM")
+	t.Logf("%d Checks of %d MiB in %v: %d decided, %d answered unread; VmHWM %d MiB before, %d MiB after",
+		calls, size>>20, elapsed.Round(time.Millisecond), decided, unread, before>>20, peak>>20)
+	for _, err := range errs {
+		t.Errorf("a Check failed: %v", err)
+	}
+	if decided == 0 {
+		t.Error("no Check was read and decided: the budget let nothing through")
+	}
+	if peak > peakMax {
+		t.Errorf("peak RSS %d MiB, want at most %d MiB (%d Checks of %d MiB, %d MiB in flight at most)",
+			peak>>20, peakMax>>20, calls, size>>20, int64(budget)>>20)
+	}
+	metrics := scrape(t, "http://"+p.Admin+"/metrics")
+	for _, want := range []string{
+		"floodgate_request_bytes_in_flight_limit " + strconv.FormatFloat(budget, 'g', -1, 64),
+		"floodgate_request_bytes_in_flight 0",
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if unread > 0 && !strings.Contains(metrics, fmt.Sprintf(`floodgate_requests_unread_total{method="/envoy.service.auth.v3.Authorization/Check"} %d`, unread)) {
+		t.Errorf("floodgate_requests_unread_total does not count the %d Checks answered unread", unread)
+	}
+}
+
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestRequestBytesInFlightIsSizedFromTheMemoryLimit: the file's value wins;
+// otherwise a sixth of the Go memory limit left after the in-memory buckets
+// (at least 16 MiB), and 48 MiB when there is no limit at all, not a share
+// of the machine's memory.
+func TestRequestBytesInFlightIsSizedFromTheMemoryLimit(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name           string
+		set            int
+		limit, buckets int64
+		want           int64
+	}{
+		{"set in the file", 100 * mib, 1 << 30, 0, 100 * mib},
+		{"no memory limit", 0, 1<<63 - 1, 0, 48 * mib},
+		{"the shipped Deployment: 0.9 of 256 MiB, Redis", 0, 256 * mib * 9 / 10, 0, 256 * mib * 9 / 10 / 6},
+		{"an 8 GiB container", 0, 8 << 30, 0, (8 << 30) / 6},
+		{"in-memory buckets: 64 MiB beside them", 0, 200*mib + 64*mib, 200 * mib, 16 * mib},
+	} {
+		if got, from := requestBytesInFlight(tc.set, tc.limit, tc.buckets); got != tc.want || from == "" {
+			t.Errorf("%s: %d (%s), want %d", tc.name, got, from, tc.want)
+		}
+	}
+}
+
+// TestTheRequestBytesBudgetFollowsGOMEMLIMIT: serve sizes the budget from
+// the memory limit in force, here GOMEMLIMIT's, and says so at start.
+func TestTheRequestBytesBudgetFollowsGOMEMLIMIT(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "240MiB")
+	cfg := `listen: {grpc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+store: {backend: memory, memory: {max_buckets: 1024}}
+policies:
+  - {name: api, key: [client_ip], capacity: 5, refill_per_second: 1}
+`
+	parsed, err := config.Parse("floodgate.yaml", []byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := requestBytesInFlight(0, 240<<20, storeBytes(parsed))
+	if want == requestBytesUnlimited || want == requestBytesFloor {
+		t.Fatalf("the case does not tell the memory limit's share (%d) from a fixed default", want)
+	}
+	p := startFloodgate(t, cfg)
+	line, ok := p.LogLine("request bytes in flight")
+	if !ok {
+		t.Fatalf("no start-up line for the budget:\n%s", p.Output())
+	}
+	if got, _ := line["limit"].(float64); int64(got) != want {
+		t.Errorf("budget %v (%v), want %d: a sixth of GOMEMLIMIT less the buckets", line["limit"], line["limit_from"], want)
+	}
+	if m := scrape(t, "http://"+p.Admin+"/metrics"); !strings.Contains(m, "floodgate_request_bytes_in_flight_limit "+strconv.FormatFloat(float64(want), 'g', -1, 64)+"\n") {
+		t.Errorf("floodgate_request_bytes_in_flight_limit is not %d", want)
+	}
+}
