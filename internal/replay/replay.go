@@ -5,9 +5,9 @@
 // It is a second driver of the serving engine, not a copy of it: a log line
 // becomes the CheckRequest Envoy would have sent, read by extauthz's View;
 // extauthz.Engine.Plan matches and identifies; extauthz.Decider takes from
-// the in-memory store (limiter/memory) as Check does, all or nothing across
-// the enforced policies and the shadow ones on their own. Only the clock
-// differs: it reads the logged start_time.
+// the in-memory store (limiter/memory), the decide step Check itself runs:
+// all or nothing across the enforced policies and the shadow ones on their
+// own. Only the clock differs: it reads the logged start_time.
 //
 // Envoy writes a line when a request ends, so lines come out of start order.
 // Lines are decided in start_time order within a bounded reorder window,
@@ -133,7 +133,7 @@ func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
 		})
 	}()
 
-	d := newDecider(o)
+	d := newSequencer(o)
 	for b := range order {
 		<-b.done
 		for i := range b.entries {
@@ -263,9 +263,9 @@ type virtualClock struct{ us int64 }
 
 func (c *virtualClock) Now() time.Time { return time.UnixMicro(c.us) }
 
-// decider is the in-order stage: the reorder window, the store and the
-// counts.
-type decider struct {
+// sequencer is the in-order stage: the reorder window, the store, the
+// decisions (extauthz.Decider, as Check decides) and the counts.
+type sequencer struct {
 	o       Options
 	window  int64 // µs
 	clock   virtualClock
@@ -283,8 +283,8 @@ type decider struct {
 	callers                       callerTable
 }
 
-func newDecider(o Options) *decider {
-	d := &decider{o: o, window: o.ReorderWindow.Microseconds(),
+func newSequencer(o Options) *sequencer {
+	d := &sequencer{o: o, window: o.ReorderWindow.Microseconds(),
 		from: math.MaxInt64, to: math.MinInt64, callers: callerTable{index: map[uint64]int32{}}}
 	for _, p := range o.Engine.Policies {
 		d.stats = append(d.stats, newPolicyStats(p))
@@ -293,7 +293,7 @@ func newDecider(o Options) *decider {
 }
 
 // statsOf returns p's counts (a handful of policies: a scan beats a map).
-func (d *decider) statsOf(p *extauthz.Policy) *policyStats {
+func (d *sequencer) statsOf(p *extauthz.Policy) *policyStats {
 	for _, s := range d.stats {
 		if s.p == p {
 			return s
@@ -303,7 +303,7 @@ func (d *decider) statsOf(p *extauthz.Policy) *policyStats {
 }
 
 // add takes the next line in file order.
-func (d *decider) add(e *entry) {
+func (d *sequencer) add(e *entry) {
 	d.lines++
 	if e.err != "" || e.at == blank {
 		d.skipped++
@@ -336,18 +336,18 @@ func (d *decider) add(e *entry) {
 }
 
 // flush decides every line still waiting (the end of the log).
-func (d *decider) flush() {
+func (d *sequencer) flush() {
 	for len(d.pending) > 0 {
 		d.decide(d.pending.pop())
 	}
 }
 
-func (d *decider) count(e *entry) {
+func (d *sequencer) count(e *entry) {
 	d.decided++
 	d.from, d.to = min(d.from, e.at), max(d.to, e.at)
 }
 
-func (d *decider) decide(e *entry) {
+func (d *sequencer) decide(e *entry) {
 	d.count(e)
 	d.clock.us = e.at
 	if d.store == nil {
@@ -359,7 +359,8 @@ func (d *decider) decide(e *entry) {
 	}
 	res := d.res[:len(e.plan)]
 	clear(res)
-	allowed, shadowAllowed, err := d.dec.Decide(context.Background(), e.plan, res)
+	dec := d.dec.Decide(context.Background(), e.plan, res)
+	allowed, shadowAllowed, err := dec.Allowed, dec.ShadowAllowed, dec.Err
 	if err != nil {
 		// The in-memory store refuses only malformed requests, which Plan
 		// does not make; count it as a skipped line rather than guess.

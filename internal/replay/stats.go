@@ -288,7 +288,7 @@ type ReportOptions struct {
 	Redact bool // show callers as their bucket identity's hash
 }
 
-func (d *decider) result() *Result {
+func (d *sequencer) result() *Result {
 	r := &Result{Lines: d.lines, Decided: d.decided, Skipped: d.skipped, Late: d.late}
 	if d.decided > 0 {
 		r.From, r.To = formatTime(d.from), formatTime(d.to)
