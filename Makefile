@@ -64,7 +64,7 @@ bench: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench run --floodgate $(BIN) $(BENCHFLAGS)
 
-## bench-ghz: the table again with ghz, the load generator of issue 7's reference figures, instead of the
+## bench-ghz: the table again with ghz, the load generator of the reference figures (docs/performance.md), instead of the
 ## in-process client, at concurrency 50: (a), (b), (e), (f), and (r) envoyproxy/ratelimit on the same
 ## redis-server with the same callers. Needs bench-tools.
 bench-ghz: build redis bench-tools

@@ -20,7 +20,7 @@ var offlineSpecs = []PolicySpec{
 }
 
 // TestPlanAndDecideAreWhatCheckDecides runs random requests through Check
-// and through the offline seam (View, Plan, Decider) on two in-memory
+// and through the decide path (View, Plan, Decider) on two in-memory
 // stores sharing one injected clock: every decision must be the same.
 func TestPlanAndDecideAreWhatCheckDecides(t *testing.T) {
 	eng, err := Compile(offlineSpecs, Options{ClientIP: ClientIPSpec{TrustedHops: 1}})
