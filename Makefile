@@ -6,7 +6,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -count=1 -timeout 12m
 
 FUZZTIME  ?= 30s
-FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz:FuzzDecoder ./internal/config:FuzzParse
+FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz/codec:FuzzDecoder ./internal/config:FuzzParse
 
 .PHONY: all build image run run-redis test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
 
@@ -82,7 +82,7 @@ bench: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench run --floodgate $(BIN) $(BENCHFLAGS)
 
-## bench-ghz: the table again with ghz, the load generator of issue 7's reference figures, instead of the
+## bench-ghz: the table again with ghz, the load generator of the reference figures (docs/performance.md), instead of the
 ## in-process client, at concurrency 50: (a), (b), (e), (f), and (r) envoyproxy/ratelimit on the same
 ## redis-server with the same callers. Needs bench-tools.
 bench-ghz: build redis bench-tools
@@ -103,7 +103,7 @@ bench-tools:
 ## bench-go: Go benchmarks with allocs/op: the Check handler (in-process and over loopback gRPC) and
 ## the engine (in-memory and Redis stores, with the raw EVALSHA baseline).
 bench-go: redis
-	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/ ./limiter/...
+	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/... ./limiter/...
 
 ## bench-profile: CPU and allocation profiles of floodgate under (b) Redis and (e) in-memory load at
 ## concurrency 64, written to bin/profiles (read them with go tool pprof).

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
@@ -17,7 +18,7 @@ import (
 // The Check benchmarks decide in the in-memory store, so what they measure
 // is the handler: reading the request, matching, hashing identities,
 // rendering the response. allocs/op is the number to watch (make bench-go
-// prints it); the README quotes it.
+// prints it); docs/performance.md quotes it.
 
 // benchKeys is how many distinct callers the benchmarks cycle through.
 const benchKeys = 1024
@@ -101,10 +102,10 @@ func BenchmarkCheckDirect(b *testing.B) {
 
 // BenchmarkCheckGRPC calls Check through a real gRPC connection on loopback
 // (client and server in this process), 64 calls in flight: with gRPC's own
-// protobuf codec, and with ServerCodec as floodgate serve runs it.
+// protobuf codec, and with codec.Fast as floodgate serve runs it.
 func BenchmarkCheckGRPC(b *testing.B) {
 	b.Run("proto-codec", func(b *testing.B) { benchGRPC(b) })
-	b.Run("server-codec", func(b *testing.B) { benchGRPC(b, grpc.ForceServerCodecV2(ServerCodec())) })
+	b.Run("server-codec", func(b *testing.B) { benchGRPC(b, grpc.ForceServerCodecV2(codec.Fast())) })
 }
 
 func benchGRPC(b *testing.B, opts ...grpc.ServerOption) {

@@ -117,7 +117,7 @@ func TestInFlightChecksSeeOneEngine(t *testing.T) {
 
 // bytesPerBucket bounds the in-memory store's memory per bucket of its cap:
 // 32-byte slots in power-of-two tables kept at most three-quarters full.
-// The README quotes it.
+// docs/performance.md quotes it.
 const bytesPerBucket = 86
 
 // TestAMillionCallersCostBoundedMemory sends a million distinct client

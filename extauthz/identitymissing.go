@@ -24,12 +24,12 @@ type missingReporter struct {
 	last  sync.Map // policy name -> *atomic.Int64, unix nanoseconds of the last log line
 }
 
-// noteMissing records every policy of b whose identity is the shared
+// noteMissing records every policy of plan whose identity is the shared
 // bucket.
-func (s *Server) noteMissing(st *serverState, b *batch, v *View) {
-	for i := range b.reqs {
-		if b.reqs[i].ID == sharedID {
-			p := b.policies[i]
+func (s *Server) noteMissing(st *serverState, plan []Bucket, v *View) {
+	for i := range plan {
+		if plan[i].Request.ID == sharedID {
+			p := plan[i].Policy
 			st.counters[p].identityMissing.Inc()
 			if s.missing.due(p.Name) {
 				s.log.Warn("a policy's key sources were all empty: the request used the policy's shared bucket (logged at most once a minute per policy; floodgate_identity_missing_total counts every one)",

@@ -1,104 +1,13 @@
 package extauthz
 
 import (
-	"context"
 	"slices"
 	"strings"
-
-	"github.com/floodgate/floodgate/limiter"
 )
 
-// The offline seam: what Check does between the request view and the
-// response, for a driver other than gRPC (floodgate replay decides logged
-// requests with it). Plan is Check's plan step and Decide its store step, so
-// a replayed request meets the same match, identity, cost and all-or-nothing
-// rule as a served one.
-
-// Bucket is one matched policy's share of a request: the policy and the
-// bucket request Check hands the store for it.
-type Bucket struct {
-	Policy  *Policy
-	Request limiter.Request
-}
-
-// Plan appends to out the buckets the request in v draws from, in policy
-// order: every policy whose match fits and that found a key for it (or fell
-// back to its shared bucket).
-func (e *Engine) Plan(v *View, out []Bucket) []Bucket {
-	if !v.HTTP && !e.anyTCP {
-		return out
-	}
-	for _, p := range e.Policies {
-		if r, ok := e.request(p, v); ok {
-			out = append(out, Bucket{Policy: p, Request: r})
-		}
-	}
-	return out
-}
-
-// Decider applies a plan to stores as Check does: the enforced policies'
-// buckets in one all-or-nothing Take, the shadow policies' buckets in
-// another of their own, which never denies the request. Its buffers are
-// reused, so it is for one goroutine.
-type Decider struct {
-	Store limiter.Store
-	// Shadow decides shadow policies (default: Store).
-	Shadow limiter.Store
-
-	reqs []limiter.Request
-	res  []limiter.Result
-	idx  []int
-}
-
-// Decide decides plan and writes each bucket's result to res (len(plan)), in
-// plan order. allowed is whether the request passes (true when no enforced
-// policy applies); shadowAllowed is whether the shadow policies' buckets
-// could all pay (true when there are none). An error from the enforced
-// Take is returned (nothing was taken); a shadow error leaves those results
-// zero and shadowAllowed true, as Check only counts it.
-func (d *Decider) Decide(ctx context.Context, plan []Bucket, res []limiter.Result) (allowed, shadowAllowed bool, err error) {
-	allowed, shadowAllowed = true, true
-	shadowStore := d.Shadow
-	if shadowStore == nil {
-		shadowStore = d.Store
-	}
-	for pass := 0; pass < 2; pass++ {
-		shadow := pass == 1
-		d.reqs, d.idx = d.reqs[:0], d.idx[:0]
-		for i := range plan {
-			if plan[i].Policy.Shadow == shadow {
-				d.reqs, d.idx = append(d.reqs, plan[i].Request), append(d.idx, i)
-			}
-		}
-		if len(d.reqs) == 0 {
-			continue
-		}
-		if cap(d.res) < len(d.reqs) {
-			d.res = make([]limiter.Result, len(d.reqs))
-		}
-		d.res = d.res[:len(d.reqs)]
-		store := d.Store
-		if shadow {
-			store = shadowStore
-		}
-		ok, err := store.Take(ctx, d.reqs, d.res)
-		if err != nil {
-			if !shadow {
-				return false, shadowAllowed, err
-			}
-			continue
-		}
-		for j, i := range d.idx {
-			res[i] = d.res[j]
-		}
-		if shadow {
-			shadowAllowed = ok
-		} else {
-			allowed = ok
-		}
-	}
-	return allowed, shadowAllowed, nil
-}
+// What floodgate replay (internal/replay) needs beyond the decide path
+// (decide.go) to report on a log: the callers in the clear, and what the
+// policies read, so that it can tell an operator which log fields to add.
 
 // Caller names the caller of v under p in the clear, for an operator's
 // report on their own traffic: the key source that decided the bucket (the

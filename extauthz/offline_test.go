@@ -20,7 +20,7 @@ var offlineSpecs = []PolicySpec{
 }
 
 // TestPlanAndDecideAreWhatCheckDecides runs random requests through Check
-// and through the offline seam (View, Plan, Decider) on two in-memory
+// and through the decide path (View, Plan, Decider) on two in-memory
 // stores sharing one injected clock: every decision must be the same.
 func TestPlanAndDecideAreWhatCheckDecides(t *testing.T) {
 	eng, err := Compile(offlineSpecs, Options{ClientIP: ClientIPSpec{TrustedHops: 1}})
@@ -49,10 +49,11 @@ func TestPlanAndDecideAreWhatCheckDecides(t *testing.T) {
 		}
 		plan := eng.Plan(NewView(req), nil)
 		res := make([]limiter.Result, len(plan))
-		ok, _, err := dec.Decide(context.Background(), plan, res)
-		if err != nil {
-			t.Fatal(err)
+		d := dec.Decide(context.Background(), plan, res)
+		if d.Err != nil {
+			t.Fatal(d.Err)
 		}
+		ok := d.Allowed
 		if served := resp.GetStatus().GetCode() == 0; ok != served {
 			t.Fatalf("request %d: Check allowed = %v, Plan and Decide %v", i, served, ok)
 		}

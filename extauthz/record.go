@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/limited"
+	"github.com/floodgate/floodgate/limiter"
 )
 
 // Recording who is limited (internal/limited, served as /debug/limited):
@@ -26,22 +27,29 @@ func newTallies(r *limited.Recorder, e *Engine) tallies {
 	return t
 }
 
-// record tells the recorder how each policy of the decided batch b answered
-// at time now (the Check's start) for the request in v: allowed, when the request passed; denied, for each
-// policy whose bucket was short. The other policies of a denied request
-// paid nothing and are not counted, as in floodgate_decisions_total. name
-// is scratch space for the caller's label, one per goroutine recording.
-func (t tallies) record(now time.Time, e *Engine, b *batch, allowed bool, v *View, name *callerName) {
+// record tells the recorder how each policy of the decided plan answered
+// at time now (the Check's start) for the request in v: allowed, when its
+// decision (the enforced one, or the shadow one for a shadow policy)
+// passed; denied, for each policy whose bucket was short. The other
+// policies of a denied decision paid nothing and are not counted, as in
+// floodgate_decisions_total; a decision the store could not make is not
+// counted at all. name is scratch space for the caller's label.
+func (t tallies) record(now time.Time, e *Engine, plan []Bucket, res []limiter.Result, d *Decision, v *View, name *callerName) {
 	if t == nil {
 		return
 	}
-	for i, p := range b.policies {
-		denied := !allowed && !b.results[i].Allowed
-		if !allowed && !denied {
+	for i := range plan {
+		p := plan[i].Policy
+		allowed, err := d.Allowed, d.Err
+		if p.Shadow {
+			allowed, err = d.ShadowAllowed, d.ShadowErr
+		}
+		denied := !allowed && !res[i].Allowed
+		if err != nil || (!allowed && !denied) {
 			continue
 		}
-		*name = callerName{e: e, p: p, v: v, id: b.reqs[i].ID}
-		t[p].Record(now, b.reqs[i].ID, name, denied)
+		*name = callerName{e: e, p: p, v: v, id: plan[i].Request.ID}
+		t[p].Record(now, plan[i].Request.ID, name, denied)
 	}
 	*name = callerName{}
 }

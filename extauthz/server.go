@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,93 +95,61 @@ func (s *Server) Engine() *Engine { return s.state.Load().engine }
 // Metrics returns the server's collectors.
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
-// batch is one decision being built: the policies taking part, their
-// bucket requests and, once decided, their results. The store and the
-// response read it as it is.
-type batch struct {
-	policies []*Policy
-	reqs     []limiter.Request
-	results  []limiter.Result
-}
-
-// add appends one matched policy and its request.
-func (b *batch) add(p *Policy, r limiter.Request) {
-	b.policies = append(b.policies, p)
-	b.reqs = append(b.reqs, r)
-}
-
-// sized makes room for the results, in the inline array when it fits.
-func (b *batch) sized() {
-	if n := len(b.reqs); cap(b.results) >= n {
-		b.results = b.results[:n]
-	} else {
-		b.results = make([]limiter.Result, n)
-	}
-}
-
 // scratch is one Check's working memory, pooled so that a decision over up
 // to maxInline enforced and maxInline shadow policies allocates none of it:
-// the request view and two batches, enforced and shadow, whose slices start
-// on the inline arrays. Nothing in it outlives the Check: stores copy what
-// they keep (strings are shared, never the slices) and the response is
-// rendered from copies.
+// the request view, the plan and its results, the Decider, and the enforced
+// policies and results gathered for the response, all on inline arrays.
+// Nothing in it outlives the Check: stores copy what they keep (strings are
+// shared, never the slices) and the response is rendered from copies.
 type scratch struct {
-	view             View
-	enforced, shadow batch
-
-	enforcedPolicies, shadowPolicies [maxInline]*Policy
-	enforcedReqs, shadowReqs         [maxInline]limiter.Request
-	enforcedResults, shadowResults   [maxInline]limiter.Result
-
-	// The shadow decision, when it runs beside the enforced one: run is
-	// decideShadow bound once per scratch, so starting it allocates
-	// nothing; done says it finished.
-	run  func()
-	done sync.WaitGroup
-	ctx  context.Context
-	srv  *Server
-	st   *serverState
-
-	// The caller's label for the recorder, one per goroutine, and the
-	// Check's start, the time it records (record.go).
-	name, shadowName callerName
-	start            time.Time
+	view     View
+	plan     []Bucket
+	dec      Decider
+	planArr  [2 * maxInline]Bucket
+	resArr   [2 * maxInline]limiter.Result
+	policies [maxInline]*Policy
+	results  [maxInline]limiter.Result
+	name     callerName // the caller's label for the recorder (record.go)
 }
 
-// maxInline is how many matching policies of each kind a Check handles in
-// pooled memory.
-const maxInline = 8
-
 var scratchPool = sync.Pool{New: func() any {
-	sc := new(scratch)
-	sc.run = func() {
-		defer sc.done.Done()
-		defer func() {
-			if p := recover(); p != nil { // as Check's own recover: a bug must not become an outage
-				sc.srv.log.Error("shadow decision panicked", zap.Any("panic", p), zap.Stack("stack"))
-			}
-		}()
-		sc.decideShadow()
-	}
+	sc := &scratch{dec: Decider{Concurrent: true}}
 	sc.reset()
 	return sc
 }}
 
 // reset drops every reference the scratch holds, so a pooled one keeps no
-// request alive, and points the batches at the inline arrays again.
+// request or store alive.
 func (sc *scratch) reset() {
 	sc.view = View{}
-	for _, b := range []*batch{&sc.enforced, &sc.shadow} {
-		clear(b.policies)
-		clear(b.reqs)
-		clear(b.results)
-	}
-	sc.enforced = batch{sc.enforcedPolicies[:0], sc.enforcedReqs[:0], sc.enforcedResults[:0]}
-	sc.shadow = batch{sc.shadowPolicies[:0], sc.shadowReqs[:0], sc.shadowResults[:0]}
-	sc.ctx, sc.srv, sc.st, sc.start = nil, nil, nil, time.Time{}
+	clear(sc.plan)
+	sc.plan = sc.planArr[:0]
+	clear(sc.policies[:])
+	sc.dec.Store, sc.dec.Shadow = nil, nil
 }
 
-// Check decides one request. See the package comment for the contract.
+// resultsFor returns room for n results, in the inline array when it fits.
+func (sc *scratch) resultsFor(n int) []limiter.Result {
+	if n <= len(sc.resArr) {
+		return sc.resArr[:n]
+	}
+	return make([]limiter.Result, n)
+}
+
+// enforced gathers the enforced buckets' policies and results, in plan
+// order, for the response.
+func (sc *scratch) enforced(plan []Bucket, res []limiter.Result) ([]*Policy, []limiter.Result) {
+	policies, results := sc.policies[:0], sc.results[:0]
+	for i := range plan {
+		if !plan[i].Policy.Shadow {
+			policies, results = append(policies, plan[i].Policy), append(results, res[i])
+		}
+	}
+	return policies, results
+}
+
+// Check decides one request: Plan, then Decide (decide.go), then the
+// response. See the package comment for the contract.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *authv3.CheckResponse, _ error) {
 	start := time.Now()
 	st := s.state.Load()
@@ -191,48 +160,42 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 			s.log.Error("check panicked", zap.Any("panic", p), zap.Stack("stack"))
 			resp = s.failed(st.engine, nil)
 		}
-		sc.done.Wait() // the shadow decision reads the scratch
 		sc.reset()
 		scratchPool.Put(sc)
 		s.metrics.Latency.Observe(time.Since(start).Seconds())
 	}()
 	v := &sc.view
 	v.Reset(req)
-	st.engine.plan(v, &sc.enforced, &sc.shadow)
-	s.noteMissing(st, &sc.enforced, v)
-	s.noteMissing(st, &sc.shadow, v)
-
-	// Enforced policies decide together; shadow policies decide on their
-	// own and never deny. Both wait on the store at the same time, so a
-	// Check waits at most one store timeout whatever its policies.
-	enforced := &sc.enforced
-	if len(sc.shadow.reqs) > 0 {
-		sc.ctx, sc.srv, sc.st, sc.start = ctx, s, st, start
-		if len(enforced.reqs) == 0 {
-			sc.decideShadow()
-			s.metrics.outcomes.allowed.Inc()
-			return plainOK(), nil
-		}
-		sc.done.Add(1)
-		go sc.run()
-	}
-	if len(enforced.reqs) == 0 {
+	sc.plan = st.engine.Plan(v, sc.plan)
+	plan := sc.plan
+	if len(plan) == 0 {
 		s.metrics.outcomes.unmatched.Inc()
 		return plainOK(), nil
 	}
-	enforced.sized()
-	allowed, err := s.store.Take(ctx, enforced.reqs, enforced.results)
-	if err != nil {
+	s.noteMissing(st, plan, v)
+
+	// Enforced policies decide together; shadow policies decide on their
+	// own, beside them, and never deny.
+	res := sc.resultsFor(len(plan))
+	sc.dec.Store, sc.dec.Shadow = s.store, s.opts.ShadowStore
+	d := sc.dec.Decide(ctx, plan, res)
+	s.countShadow(st, plan, res, &d, v)
+	st.tallies.record(start, st.engine, plan, res, &d, v, &sc.name)
+	o := outcome{allowed: d.Allowed, grpc: v.GRPC}
+	o.policies, o.results = sc.enforced(plan, res)
+	if len(o.policies) == 0 {
+		s.metrics.outcomes.allowed.Inc()
+		return plainOK(), nil
+	}
+	if d.Err != nil {
 		s.metrics.StoreErrors.Inc()
-		s.log.Warn("store could not decide; failure mode answers", zap.Error(err), zap.String("path", v.Path))
+		s.log.Warn("store could not decide; failure mode answers", zap.Error(d.Err), zap.String("path", v.Path))
 		return s.failed(st.engine, &outcome{grpc: v.GRPC}), nil
 	}
-	o := outcome{policies: enforced.policies, results: enforced.results, allowed: allowed, grpc: v.GRPC}
-	st.tallies.record(start, st.engine, enforced, allowed, v, &sc.name)
 	for i, p := range o.policies {
 		o.degraded = o.degraded || o.results[i].Degraded
 		c := st.counters[p]
-		if allowed {
+		if o.allowed {
 			c.allowed.Inc()
 		} else if !o.results[i].Allowed {
 			c.denied.Inc()
@@ -240,23 +203,62 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	}
 	oc := &s.metrics.outcomes
 	switch {
-	case !v.HTTP && allowed:
+	case !v.HTTP && o.allowed:
 		oc.allowed.Inc()
 		return plainOK(), nil
 	case !v.HTTP:
 		oc.denied.Inc()
 		return tcpDeny(), nil
-	case allowed:
+	case o.allowed:
 		pickCounter(o.degraded, oc.degradedAllowed, oc.allowed).Inc()
 		return st.engine.okResponse(&o), nil
 	}
 	pickCounter(o.degraded, oc.degradedDenied, oc.denied).Inc()
 	retryAfter := limiter.RetryAfter(o.results)
-	if d := denying(&o); d >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
-		s.log.Debug("denied", zap.String("policy", o.policies[d].Name), zap.String("identity", enforced.reqs[d].ID),
+	if i := denying(&o); i >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
+		s.log.Debug("denied", zap.String("policy", o.policies[i].Name), zap.String("identity", identityOf(plan, o.policies[i])),
 			zap.Duration("retry_after", retryAfter), zap.String("path", v.Path))
 	}
 	return st.engine.denyResponse(&o, retryAfter), nil
+}
+
+// identityOf is the bucket identity plan gives p.
+func identityOf(plan []Bucket, p *Policy) string {
+	for i := range plan {
+		if plan[i].Policy == p {
+			return plan[i].Request.ID
+		}
+	}
+	return ""
+}
+
+// countShadow records what the shadow policies of plan would have done.
+func (s *Server) countShadow(st *serverState, plan []Bucket, res []limiter.Result, d *Decision, v *View) {
+	if d.ShadowErr != nil {
+		var p *ShadowPanic
+		if errors.As(d.ShadowErr, &p) {
+			s.log.Error("shadow decision panicked", zap.Any("panic", p.Value), zap.ByteString("stack", p.Stack))
+		} else {
+			s.metrics.StoreErrors.Inc()
+		}
+		return
+	}
+	for i := range plan {
+		p := plan[i].Policy
+		if !p.Shadow {
+			continue
+		}
+		c := st.counters[p]
+		if d.ShadowAllowed {
+			c.shadowAllowed.Inc()
+			continue
+		}
+		c.shadowDenied.Inc()
+		if !res[i].Allowed {
+			s.log.Info("shadow policy would deny", zap.String("policy", p.Name),
+				zap.String("identity", plan[i].Request.ID), zap.Duration("retry_after", res[i].RetryAfter), zap.String("path", v.Path))
+		}
+	}
 }
 
 // Unread answers, by the failure mode, a Check whose request was not read
@@ -278,63 +280,6 @@ func (s *Server) failed(e *Engine, o *outcome) *authv3.CheckResponse {
 	}
 	s.metrics.outcomes.degradedAllowed.Inc()
 	return e.okResponse(o)
-}
-
-// decideShadow decides the shadow batch and records what its policies
-// would have done. It runs on the Check's goroutine, or beside it as run.
-func (sc *scratch) decideShadow() {
-	s, st, b := sc.srv, sc.st, &sc.shadow
-	b.sized()
-	allowed, err := s.opts.ShadowStore.Take(sc.ctx, b.reqs, b.results)
-	if err != nil {
-		s.metrics.StoreErrors.Inc()
-		return
-	}
-	st.tallies.record(sc.start, st.engine, b, allowed, &sc.view, &sc.shadowName)
-	for i, p := range b.policies {
-		c := st.counters[p]
-		if allowed {
-			c.shadowAllowed.Inc()
-			continue
-		}
-		c.shadowDenied.Inc()
-		if res := &b.results[i]; !res.Allowed {
-			s.log.Info("shadow policy would deny", zap.String("policy", p.Name),
-				zap.String("identity", b.reqs[i].ID), zap.Duration("retry_after", res.RetryAfter), zap.String("path", sc.view.Path))
-		}
-	}
-}
-
-// plan appends every policy matching v, with its bucket request, to the
-// enforced or the shadow batch.
-func (e *Engine) plan(v *View, enforced, shadow *batch) {
-	if !v.HTTP && !e.anyTCP {
-		return
-	}
-	for _, p := range e.Policies {
-		r, ok := e.request(p, v)
-		if !ok {
-			continue
-		}
-		b := enforced
-		if p.Shadow {
-			b = shadow
-		}
-		b.add(p, r)
-	}
-}
-
-// request is p's bucket request for v: false when p does not match v or
-// finds no key for it.
-func (e *Engine) request(p *Policy, v *View) (limiter.Request, bool) {
-	if !p.match.matches(v) {
-		return limiter.Request{}, false
-	}
-	id, ok := e.identity(p, v)
-	if !ok {
-		return limiter.Request{}, false
-	}
-	return limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v)}, true
 }
 
 func pickCounter(cond bool, yes, no prometheus.Counter) prometheus.Counter {

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
+	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
@@ -43,7 +44,7 @@ func newRig(t *testing.T, policies []PolicySpec, opts Options, store limiter.Sto
 	}
 	so.Registerer = r.reg
 	r.server = NewServer(eng, store, so)
-	r.client = authv3.NewAuthorizationClient(extauthztest.Serve(t, r.server, grpc.ForceServerCodecV2(ServerCodec()))) // as floodgate serves
+	r.client = authv3.NewAuthorizationClient(extauthztest.Serve(t, r.server, grpc.ForceServerCodecV2(codec.Fast()))) // as floodgate serves
 	return r
 }
 

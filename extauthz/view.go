@@ -1,7 +1,11 @@
 // Package extauthz turns Envoy's ext_authz Check calls into rate-limit
-// decisions: it reads the request (View), selects the policies that match,
-// derives each policy's bucket identity, asks a limiter.Store for one
-// all-or-nothing decision and renders Envoy's CheckResponse.
+// decisions: it reads the request (View), selects the policies that match
+// and derives each one's bucket identity and cost (Engine.Plan), takes from
+// the buckets, all or nothing across the enforced policies and the shadow
+// ones on their own (Decider), and renders Envoy's CheckResponse
+// (respond.go). Plan and Decider are the decide path of every front end:
+// Server.Check and floodgate replay use them alike. The gRPC wire codec is
+// extauthz/codec.
 //
 // The Envoy contract it follows (Envoy's ext_authz filter,
 // source/extensions/filters/http/ext_authz/ext_authz.cc, and its gRPC client,

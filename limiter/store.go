@@ -67,8 +67,10 @@ type DeadlineStore interface {
 	TakeBy(ctx context.Context, deadline time.Time, reqs []Request, res []Result) (allowed bool, err error)
 }
 
-// Check validates a decision's input the same way for every store.
-func Check(reqs []Request, res []Result) error {
+// Validate checks a decision's input the same way for every store: at
+// least one bucket, a result for each, names, identities and costs set,
+// limits built by NewLimit, no bucket twice.
+func Validate(reqs []Request, res []Result) error {
 	if len(reqs) == 0 {
 		return ErrNoBuckets
 	}

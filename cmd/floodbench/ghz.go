@@ -24,9 +24,9 @@ import (
 )
 
 // ghzVersion is the ghz release make bench-ghz installs. ghz is the load
-// generator of the reference figures (the no-op ceiling and
-// envoyproxy/ratelimit under ghz at concurrency 50); driving the same
-// servers with it puts Floodgate's rows next to those figures.
+// generator of the reference figures in docs/performance.md (the no-op
+// ceiling and envoyproxy/ratelimit under ghz at concurrency 50); driving the
+// same servers with it puts Floodgate's rows next to those figures.
 const ghzVersion = "v0.120.0"
 
 // ghzDriver drives cells with a ghz process instead of the in-process

@@ -5,7 +5,8 @@
 // one table: decisions/s, p50, p99, the ratio to the no-op server measured
 // in the same run, and Redis CPU per decision. `make bench` runs it;
 // `make bench-ghz` runs it with ghz as the load generator instead
-// (floodbench run --ghz), the client of issue 7's reference figures.
+// (floodbench run --ghz), the client of the reference figures in
+// docs/performance.md.
 //
 //	floodbench run  [--floodgate bin/floodgate] [--cell 2s] [--conc 1,16,64] ...
 //	floodbench noop [--listen 127.0.0.1:0]

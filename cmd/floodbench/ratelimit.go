@@ -16,7 +16,7 @@ import (
 )
 
 // envoyproxy/ratelimit, the Envoy-native Go limiter, is the comparison
-// issue 7 names ("Floodgate must clearly beat that"). floodbench can run it
+// Floodgate is held to (docs/performance.md). floodbench can run it
 // next to floodgate, on the same redis-server, as scenario (r): Envoy's
 // rate-limit service API, one descriptor per request with the same 100,000
 // distinct API keys as (b), a limit every request passes, and its shipped

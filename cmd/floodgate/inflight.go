@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/encoding"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/inflight"
 )
@@ -76,7 +77,7 @@ func newRequestGate(cfg *config.Config, authz *extauthz.Server, reg prometheus.R
 // listen.decoder).
 func gateCodec(decoder string) encoding.CodecV2 {
 	if decoder == "fast" {
-		return extauthz.ServerCodec()
+		return codec.Fast()
 	}
-	return extauthz.ProtobufCodec()
+	return codec.Protobuf()
 }

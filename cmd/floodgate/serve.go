@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
@@ -187,12 +188,12 @@ func grpcServerOptions(cfg *config.Config, log *zap.Logger) ([]grpc.ServerOption
 	}
 	if cfg.Listen.Decoder == "fast" {
 		// Protobuf, with CheckRequests decoded without protobuf-go's
-		// reflection over the headers map (extauthz/decode.go).
-		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(extauthz.ServerCodec()))
+		// reflection over the headers map (extauthz/codec/decode.go).
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(codec.Fast()))
 	} else {
 		// protobuf-go for every message; CheckRequests still decoded
 		// leniently, so invalid UTF-8 is decided, not an RPC error.
-		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(extauthz.ProtobufCodec()))
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(codec.Protobuf()))
 	}
 	if cfg.Listen.TLS != nil {
 		src, err := newTLSSource(*cfg.Listen.TLS, log)

@@ -110,7 +110,8 @@ type Listen struct {
 	// request through). The default exceeds the largest request Envoy can
 	// send without a body (max_request_headers_kb at its maximum, 8192 KiB,
 	// whose :path and :authority Envoy repeats as fields: about 16 MiB) with
-	// 15 MiB to spare for with_request_body; see the README to size it.
+	// 15 MiB to spare for with_request_body; docs/configuration.md says how
+	// to size it.
 	MaxRequestBytes int `yaml:"max_request_bytes"`
 	// MaxRequestBytesInFlight bounds the bytes of all the requests being
 	// read and decided at once (max_request_bytes bounds one). 0, the
@@ -125,11 +126,11 @@ type Listen struct {
 	// reporting NOT_SERVING, so Envoy's health checks move traffic away
 	// before the listener closes: at least the health check's interval ×
 	// unhealthy_threshold + timeout. Default 0: that value belongs to the
-	// Envoy configuration, which Floodgate cannot see (the README says why;
-	// every shipped config beside an Envoy one sets it).
+	// Envoy configuration, which Floodgate cannot see (docs/operations.md
+	// says why; every shipped config beside an Envoy one sets it).
 	DrainDelay Duration `yaml:"drain_delay"`
 	// Decoder reads CheckRequests and writes CheckResponses: fast (default;
-	// extauthz/decode.go and encode.go, which hand anything unusual to
+	// extauthz/codec's decode.go and encode.go, which hand anything unusual to
 	// protobuf-go) or protobuf (protobuf-go for every message: the way back
 	// should the fast ones ever misread or miswrite one).
 	Decoder string `yaml:"decoder"`
@@ -242,8 +243,7 @@ type Runtime struct {
 	MemoryLimitRatio *float64 `yaml:"memory_limit_ratio"`
 }
 
-// Runtime defaults (the README's Configuration section says what they cost
-// and save).
+// Runtime defaults (docs/configuration.md says what they cost and save).
 const (
 	DefaultGOGC             = 400
 	DefaultMemoryLimitRatio = 0.9

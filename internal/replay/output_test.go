@@ -104,8 +104,8 @@ func TestTheHTMLReportIsWellFormedWithOneChartPerPolicy(t *testing.T) {
 	}
 }
 
-// TestTheJSONHasTheFixedFieldNames holds --json to the field names the
-// issue fixes.
+// TestTheJSONHasTheFixedFieldNames holds --json to the field names
+// docs/replay.md documents.
 func TestTheJSONHasTheFixedFieldNames(t *testing.T) {
 	res := modelResult(t)
 	var buf bytes.Buffer

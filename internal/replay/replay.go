@@ -5,9 +5,9 @@
 // It is a second driver of the serving engine, not a copy of it: a log line
 // becomes the CheckRequest Envoy would have sent, read by extauthz's View;
 // extauthz.Engine.Plan matches and identifies; extauthz.Decider takes from
-// the in-memory store (limiter/memory) as Check does, all or nothing across
-// the enforced policies and the shadow ones on their own. Only the clock
-// differs: it reads the logged start_time.
+// the in-memory store (limiter/memory), the decide step Check itself runs:
+// all or nothing across the enforced policies and the shadow ones on their
+// own. Only the clock differs: it reads the logged start_time.
 //
 // Envoy writes a line when a request ends, so lines come out of start order.
 // Lines are decided in start_time order within a bounded reorder window,
@@ -139,7 +139,7 @@ func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
 		})
 	}()
 
-	d := newDecider(o)
+	d := newSequencer(o)
 	for b := range order {
 		<-b.done
 		for i := range b.entries {
@@ -269,9 +269,9 @@ type virtualClock struct{ us int64 }
 
 func (c *virtualClock) Now() time.Time { return time.UnixMicro(c.us) }
 
-// decider is the in-order stage: the reorder window, the store and the
-// counts.
-type decider struct {
+// sequencer is the in-order stage: the reorder window, the store, the
+// decisions (extauthz.Decider, as Check decides) and the counts.
+type sequencer struct {
 	o       Options
 	window  int64 // µs
 	clock   virtualClock
@@ -293,8 +293,8 @@ type decider struct {
 	callers                                      callerTable
 }
 
-func newDecider(o Options) *decider {
-	d := &decider{o: o, window: o.ReorderWindow.Microseconds(),
+func newSequencer(o Options) *sequencer {
+	d := &sequencer{o: o, window: o.ReorderWindow.Microseconds(),
 		from: math.MaxInt64, to: math.MinInt64, callers: callerTable{index: map[uint64]int32{}}}
 	for _, p := range o.Engine.Policies {
 		d.stats = append(d.stats, newPolicyStats(p))
@@ -303,7 +303,7 @@ func newDecider(o Options) *decider {
 }
 
 // statsOf returns p's counts (a handful of policies: a scan beats a map).
-func (d *decider) statsOf(p *extauthz.Policy) *policyStats {
+func (d *sequencer) statsOf(p *extauthz.Policy) *policyStats {
 	for _, s := range d.stats {
 		if s.p == p {
 			return s
@@ -313,7 +313,7 @@ func (d *decider) statsOf(p *extauthz.Policy) *policyStats {
 }
 
 // add takes the next line in file order.
-func (d *decider) add(e *entry) {
+func (d *sequencer) add(e *entry) {
 	d.lines++
 	if e.err != "" || e.at == blank {
 		d.skipped++
@@ -349,7 +349,7 @@ func (d *decider) add(e *entry) {
 }
 
 // setAside counts a held line that the next line contradicted.
-func (d *decider) setAside(e *entry) {
+func (d *sequencer) setAside(e *entry) {
 	d.ahead++
 	if d.shown < d.o.ShowMalformed && d.o.Malformed != nil {
 		d.shown++
@@ -360,7 +360,7 @@ func (d *decider) setAside(e *entry) {
 
 // admit takes a line into the window: it is decided once a line starting
 // more than the window after it has been admitted, or at the end.
-func (d *decider) admit(e *entry) {
+func (d *sequencer) admit(e *entry) {
 	if !d.seen || e.at > d.maxSeen {
 		d.maxSeen, d.seen = e.at, true
 	}
@@ -378,7 +378,7 @@ func (d *decider) admit(e *entry) {
 }
 
 // flush decides every line still waiting (the end of the log).
-func (d *decider) flush() {
+func (d *sequencer) flush() {
 	if h := d.held; h != nil {
 		d.held = nil
 		d.admit(h) // nothing after it says otherwise
@@ -388,12 +388,12 @@ func (d *decider) flush() {
 	}
 }
 
-func (d *decider) count(e *entry) {
+func (d *sequencer) count(e *entry) {
 	d.decided++
 	d.from, d.to = min(d.from, e.at), max(d.to, e.at)
 }
 
-func (d *decider) decide(e *entry) {
+func (d *sequencer) decide(e *entry) {
 	if d.o.MaxCallers > 0 && d.newCallers(e) > d.o.MaxCallers-len(d.callers.names) {
 		d.beyond++
 		return
@@ -409,7 +409,8 @@ func (d *decider) decide(e *entry) {
 	}
 	res := d.res[:len(e.plan)]
 	clear(res)
-	allowed, shadowAllowed, err := d.dec.Decide(context.Background(), e.plan, res)
+	dec := d.dec.Decide(context.Background(), e.plan, res)
+	allowed, shadowAllowed, err := dec.Allowed, dec.ShadowAllowed, dec.Err
 	if err != nil {
 		// The in-memory store refuses only malformed requests, which Plan
 		// does not make; count it as a skipped line rather than guess.
@@ -446,7 +447,7 @@ func (d *decider) decide(e *entry) {
 }
 
 // newCallers counts the callers of e the run has not seen yet.
-func (d *decider) newCallers(e *entry) int {
+func (d *sequencer) newCallers(e *entry) int {
 	n := 0
 	for i, id := range e.ids {
 		if _, ok := d.callers.index[id]; !ok && !slices.Contains(e.ids[:i], id) {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
@@ -58,7 +59,7 @@ func TestReplayAgreesWithServe(t *testing.T) {
 	clock := limiter.NewManualClock(time.UnixMilli(reqs[0].ms))
 	store := memory.New(memory.Options{Clock: clock})
 	srv := extauthz.NewServer(cfg.Engine, store, extauthz.ServerOptions{})
-	client := authv3.NewAuthorizationClient(extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(extauthz.ServerCodec())))
+	client := authv3.NewAuthorizationClient(extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(codec.Fast())))
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -315,7 +315,7 @@ type ReportOptions struct {
 	Redact bool // show callers as their bucket identity's hash
 }
 
-func (d *decider) result() *Result {
+func (d *sequencer) result() *Result {
 	r := &Result{Lines: d.lines, Decided: d.decided, Skipped: d.skipped, Late: d.late, Ahead: d.ahead,
 		BeyondMaxCallers: d.beyond, MaxCallers: d.o.MaxCallers, window: d.o.ReorderWindow}
 	if d.decided > 0 {

@@ -195,7 +195,7 @@ const maxInline = 8
 
 // Take implements limiter.Store.
 func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
-	if err := limiter.Check(reqs, res); err != nil {
+	if err := limiter.Validate(reqs, res); err != nil {
 		return false, err
 	}
 	now := s.clock.Now().Sub(s.epoch).Microseconds()

@@ -18,7 +18,7 @@ import (
 // one read for the whole batch on each side, and one script call for up to
 // perScript of them (tokenbucket.lua decides them in turn, each atomic on
 // its own, so Redis parses, looks up and starts one script instead of
-// many; the README's Performance section has the figures).
+// many; docs/performance.md has the figures).
 //
 // The coalescer is small on purpose. Flushers (PipelineOptions.Flushers, one
 // connection each at a time) take the first waiting decision, add every
@@ -31,8 +31,8 @@ import (
 // holds fewer, it waits up to PipelineOptions.Wait for more to join, until
 // it holds as many as the previous one. Under moderate load the pipelines
 // are otherwise shallow and each batch's fixed costs (a write and a read on
-// each side, waking Redis, a script call) fall on few decisions; the
-// README's Performance section has the figures.
+// each side, waking Redis, a script call) fall on few decisions;
+// docs/performance.md has the figures.
 //
 // go-redis' own AutoPipeline (v9.23) was considered and not used: it does
 // not honour a command's context once the command is queued (its blocking
@@ -51,8 +51,8 @@ const DefaultMaxBatch = 128
 // when PipelineOptions.Flushers is 0. One is best when Redis runs on the same
 // few cores as its clients: every decision that arrives while a batch is on
 // the wire joins the next one, so batches are as deep as the load allows and
-// Redis pays its per-read and per-write system calls once per batch (the
-// README's Performance section compares one flusher with two). More
+// Redis pays its per-read and per-write system calls once per batch
+// (docs/performance.md compares one flusher with two). More
 // flushers suit a Redis with cores of its own and a long round trip, where
 // Redis would otherwise idle while a batch's replies travel back.
 const DefaultFlushers = 1
@@ -395,7 +395,7 @@ func (c *coalescer) flush(batch, live []*call) {
 	}
 	defer cancel()
 
-	sent := c.decide(ctx, c.group(ctx, live, false))
+	sent := c.decide(ctx, c.split(ctx, live, false))
 	// Counted before any caller hears back, so that what a caller saw is
 	// already in the counts.
 	if c.onBatch != nil {
@@ -406,27 +406,27 @@ func (c *coalescer) flush(batch, live []*call) {
 	}
 }
 
-// decide runs one script call per group and hands each decision its reply.
+// decide runs one script call per part and hands each decision its reply.
 // On a Cluster, a call over several slots that Redis refused (a key the node
 // does not hold: a slot moving) is decided again slot by slot. It returns
 // the number of script calls sent.
-func (c *coalescer) decide(ctx context.Context, groups []group) int {
-	calls := make([]*scriptCall, len(groups))
-	for i, g := range groups {
-		calls[i] = g.scriptCall(c.store)
+func (c *coalescer) decide(ctx context.Context, parts []batchPart) int {
+	calls := make([]*scriptCall, len(parts))
+	for i, p := range parts {
+		calls[i] = p.script(c.store)
 	}
 	c.store.exec(ctx, calls...)
 	var again []*call
-	for i, g := range groups {
+	for i, p := range parts {
 		var rerr redis.Error
 		if calls[i].crossSlot && errors.As(calls[i].err, &rerr) {
-			again = append(again, g...)
+			again = append(again, p...)
 			continue
 		}
-		g.deliver(calls[i].reply, calls[i].err)
+		p.deliver(calls[i].reply, calls[i].err)
 	}
 	if len(again) > 0 {
-		return len(calls) + c.decide(ctx, c.group(ctx, again, true))
+		return len(calls) + c.decide(ctx, c.split(ctx, again, true))
 	}
 	return len(calls)
 }
@@ -436,17 +436,17 @@ func (c *coalescer) decide(ctx context.Context, groups []group) int {
 // pipeline, between which Redis serves its other clients.
 const perScript = 32
 
-// group is the decisions that share one script call.
-type group []*call
+// batchPart is the decisions of a batch that share one script call.
+type batchPart []*call
 
-// group splits live into groups: in arrival order, up to perScript
+// split splits live into parts: in arrival order, up to perScript
 // decisions each and, on a Cluster, of one node (or, bySlot, of one slot).
-func (c *coalescer) group(ctx context.Context, live []*call, bySlot bool) []group {
+func (c *coalescer) split(ctx context.Context, live []*call, bySlot bool) []batchPart {
 	if c.store.cluster == nil && len(live) <= perScript {
-		return []group{live}
+		return []batchPart{live}
 	}
-	var out []group
-	open := map[any]int{} // node, or slot (always 0 outside a Cluster) → the index in out of the group still filling
+	var out []batchPart
+	open := map[any]int{} // node, or slot (always 0 outside a Cluster) → the index in out of the part still filling
 	for _, cl := range live {
 		var where any = 0
 		if c.store.cluster != nil {
@@ -469,23 +469,23 @@ func (c *coalescer) group(ctx context.Context, live []*call, bySlot bool) []grou
 	return out
 }
 
-// scriptCall is the token-bucket script's call deciding g's decisions in
+// script is the token-bucket script's call deciding p's decisions in
 // turn: their buckets in turn, each distinct limit once. On a Cluster, a
-// group spanning several slots (of one node) declares only its first key,
+// part spanning several slots (of one node) declares only its first key,
 // the others following the arguments (see tokenbucket.lua).
-func (g group) scriptCall(s *Store) *scriptCall {
-	keys := g[0].keys
-	if len(g) > 1 {
+func (p batchPart) script(s *Store) *scriptCall {
+	keys := p[0].keys
+	if len(p) > 1 {
 		n := 0
-		for _, cl := range g {
+		for _, cl := range p {
 			n += len(cl.keys)
 		}
 		keys = make([]string, 0, n)
-		for _, cl := range g {
+		for _, cl := range p {
 			keys = append(keys, cl.keys...)
 		}
 	}
-	sc := s.takeCall(keys, len(g), func(j int) []bucketArgs { return g[j].buckets })
+	sc := s.takeCall(keys, len(p), func(j int) []bucketArgs { return p[j].buckets })
 	if s.cluster != nil && !sameSlot(keys) {
 		args := make([]any, 0, len(sc.args)+len(keys)-1)
 		args = append(args, sc.args...)
@@ -501,9 +501,9 @@ func (g group) scriptCall(s *Store) *scriptCall {
 // and one value per bucket (exec checked the length). An error goes to
 // every decision; a decision that failed alone in a shared call (allowed =
 // -1) gets ErrKeyType.
-func (g group) deliver(reply []int64, err error) {
+func (p batchPart) deliver(reply []int64, err error) {
 	pos := 0
-	for _, cl := range g {
+	for _, cl := range p {
 		if err != nil {
 			cl.reply, cl.err = nil, err
 			continue

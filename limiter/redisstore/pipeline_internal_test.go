@@ -50,7 +50,7 @@ func batchTake(t *testing.T, s *Store) storetest.TakeBatchAt {
 		setClock(at)
 		calls := make([]*call, len(reqs))
 		for j := range reqs {
-			if err := limiter.Check(reqs[j], res[j]); err != nil {
+			if err := limiter.Validate(reqs[j], res[j]); err != nil {
 				t.Fatal(err)
 			}
 			keys, buckets := s.prepare(reqs[j])
@@ -222,7 +222,7 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 
 // TestACrossSlotCallRefusedIsDecidedSlotBySlot: on a Cluster, one script
 // call decides buckets of several slots of one node. A call that meets a
-// key its node does not hold (as when a slot moves between the grouping and
+// key its node does not hold (as when a slot moves between the split and
 // the call) fails whole, writing nothing, and its decisions are decided
 // again slot by slot: each charged exactly once.
 func TestACrossSlotCallRefusedIsDecidedSlotBySlot(t *testing.T) {
@@ -232,7 +232,7 @@ func TestACrossSlotCallRefusedIsDecidedSlotBySlot(t *testing.T) {
 	l := limiter.MustLimit(5, "1/3600")
 	k, g := l.Units()
 	one := bucketArgs{limitArgs{l.Capacity, k, g}, 1}
-	// One key on each node, grouped as if one node held them all.
+	// One key on each node, in one part as if one node held them all.
 	nodes := map[*redistest.Server]bool{}
 	var calls []*call
 	for i := 0; len(calls) < 3 && i < 1000; i++ {
@@ -242,7 +242,7 @@ func TestACrossSlotCallRefusedIsDecidedSlotBySlot(t *testing.T) {
 			calls = append(calls, newCall([]string{key}, one))
 		}
 	}
-	if sent := s.pipe.decide(context.Background(), []group{calls}); sent != 4 {
+	if sent := s.pipe.decide(context.Background(), []batchPart{calls}); sent != 4 {
 		t.Errorf("%d script calls, want 4: the refused one, then one per slot", sent)
 	}
 	for i, cl := range calls {

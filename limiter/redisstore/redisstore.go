@@ -149,7 +149,7 @@ func (s *Store) Take(ctx context.Context, reqs []limiter.Request, res []limiter.
 // timer it pools (BenchmarkDeadline measures what that saves over a context
 // derived per decision); otherwise a context is derived for it.
 func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.Request, res []limiter.Result) (bool, error) {
-	if err := limiter.Check(reqs, res); err != nil {
+	if err := limiter.Validate(reqs, res); err != nil {
 		return false, err
 	}
 	if len(reqs) > maxBuckets {

@@ -285,7 +285,7 @@ func TestEveryKeyExpiresWhenItsBucketIsFull(t *testing.T) {
 
 // TestStateIsCompact measures MEMORY USAGE of an active bucket key: 40 bytes
 // of state (the full instant and the limit it is counted in) and an expiry.
-// The README quotes the figure.
+// docs/performance.md quotes the figure.
 func TestStateIsCompact(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()

@@ -342,7 +342,7 @@ func (u uncached) Take(ctx context.Context, reqs []limiter.Request, res []limite
 }
 
 func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.Result, useCache bool) (bool, error) {
-	if err := limiter.Check(reqs, res); err != nil {
+	if err := limiter.Validate(reqs, res); err != nil {
 		return false, err
 	}
 	now := s.clock.Now()

@@ -14,8 +14,9 @@ import (
 // the start of the run; it never decreases).
 type TakeAt func(at time.Duration, reqs []limiter.Request, res []limiter.Result) (bool, error)
 
-// model is the reference: the semantics of DESIGN.md in plain rational
-// arithmetic, with none of the stores' integer encodings.
+// model is the reference: the token-bucket semantics (package limiter's
+// doc, docs/design.md) in plain rational arithmetic, with none of the
+// stores' integer encodings.
 type model struct {
 	limit    limiter.Limit
 	capacity *big.Rat

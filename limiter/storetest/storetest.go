@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite every limiter.Store must pass:
-// the token-bucket semantics of DESIGN.md, table by table, with time moved by
-// the harness rather than slept through.
+// the token-bucket semantics (package limiter's doc, docs/design.md), table
+// by table, with time moved by the harness rather than slept through.
 package storetest
 
 import (

@@ -1,4 +1,4 @@
-package extauthz
+package codec
 
 import (
 	"math/rand/v2"
@@ -19,14 +19,14 @@ import (
 func decoderSeeds(t testing.TB) [][]byte {
 	t.Helper()
 	var reqs []*authv3.CheckRequest
-	files, _ := filepath.Glob("testdata/envoy/checkrequest-*.json")
+	files, _ := filepath.Glob("../testdata/envoy/checkrequest-*.json")
 	if len(files) == 0 {
 		t.Fatal("no CheckRequest fixtures")
 	}
 	for _, f := range files {
 		reqs = append(reqs, fixture(t, filepath.Base(f)))
 	}
-	reqs = append(reqs, benchRequests(3)...)
+	reqs = append(reqs, envoyRequests(3)...)
 	full := checkRequest("2001:db8::7", map[string]string{"x-api-key": "k", "x-forwarded-for": "203.0.113.9", "": "empty name", "x-empty": ""})
 	a := full.Attributes
 	a.ContextExtensions = map[string]string{"route": "items", "tenant": "acme", "": ""}
@@ -51,14 +51,15 @@ func decoderSeeds(t testing.TB) [][]byte {
 	return out
 }
 
-// sameAsProto checks that unmarshalCheckRequest and protobuf-go agree on
+// sameAsProto checks that DecodeCheckRequest and protobuf-go agree on
 // b: both fail with the same error, or both give equal messages. protobuf-go
 // is proto.Unmarshal, or, where that refuses a string that is not valid
-// UTF-8, proto.Unmarshal of b with such strings repaired (lenientUnmarshal).
+// UTF-8 or nesting beyond its limit, proto.Unmarshal of b with such strings
+// repaired and such nesting cut (DecodeLenient).
 func sameAsProto(t testing.TB, b []byte) {
 	t.Helper()
 	var got, want authv3.CheckRequest
-	gerr, werr := unmarshalCheckRequest(b, &got), lenientUnmarshal(b, &want)
+	gerr, werr := DecodeCheckRequest(b, &got), DecodeLenient(b, &want)
 	if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
 		t.Fatalf("input %q: decoder error %v, proto.Unmarshal error %v", b, gerr, werr)
 	}
@@ -84,7 +85,7 @@ func TestTheDecoderIsProtoUnmarshal(t *testing.T) {
 	sameAsProto(t, append(append([]byte{}, seeds[3]...), seeds[4]...))
 
 	// Invalid UTF-8 in a header value, a header name, a path: proto3
-	// refuses it; the decoder hands it to lenientUnmarshal, which repairs it.
+	// refuses it; the decoder hands it to DecodeLenient, which repairs it.
 	for _, bad := range [][3]string{{"x-api-key", "k\xff"}, {"x-\xfe", "v"}, {"path", "/\xc3"}} {
 		entry := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), bad[0])
 		entry = protowire.AppendString(protowire.AppendTag(entry, 2, protowire.BytesType), bad[1])
@@ -156,15 +157,15 @@ func FuzzDecoder(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) { sameAsProto(t, b) })
 }
 
-// TestTheServerCodecDecodesCheckRequestsAndPassesTheRestOn: through gRPC's
+// TestTheFastCodecDecodesCheckRequestsAndPassesTheRestOn: through gRPC's
 // codec interface, a CheckRequest takes the decoder and anything else
 // protobuf-go.
-func TestTheServerCodecDecodesCheckRequestsAndPassesTheRestOn(t *testing.T) {
-	c := ServerCodec()
+func TestTheFastCodecDecodesCheckRequestsAndPassesTheRestOn(t *testing.T) {
+	c := Fast()
 	if c.Name() != "proto" {
 		t.Fatalf("codec name %q: gRPC picks codecs by content-subtype, which must stay proto", c.Name())
 	}
-	req := benchRequests(1)[0]
+	req := envoyRequests(1)[0]
 	data, err := c.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ func TestTheServerCodecDecodesCheckRequestsAndPassesTheRestOn(t *testing.T) {
 }
 
 func BenchmarkDecodeCheckRequest(b *testing.B) {
-	reqs := benchRequests(64)
+	reqs := envoyRequests(64)
 	wire := make([][]byte, len(reqs))
 	for i, r := range reqs {
 		wire[i], _ = proto.Marshal(r)
@@ -204,7 +205,7 @@ func BenchmarkDecodeCheckRequest(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			var req authv3.CheckRequest
-			if err := unmarshalCheckRequest(wire[i%len(wire)], &req); err != nil {
+			if err := DecodeCheckRequest(wire[i%len(wire)], &req); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package extauthz
+package codec
 
 import (
 	"unicode/utf8"
@@ -10,8 +10,8 @@ import (
 )
 
 // Encoding CheckResponses. protobuf-go's reflection-driven marshalling is a
-// measurable part of a Check (the README's Performance section has the
-// figures, and why go-control-plane's vtprotobuf marshaller is not used).
+// measurable part of a Check (docs/performance.md has the figures, and why
+// go-control-plane's vtprotobuf marshaller is not used).
 // The response has a handful of fixed fields, so it is written here by hand:
 // sizes first, then one slice of exactly that size. The bytes are the ones
 // proto.Marshal writes (fields in number order, zero values left out, a
@@ -22,7 +22,7 @@ import (
 // Only the fields Floodgate sets are written. A response that sets any
 // other (dynamic metadata, upstream headers, status details, raw header
 // values...), or a string that is not valid UTF-8, is left to
-// proto.Marshal: marshalCheckResponse says so and the codec falls back.
+// proto.Marshal: EncodeCheckResponse says so and the codec falls back.
 // TestTheEncoderKnowsEveryField fails when a new version of Envoy's API
 // adds a field this file does not weigh.
 // Responses are built by this package, never decoded, so they carry no
@@ -47,9 +47,9 @@ const (
 	fHeaderValue            = 2
 )
 
-// marshalCheckResponse returns r's wire form, or false when r sets a field
-// this encoder does not write.
-func marshalCheckResponse(r *authv3.CheckResponse) ([]byte, bool) {
+// EncodeCheckResponse returns r's wire form, the bytes proto.Marshal
+// writes, or false when r sets a field this encoder does not write.
+func EncodeCheckResponse(r *authv3.CheckResponse) ([]byte, bool) {
 	if !encodable(r) {
 		return nil, false
 	}

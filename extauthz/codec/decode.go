@@ -1,12 +1,10 @@
-package extauthz
+package codec
 
 import (
 	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -14,7 +12,7 @@ import (
 // Decoding CheckRequests. protobuf-go decodes map fields through reflection:
 // for Envoy's headers map that is several allocations per header, and the
 // request's decoding was the largest single cost of a Check, more than the
-// whole decision (README, Performance, has the figures). The
+// whole decision (docs/performance.md has the figures). The
 // fields Envoy sends on every check (the attribute context, the peers and
 // their socket addresses, the request, the HTTP request with its headers
 // map, the context extensions) are decoded here by hand: every string is a
@@ -25,60 +23,23 @@ import (
 // exactly where proto.Unmarshal would put it.
 //
 // The result must be what proto.Unmarshal gives, or protobuf-go must
-// decide: when the input is malformed (a bad tag or length) or a string is
-// not valid UTF-8, the decoder gives up, resets the message and calls
-// lenientUnmarshal (lenient.go): proto.Unmarshal, and when that refuses a
-// string that is not valid UTF-8, proto.Unmarshal of the request with such
-// strings repaired. Its answer, error included, is then the answer.
+// decide: when the input is malformed (a bad tag or length), a string is
+// not valid UTF-8 or a field nests too deep, the decoder gives up, resets
+// the message and calls DecodeLenient (lenient.go): proto.Unmarshal, and
+// when that refuses a string that is not valid UTF-8 or nesting deeper than
+// it allows, proto.Unmarshal of the request with such strings repaired and
+// such nesting cut. Its answer, error included, is then the answer.
 // TestTheDecoderIsProtoUnmarshal and FuzzDecoder check the two agree.
 
-// ServerCodec is the gRPC codec floodgate serves with: protobuf, with
-// CheckRequests decoded by unmarshalCheckRequest. Every other message (health
-// checks, reflection) goes to gRPC's own protobuf codec.
-func ServerCodec() encoding.CodecV2 {
-	return serverCodec{base: encoding.GetCodecV2("proto")}
-}
-
-type serverCodec struct{ base encoding.CodecV2 }
-
-func (c serverCodec) Name() string { return "proto" }
-
-// Marshal writes CheckResponses with marshalCheckResponse (encode.go) and
-// everything else, or a response it does not cover, with protobuf-go.
-func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*authv3.CheckResponse); ok {
-		if b, ok := marshalCheckResponse(r); ok {
-			return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-		}
-	}
-	return c.base.Marshal(v)
-}
-
-func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return unmarshalWith(c.base, data, v, unmarshalCheckRequest)
-}
-
-// unmarshalWith decodes a CheckRequest with decode, from one contiguous
-// buffer, and hands any other message to base: both of floodgate's codecs
-// differ only in how they read a CheckRequest.
-func unmarshalWith(base encoding.CodecV2, data mem.BufferSlice, v any, decode func([]byte, *authv3.CheckRequest) error) error {
-	req, ok := v.(*authv3.CheckRequest)
-	if !ok {
-		return base.Unmarshal(data, v)
-	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	return decode(buf.ReadOnlyData(), req)
-}
-
-// unmarshalCheckRequest is lenientUnmarshal(b, req) for a new req.
-func unmarshalCheckRequest(b []byte, req *authv3.CheckRequest) error {
+// DecodeCheckRequest is DecodeLenient(b, req) for a new req, without
+// protobuf-go's reflection for the fields Envoy sends on every check.
+func DecodeCheckRequest(b []byte, req *authv3.CheckRequest) error {
 	d := decoder{b: b, s: string(b)}
 	if d.checkRequest(req) {
 		return nil
 	}
 	proto.Reset(req)
-	return lenientUnmarshal(b, req)
+	return DecodeLenient(b, req)
 }
 
 // decoder reads one message. s is b as one string: every string decoded is
@@ -87,8 +48,6 @@ type decoder struct {
 	b []byte
 	s string
 }
-
-var merge = proto.UnmarshalOptions{Merge: true}
 
 // field is one field of a message being decoded: its number and wire type,
 // where the whole field (tag included) lies in b, and its value: the bounds
@@ -147,12 +106,15 @@ func (d *decoder) fields(start, end int, fn func(f field) bool) bool {
 	return true
 }
 
-// delegate merges field f into m with protobuf-go: what the decoder does not
-// decode itself (maps other than the headers, metadata, unknown fields, a
-// known field with another wire type) ends up exactly where proto.Unmarshal
-// would put it.
-func (d *decoder) delegate(f field, m proto.Message) bool {
-	return merge.Unmarshal(d.b[f.start:f.end], m) == nil
+// delegate merges field f into m, a message at depth (the CheckRequest at
+// 1), with protobuf-go: what the decoder does not decode itself (maps other
+// than the headers, metadata, unknown fields, a known field with another
+// wire type) ends up exactly where proto.Unmarshal would put it, and nesting
+// counts against protobuf-go's limit from the CheckRequest down, as
+// proto.Unmarshal counts it.
+func (d *decoder) delegate(f field, m proto.Message, depth int) bool {
+	o := proto.UnmarshalOptions{Merge: true, RecursionLimit: maxDepth - depth + 1}
+	return o.Unmarshal(d.b[f.start:f.end], m) == nil
 }
 
 // str returns field f's value as a string, or false if it is not valid
@@ -164,11 +126,12 @@ func (d *decoder) str(f field) (string, bool) {
 	return d.s[f.vs:f.ve], true
 }
 
-// setStr sets *s to a string field, or delegates the field to m when it is
-// not one (protobuf-go then keeps it as an unknown field).
-func (d *decoder) setStr(f field, s *string, m proto.Message) bool {
+// setStr sets *s to a string field, or delegates the field to m, a message
+// at depth, when it is not one (protobuf-go then keeps it as an unknown
+// field).
+func (d *decoder) setStr(f field, s *string, m proto.Message, depth int) bool {
 	if f.typ != protowire.BytesType {
-		return d.delegate(f, m)
+		return d.delegate(f, m, depth)
 	}
 	v, ok := d.str(f)
 	*s = v
@@ -197,7 +160,7 @@ func (d *decoder) entry(f field) (k, v string, ok bool) {
 func (d *decoder) checkRequest(req *authv3.CheckRequest) bool {
 	return d.fields(0, len(d.b), func(f field) bool {
 		if !f.is(1, protowire.BytesType) {
-			return d.delegate(f, req)
+			return d.delegate(f, req, 1)
 		}
 		if req.Attributes == nil {
 			req.Attributes = &authv3.AttributeContext{}
@@ -233,7 +196,7 @@ func (d *decoder) attributes(start, end int, a *authv3.AttributeContext) bool {
 				return true
 			}
 		}
-		return d.delegate(f, a)
+		return d.delegate(f, a, 2)
 	})
 }
 
@@ -248,13 +211,13 @@ func (d *decoder) peer(start, end int, p *authv3.AttributeContext_Peer) bool {
 				return d.address(f.vs, f.ve, p.Address)
 			}
 		case 2:
-			return d.setStr(f, &p.Service, p)
+			return d.setStr(f, &p.Service, p, 3)
 		case 4:
-			return d.setStr(f, &p.Principal, p)
+			return d.setStr(f, &p.Principal, p, 3)
 		case 5:
-			return d.setStr(f, &p.Certificate, p)
+			return d.setStr(f, &p.Certificate, p, 3)
 		}
-		return d.delegate(f, p)
+		return d.delegate(f, p, 3)
 	})
 }
 
@@ -268,7 +231,7 @@ func (d *decoder) address(start, end int, a *corev3.Address) bool {
 			}
 			return d.socketAddress(f.vs, f.ve, sa.SocketAddress)
 		}
-		return d.delegate(f, a)
+		return d.delegate(f, a, 4)
 	})
 }
 
@@ -279,17 +242,17 @@ func (d *decoder) socketAddress(start, end int, sa *corev3.SocketAddress) bool {
 			sa.Protocol = corev3.SocketAddress_Protocol(int32(f.x))
 			return true
 		case f.num == 2:
-			return d.setStr(f, &sa.Address, sa)
+			return d.setStr(f, &sa.Address, sa, 5)
 		case f.is(3, protowire.VarintType):
 			sa.PortSpecifier = &corev3.SocketAddress_PortValue{PortValue: uint32(f.x)}
 			return true
 		case f.num == 5:
-			return d.setStr(f, &sa.ResolverName, sa)
+			return d.setStr(f, &sa.ResolverName, sa, 5)
 		case f.is(6, protowire.VarintType):
 			sa.Ipv4Compat = protowire.DecodeBool(f.x)
 			return true
 		}
-		return d.delegate(f, sa)
+		return d.delegate(f, sa, 5)
 	})
 }
 
@@ -301,7 +264,7 @@ func (d *decoder) request(start, end int, r *authv3.AttributeContext_Request) bo
 			}
 			return d.http(f.vs, f.ve, r.Http)
 		}
-		return d.delegate(f, r)
+		return d.delegate(f, r, 3)
 	})
 }
 
@@ -309,9 +272,9 @@ func (d *decoder) http(start, end int, h *authv3.AttributeContext_HttpRequest) b
 	return d.fields(start, end, func(f field) bool {
 		switch f.num {
 		case 1:
-			return d.setStr(f, &h.Id, h)
+			return d.setStr(f, &h.Id, h, 4)
 		case 2:
-			return d.setStr(f, &h.Method, h)
+			return d.setStr(f, &h.Method, h, 4)
 		case 3:
 			if k, v, ok := d.entry(f); ok {
 				if h.Headers == nil {
@@ -321,31 +284,31 @@ func (d *decoder) http(start, end int, h *authv3.AttributeContext_HttpRequest) b
 				return true
 			}
 		case 4:
-			return d.setStr(f, &h.Path, h)
+			return d.setStr(f, &h.Path, h, 4)
 		case 5:
-			return d.setStr(f, &h.Host, h)
+			return d.setStr(f, &h.Host, h, 4)
 		case 6:
-			return d.setStr(f, &h.Scheme, h)
+			return d.setStr(f, &h.Scheme, h, 4)
 		case 7:
-			return d.setStr(f, &h.Query, h)
+			return d.setStr(f, &h.Query, h, 4)
 		case 8:
-			return d.setStr(f, &h.Fragment, h)
+			return d.setStr(f, &h.Fragment, h, 4)
 		case 9:
 			if f.typ == protowire.VarintType {
 				h.Size = int64(f.x)
 				return true
 			}
 		case 10:
-			return d.setStr(f, &h.Protocol, h)
+			return d.setStr(f, &h.Protocol, h, 4)
 		case 11:
-			return d.setStr(f, &h.Body, h)
+			return d.setStr(f, &h.Body, h, 4)
 		case 12:
 			if f.typ == protowire.BytesType {
 				h.RawBody = append(make([]byte, 0, f.ve-f.vs), d.b[f.vs:f.ve]...)
 				return true
 			}
 		}
-		return d.delegate(f, h)
+		return d.delegate(f, h, 4)
 	})
 }
 

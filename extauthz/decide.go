@@ -1,0 +1,222 @@
+package extauthz
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// The decide path, one for every front end: Plan turns a request into the
+// buckets it draws from (match, identity, cost), Decider.Decide takes from
+// them (all or nothing across the enforced policies, the shadow policies on
+// their own, never denying). Server.Check serves with them, floodgate replay
+// (internal/replay) decides logged requests with them, and any other front
+// end that knows its buckets — several descriptors with their own costs and
+// modes, say — hands Decide a plan of its own.
+
+// Bucket is one matched policy's share of a request: the policy and the
+// bucket request the store is handed for it.
+type Bucket struct {
+	Policy  *Policy
+	Request limiter.Request
+}
+
+// Plan appends to out the buckets the request in v draws from, in policy
+// order: every policy whose match fits and that found a key for it (or fell
+// back to its shared bucket).
+func (e *Engine) Plan(v *View, out []Bucket) []Bucket {
+	if !v.HTTP && !e.anyTCP {
+		return out
+	}
+	for _, p := range e.Policies {
+		if r, ok := e.request(p, v); ok {
+			out = append(out, Bucket{Policy: p, Request: r})
+		}
+	}
+	return out
+}
+
+// request is p's bucket request for v: false when p does not match v or
+// finds no key for it.
+func (e *Engine) request(p *Policy, v *View) (limiter.Request, bool) {
+	if !p.match.matches(v) {
+		return limiter.Request{}, false
+	}
+	id, ok := e.identity(p, v)
+	if !ok {
+		return limiter.Request{}, false
+	}
+	return limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v)}, true
+}
+
+// Decision is what Decide made of a plan.
+type Decision struct {
+	// Allowed: every enforced bucket could pay, and paid (true when the
+	// plan has no enforced bucket). False with Err when the store could not
+	// decide.
+	Allowed bool
+	// Err is the enforced store's error: nothing was taken from the
+	// enforced buckets, and their results are zero.
+	Err error
+	// ShadowAllowed: every shadow bucket could pay (true when the plan has
+	// none, or when the shadow store failed).
+	ShadowAllowed bool
+	// ShadowErr is the shadow store's error, or a *ShadowPanic: the shadow
+	// buckets' results are zero. It never changes Allowed.
+	ShadowErr error
+}
+
+// ShadowPanic is the ShadowErr of a shadow decision that panicked on a
+// goroutine of its own (Decider.Concurrent), caught there so that a bug
+// in a shadow policy's store cannot take the process down.
+type ShadowPanic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *ShadowPanic) Error() string { return fmt.Sprintf("shadow decision panicked: %v", p.Value) }
+
+// Decider takes a plan from the stores: the enforced buckets in one
+// all-or-nothing Take, the shadow buckets in another of their own. Its
+// working memory is reused, and holds up to maxInline buckets of each kind
+// without allocating, so a Decider is for one decision at a time: keep one
+// per goroutine, or pool them.
+type Decider struct {
+	Store limiter.Store
+	// Shadow decides shadow policies (default: Store).
+	Shadow limiter.Store
+	// Concurrent decides the shadow buckets on a goroutine of their own
+	// while the enforced ones are decided, so that a decision waits for at
+	// most one store round trip (or timeout), whatever its policies: as
+	// Check serves. Off, the two Takes run one after the other on the
+	// caller's goroutine (replay, whose in-memory store answers at once).
+	Concurrent bool
+
+	enforced, shadow take
+	inline           [2]takeArrays
+
+	// The concurrent shadow Take: runShadow is takeShadow bound once, so
+	// starting it allocates nothing; ctx is the decision's context while it
+	// runs.
+	runShadow func()
+	ctx       context.Context
+	done      sync.WaitGroup
+}
+
+// take is one Take's requests, their results, and where each came from in
+// the plan.
+type take struct {
+	reqs    []limiter.Request
+	res     []limiter.Result
+	at      []int
+	allowed bool
+	err     error
+}
+
+// takeArrays back a take's slices for up to maxInline buckets.
+type takeArrays struct {
+	reqs [maxInline]limiter.Request
+	res  [maxInline]limiter.Result
+	at   [maxInline]int
+}
+
+// maxInline is how many buckets of each kind a decision handles in memory
+// it already has.
+const maxInline = 8
+
+// Decide decides plan and writes each bucket's result to res (len(plan)),
+// in plan order. The enforced and the shadow buckets are decided whatever
+// the other's outcome.
+func (d *Decider) Decide(ctx context.Context, plan []Bucket, res []limiter.Result) Decision {
+	d.split(plan)
+	if d.Concurrent && len(d.enforced.reqs) > 0 && len(d.shadow.reqs) > 0 {
+		d.takeBoth(ctx)
+	} else {
+		d.enforced.run(ctx, d.Store)
+		d.shadow.run(ctx, d.shadowStore())
+	}
+	dec := Decision{Allowed: d.enforced.allowed, Err: d.enforced.err,
+		ShadowAllowed: d.shadow.allowed || d.shadow.err != nil, ShadowErr: d.shadow.err}
+	for _, t := range []*take{&d.enforced, &d.shadow} {
+		for j, i := range t.at {
+			if t.err == nil {
+				res[i] = t.res[j]
+			} else {
+				res[i] = limiter.Result{}
+			}
+		}
+		clear(t.reqs) // keep no request's strings alive between decisions
+	}
+	return dec
+}
+
+// split sorts plan's buckets into the two takes.
+func (d *Decider) split(plan []Bucket) {
+	for k, t := range []*take{&d.enforced, &d.shadow} {
+		a := &d.inline[k]
+		*t = take{reqs: a.reqs[:0], res: a.res[:0], at: a.at[:0]}
+	}
+	for i := range plan {
+		t := &d.enforced
+		if plan[i].Policy.Shadow {
+			t = &d.shadow
+		}
+		t.reqs, t.at = append(t.reqs, plan[i].Request), append(t.at, i)
+	}
+}
+
+func (d *Decider) shadowStore() limiter.Store {
+	if d.Shadow != nil {
+		return d.Shadow
+	}
+	return d.Store
+}
+
+// takeBoth runs the shadow Take beside the enforced one, and returns when
+// both are done, panic or not: the shadow Take reads d.
+func (d *Decider) takeBoth(ctx context.Context) {
+	if d.runShadow == nil {
+		d.runShadow = d.takeShadow
+	}
+	d.ctx = ctx
+	d.done.Add(1)
+	go d.runShadow()
+	defer func() {
+		d.done.Wait()
+		d.ctx = nil
+	}()
+	d.enforced.run(ctx, d.Store)
+}
+
+// takeShadow is the shadow Take on a goroutine of its own.
+func (d *Decider) takeShadow() {
+	defer d.done.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			d.shadow.allowed, d.shadow.err = true, &ShadowPanic{Value: p, Stack: debug.Stack()}
+		}
+	}()
+	d.shadow.run(d.ctx, d.shadowStore())
+}
+
+// run takes t's buckets from store: allowed with no error when it has none.
+func (t *take) run(ctx context.Context, store limiter.Store) {
+	t.allowed, t.err = true, nil
+	if len(t.reqs) == 0 {
+		return
+	}
+	if n := len(t.reqs); cap(t.res) >= n {
+		t.res = t.res[:n]
+	} else {
+		t.res = make([]limiter.Result, n)
+	}
+	ok, err := store.Take(ctx, t.reqs, t.res)
+	if err != nil {
+		t.allowed, t.err = false, err
+		return
+	}
+	t.allowed = ok
+}
