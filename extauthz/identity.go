@@ -178,3 +178,9 @@ func (h *hasher) sum(st *hmacState) string {
 	h.pool.Put(st)
 	return s
 }
+
+// HashIdentity is the bucket identity Floodgate gives value read from
+// source under e's identity hash secret: what a front end other than Check
+// (the rate limit service's descriptors) uses, so that no value reaches the
+// store or the logs in the clear.
+func (e *Engine) HashIdentity(source, value string) string { return e.hasher.id(source, value) }

@@ -34,11 +34,18 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	raw := fs.Bool("raw", false, "send headers in header_map, as Envoy does with encode_raw_headers")
 	grpcCaller := fs.Bool("grpc", false, "play a gRPC client behind Envoy: send content-type application/grpc and print the gRPC status and trailers Envoy would answer with")
 	timeout := fs.Duration("timeout", time.Second, "deadline of each Check (Envoy's ext_authz timeout)")
-	var hdrs, ctxExt listFlag
+	var hdrs, ctxExt, descs listFlag
 	fs.Var(&hdrs, "H", "request header 'name: value' (repeatable)")
 	fs.Var(&ctxExt, "context", "context extension key=value, as a route's check_settings sets (repeatable)")
+	rlsCall := fs.Bool("rls", false, "play Envoy's rate limit filter instead: send ShouldRateLimit with --domain and --descriptor")
+	domain := fs.String("domain", "", "with --rls: the rate limit domain")
+	fs.Var(&descs, "descriptor", "with --rls: a descriptor's entries key=value[,key=value...] (repeatable: one descriptor each)")
+	hits := fs.Uint64("hits", 0, "with --rls: the request's hits_addend (0 means 1)")
 	if !parseArgs(fs, args) {
 		return 2
+	}
+	if *rlsCall {
+		return checkRLS(ctx, rlsArgs{addr: *addr, domain: *domain, descriptors: descs, hits: *hits, count: *count, timeout: *timeout}, stdout, stderr) // checkrls.go
 	}
 	if *count < 1 || *count > 1_000_000 {
 		fmt.Fprintln(stderr, "floodgate check: --count must be between 1 and 1000000")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/rls"
 )
 
 // reloader swaps in the policies of a changed configuration file, on SIGHUP
@@ -28,11 +29,13 @@ import (
 type reloader struct {
 	path    string
 	server  *extauthz.Server
+	rls     *rls.Service
 	log     *zap.Logger
 	started *config.Config // what the restart-only sections run with
 
 	mu       sync.Mutex
 	data     []byte // the file's content when last read
+	rlsData  []byte // the rate limit configuration's files when last read
 	info     *prometheus.GaugeVec
 	failures prometheus.Counter
 	reloads  prometheus.Counter
@@ -42,8 +45,8 @@ type reloader struct {
 // newReloader starts from the configuration in use, cfg, read from path
 // ("" for the embedded default): a file changed since it was read is
 // reloaded at the first poll, however early.
-func newReloader(cfg *config.Config, path string, s *extauthz.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
-	r := &reloader{path: path, server: s, log: log, started: cfg,
+func newReloader(cfg *config.Config, path string, s *extauthz.Server, rs *rls.Service, log *zap.Logger, reg prometheus.Registerer) *reloader {
+	r := &reloader{path: path, server: s, rls: rs, log: log, started: cfg, rlsData: rls.Snapshot(cfg.RLS.Config),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_config_info", Help: "The configuration in use: 1, labelled with the SHA-256 of its file (empty for the embedded default).",
 		}, []string{"sha256"}),
@@ -82,18 +85,34 @@ func (r *reloader) reload(force bool) {
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
-	if bytes.Equal(data, r.data) && !force {
+	rlsData := r.rlsData
+	if cur, err := config.Parse(r.path, data); err == nil {
+		rlsData = rls.Snapshot(cur.RLS.Config) // a ConfigMap's symlink swap shows here
+	}
+	if bytes.Equal(data, r.data) && bytes.Equal(rlsData, r.rlsData) && !force {
 		return
 	}
-	r.data = data // a broken file is reported once, not at every poll
+	r.data, r.rlsData = data, rlsData // a broken file is reported once, not at every poll
 	cfg, err := config.Parse(r.path, data)
 	if err != nil {
 		r.failures.Inc()
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
+	if err := cfg.LoadRLS(); err != nil {
+		r.failures.Inc()
+		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
+		return
+	}
 	changed, secretErr := cfg.ResolveReload(r.started)
 	r.server.SetEngine(cfg.Engine)
+	if r.rls != nil {
+		rules := cfg.RLS.Rules
+		if rules == nil {
+			rules = rls.Empty()
+		}
+		r.rls.SetConfig(rules)
+	}
 	r.info.Reset()
 	r.info.WithLabelValues(cfg.Digest).Set(1)
 	r.reloads.Inc()

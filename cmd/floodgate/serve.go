@@ -14,6 +14,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,6 +31,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/limited"
+	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
@@ -149,6 +151,7 @@ type server struct {
 	hs    *health.Server
 	store *builtStore
 	authz *extauthz.Server
+	rls   *rls.Service      // Envoy's rate limit service API, beside Check
 	who   *limited.Recorder // who is being limited, for /debug/limited
 
 	grpcLis   net.Listener
@@ -176,7 +179,29 @@ func newServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	s.store = store
 	s.who = limited.New(limited.Options{})
 	s.authz = newAuthzServer(cfg, store, log, s.reg, s.who)
+	s.rls = newRLSService(cfg, store, log, s.reg)
 	return s, nil
+}
+
+// newRLSService is the rate limit service deciding cfg's rls limits (none
+// without rls.config) in store, through the decide step Check uses, with
+// descriptor values hashed under the identity secret the policies use.
+func newRLSService(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer) *rls.Service {
+	rules := cfg.RLS.Rules
+	if rules == nil {
+		rules = rls.Empty()
+	}
+	onFailure := rls.FailAllow
+	switch {
+	case cfg.RLS.OnFailure == "error":
+		onFailure = rls.FailError
+	case cfg.Store.OnFailure == "deny":
+		onFailure = rls.FailDeny
+	}
+	return rls.NewService(rules, rls.ServiceOptions{
+		Hash: cfg.Engine.HashIdentity, Store: store.main, ShadowStore: store.shadow, OnFailure: onFailure,
+		Response: rls.ResponseOptions{Headers: cfg.RLS.Headers}, Logger: log.Named("rls"), Registerer: reg,
+	})
 }
 
 // grpcServerOptions are the gRPC server's limits, codec and credentials.
@@ -222,6 +247,7 @@ func (s *server) listen() error {
 	s.gs = grpc.NewServer(serverOpts...)
 	services := gate.Registrar(s.gs)
 	authv3.RegisterAuthorizationServer(services, s.authz)
+	rlsv3.RegisterRateLimitServiceServer(services, s.rls)
 	healthpb.RegisterHealthServer(services, s.hs)
 	reflection.Register(services)
 
@@ -246,18 +272,20 @@ func (s *server) start() {
 	go func() { s.errc <- s.gs.Serve(s.grpcLis) }()
 	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.ready.Store(true)
 	s.log.Info("serving",
 		zap.String("grpc", s.grpcLis.Addr().String()), zap.String("admin", s.adminAddr),
 		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
-		zap.Int("policies", len(cfg.Policies)), zap.String("decoder", cfg.Listen.Decoder), zap.String("version", version))
+		zap.Int("policies", len(cfg.Policies)), zap.Strings("rls_domains", s.rls.Config().Domains()),
+		zap.String("decoder", cfg.Listen.Decoder), zap.String("version", version))
 }
 
 // serve reloads the configuration on SIGHUP (and, with reload.watch, when
 // the file changes) until ctx ends, or returns the gRPC server's error.
 func (s *server) serve(ctx context.Context, hup <-chan os.Signal) error {
 	cfg := s.cfg
-	rl := newReloader(cfg, s.path, s.authz, s.log, s.reg)
+	rl := newReloader(cfg, s.path, s.authz, s.rls, s.log, s.reg)
 	if s.path != "" && *cfg.Reload.Watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()

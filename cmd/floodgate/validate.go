@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/fielderr"
@@ -40,7 +41,12 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	n := len(c.Policies)
-	summary := fmt.Sprintf("%d %s, store %s%s", n, plural(n, "policy", "policies"), c.Store.Backend, note)
+	summary := fmt.Sprintf("%d %s, store %s", n, plural(n, "policy", "policies"), c.Store.Backend)
+	if c.RLS.Rules != nil {
+		d := c.RLS.Rules.Domains()
+		summary += fmt.Sprintf(", rate limit %s %s", plural(len(d), "domain", "domains"), strings.Join(d, " "))
+	}
+	summary += note
 	if *connect {
 		// The store is part of what is checked: "ok" comes last, and only
 		// when it answered.
@@ -53,13 +59,19 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// parseOnly reads and parses the file at path, resolving nothing it names.
+// parseOnly reads and parses the file at path, resolving no secret or TLS
+// file it names; the rate limit configuration it names is checked too (it
+// holds no secret).
 func parseOnly(path string) (*config.Config, error) {
 	data, err := config.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return config.Parse(path, data)
+	c, err := config.Parse(path, data)
+	if err != nil {
+		return nil, err
+	}
+	return c, c.LoadRLS()
 }
 
 // printProblems prints a configuration error: one FILE:LINE: line per

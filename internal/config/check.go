@@ -26,6 +26,7 @@ func (v *validator) check(c *Config) {
 		c.Reload.Watch = &on
 	}
 	v.checkStore(&c.Store)
+	v.checkRLS(&c.RLS)
 	v.oneOf("log.format", &c.Log.Format, "", "json", "console")
 	v.oneOf("log.level", &c.Log.Level, "", "debug", "info", "warn", "error")
 	if c.Runtime.GOGC == nil {

@@ -41,6 +41,7 @@ type Config struct {
 	Log      Log                   `yaml:"log"`
 	Reload   Reload                `yaml:"reload"`
 	Runtime  Runtime               `yaml:"runtime"`
+	RLS      RLS                   `yaml:"rls"`
 	Policies []extauthz.PolicySpec `yaml:"policies"`
 
 	// Engine is the compiled policies. Parse keys it with no identity hash
@@ -322,6 +323,9 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	if err := c.Resolve(); err != nil {
+		return nil, err
+	}
+	if err := c.LoadRLS(); err != nil {
 		return nil, err
 	}
 	return c, nil

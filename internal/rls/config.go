@@ -55,21 +55,26 @@ type Limit struct {
 	// domain, then each level's key or key_value joined by dots
 	// (`test-domain.key1_value1.subkey1`). Two limits never share a Key.
 	Key             string
+	Domain          string
 	Name            string // rate_limit.name, "" when unnamed
 	RequestsPerUnit uint32
 	Unit            Unit
 	Unlimited       bool
-	ShadowMode      bool
-	DetailedMetric  bool
-	Replaces        []string
-	File            string // where it was configured, for messages
-	Line            int
+	// Burst is the bucket's capacity when Floodgate's own configuration
+	// sets one (rls.burst), 0 otherwise: requests_per_unit.
+	Burst          int64
+	ShadowMode     bool
+	DetailedMetric bool
+	Replaces       []string
+	File           string // where it was configured, for messages
+	Line           int
 }
 
 // Config is a loaded set of domains. It is immutable once loaded, so one
 // value can serve every request while a reload builds the next.
 type Config struct {
 	domains map[string]*level
+	limits  map[string]*Limit // by Key
 	files   []string
 }
 
@@ -190,7 +195,7 @@ func readBounded(name string) ([]byte, error) {
 // each with its content). It reports every problem it finds, each at its
 // file and line, and builds nothing when there is one.
 func Parse(names []string, sources map[string][]byte) (*Config, error) {
-	l := loader{cfg: &Config{domains: map[string]*level{}, files: names}, domainAt: map[string]Problem{}}
+	l := loader{cfg: &Config{domains: map[string]*level{}, limits: map[string]*Limit{}, files: names}, domainAt: map[string]Problem{}}
 	for _, name := range names {
 		l.file(name, sources[name])
 	}
@@ -204,6 +209,7 @@ type loader struct {
 	cfg      *Config
 	problems Problems
 	domainAt map[string]Problem // where each domain was first defined
+	domain   string             // the file's domain
 	current  string
 }
 
@@ -250,6 +256,7 @@ func (l *loader) file(name string, data []byte) {
 	l.domainAt[domain] = Problem{File: name, Line: fields["domain"].Line}
 	top := &level{next: map[string]*node{}}
 	l.cfg.domains[domain] = top
+	l.domain = domain
 	l.descriptors(fields["descriptors"], top, domain)
 }
 
@@ -350,6 +357,7 @@ func (l *loader) descriptors(list *yaml.Node, into *level, parent string) {
 		if rl := f["rate_limit"]; rl != nil {
 			n.limit = l.rateLimit(rl, full, path+"rate_limit: ")
 			if n.limit != nil {
+				l.cfg.limits[full] = n.limit
 				n.limit.ShadowMode = l.boolean(f["shadow_mode"], path+"shadow_mode")
 				n.limit.DetailedMetric = l.boolean(f["detailed_metric"], path+"detailed_metric")
 			}
@@ -371,7 +379,7 @@ func (l *loader) rateLimit(n *yaml.Node, full, path string) *Limit {
 	}
 	before := len(l.problems)
 	f := l.fields(n, path, rateLimitKeys)
-	lim := &Limit{Key: full, File: l.current, Line: n.Line}
+	lim := &Limit{Key: full, Domain: l.domain, File: l.current, Line: n.Line}
 	lim.Name = l.str(f["name"], path+"name")
 	lim.Unlimited = l.boolean(f["unlimited"], path+"unlimited")
 	unitName := strings.ToUpper(l.str(f["unit"], path+"unit"))
@@ -425,4 +433,67 @@ func firstNode(ns ...*yaml.Node) *yaml.Node {
 		}
 	}
 	return nil
+}
+
+// UnknownLimits names burst keys that name no configured limit.
+type UnknownLimits []string
+
+func (u UnknownLimits) Error() string {
+	return "no such limit: " + strings.Join(u, ", ")
+}
+
+// SetBursts gives the limits named in bursts (by Key) that capacity
+// instead of their requests_per_unit; their rate stays requests_per_unit
+// per unit. It changes nothing and returns UnknownLimits when a key names
+// no limit.
+func (c *Config) SetBursts(bursts map[string]int64) error {
+	var unknown UnknownLimits
+	for k := range bursts {
+		if lim := c.limits[k]; lim == nil || lim.Unlimited {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return unknown
+	}
+	for k, n := range bursts {
+		c.limits[k].Burst = n
+	}
+	return nil
+}
+
+// Empty is a configuration with no domain: every descriptor meets no limit.
+func Empty() *Config {
+	return &Config{domains: map[string]*level{}, limits: map[string]*Limit{}}
+}
+
+// Snapshot is the content of the files a configuration at path is read
+// from (a file, or a directory's *.yaml and *.yml files), with their names,
+// so that a poll can tell a change (a ConfigMap's symlink swap included)
+// without loading it; nil for "" or what cannot be read.
+func Snapshot(path string) []byte {
+	if path == "" {
+		return nil
+	}
+	files := []string{path}
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		files = files[:0]
+		entries, _ := os.ReadDir(path)
+		for _, e := range entries {
+			if n := e.Name(); !strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				files = append(files, filepath.Join(path, n))
+			}
+		}
+	}
+	var out []byte
+	for _, f := range files {
+		data, err := readBounded(f)
+		if err != nil {
+			continue
+		}
+		out = append(append(append(out, f...), 0), data...)
+		out = append(out, 0)
+	}
+	return out
 }

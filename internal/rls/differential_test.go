@@ -143,7 +143,7 @@ descriptors:
 	upstream := startRatelimit(t, redis.Addr, yaml)
 	cfg := mustConfig(t, yaml)
 	store := redisstore.New(redis.Client(), "fg:")
-	ours := serve(t, NewService(cfg, ServiceOptions{Hash: plainHash, Decide: StoreDecider(store, nil)}))
+	ours := serve(t, NewService(cfg, ServiceOptions{Hash: plainHash, Store: store}))
 
 	type answer struct {
 		code      rlsv3.RateLimitResponse_Code

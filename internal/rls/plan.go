@@ -8,6 +8,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -50,14 +51,26 @@ type Item struct {
 // buckets they draw from, ready for one all-or-nothing decision (the
 // enforced buckets) and one of their own (the shadow buckets).
 type Plan struct {
-	Items   []Item
-	Buckets []Bucket
+	Items []Item
+	// Buckets are handed to Floodgate's one decide step
+	// (extauthz.Decider), as a Check's are: their Policy says only whether
+	// they are shadow buckets.
+	Buckets []extauthz.Bucket
 }
 
-// Bucket is one token bucket a request draws from.
-type Bucket struct {
-	Shadow  bool
-	Request limiter.Request
+// enforced and shadow stand for every enforced and every shadow limit in
+// a plan's buckets: the decide step reads a bucket's policy only for its
+// mode.
+var (
+	enforced = &extauthz.Policy{Name: "rls"}
+	shadow   = &extauthz.Policy{Name: "rls", Shadow: true}
+)
+
+func policyFor(isShadow bool) *extauthz.Policy {
+	if isShadow {
+		return shadow
+	}
+	return enforced
 }
 
 // Hasher turns a request's descriptor into a bucket identity: the same
@@ -111,10 +124,14 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 			it.Kind = Never
 			continue
 		}
+		capacity := int64(it.RequestsPerUnit)
+		if it.Limit != nil && it.Limit.Burst > 0 {
+			capacity = it.Limit.Burst
+		}
 		rate, err := limiter.NewRate(int64(it.RequestsPerUnit), it.Unit.Seconds)
 		var lim limiter.Limit
 		if err == nil {
-			lim, err = limiter.NewLimit(int64(it.RequestsPerUnit), rate)
+			lim, err = limiter.NewLimit(capacity, rate)
 		}
 		if err != nil {
 			continue // cannot happen for a uint32 count over these units; answer OK rather than fail
@@ -130,7 +147,7 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 			name += "/override/" + strconv.FormatUint(uint64(it.RequestsPerUnit), 10) + "/" + it.Unit.Name
 		}
 		it.Kind = Bucketed
-		it.Bucket = p.add(Bucket{Shadow: it.Shadow, Request: limiter.Request{Name: name, ID: id, Limit: lim, Cost: cost}})
+		it.Bucket = p.add(extauthz.Bucket{Policy: policyFor(it.Shadow), Request: limiter.Request{Name: name, ID: id, Limit: lim, Cost: cost}})
 	}
 	return p
 }
@@ -138,12 +155,12 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 // add appends b, or adds its cost to the bucket already planned under the
 // same name and identity (the same descriptor twice in one request counts
 // twice, as it does in envoyproxy/ratelimit), and returns its index.
-func (p *Plan) add(b Bucket) int {
+func (p *Plan) add(b extauthz.Bucket) int {
 	for j := range p.Buckets {
 		r := &p.Buckets[j].Request
 		if r.Name == b.Request.Name && r.ID == b.Request.ID {
 			r.Cost += b.Request.Cost
-			p.Buckets[j].Shadow = p.Buckets[j].Shadow && b.Shadow
+			p.Buckets[j].Policy = policyFor(p.Buckets[j].Policy.Shadow && b.Policy.Shadow)
 			return j
 		}
 	}

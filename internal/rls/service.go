@@ -2,21 +2,18 @@ package rls
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/limiter"
 )
-
-// DecideFunc decides a plan's buckets as Floodgate decides any request's:
-// the enforced ones together, all or nothing, the shadow ones on their own
-// (never denying). res has one entry per bucket. An error means the store
-// could not decide the enforced buckets and nothing was taken.
-type DecideFunc func(ctx context.Context, buckets []Bucket, res []limiter.Result) (allowed bool, err error)
 
 // OnFailure is what ShouldRateLimit answers when the store cannot decide.
 type OnFailure int
@@ -33,11 +30,16 @@ const (
 
 // ServiceOptions configure a Service.
 type ServiceOptions struct {
-	Hash      Hasher
-	Decide    DecideFunc
-	OnFailure OnFailure
-	Response  ResponseOptions
-	Logger    *zap.Logger
+	Hash Hasher
+	// Store decides the enforced limits; ShadowStore the shadow ones
+	// (default: Store), through the decide step every front end shares
+	// (extauthz.Decider).
+	Store, ShadowStore limiter.Store
+	OnFailure          OnFailure
+	Response           ResponseOptions
+	Logger             *zap.Logger
+	// Registerer receives the service's metrics (nil: none).
+	Registerer prometheus.Registerer
 }
 
 // Service answers Envoy's rate limit service API
@@ -46,8 +48,10 @@ type ServiceOptions struct {
 // error, unless OnFailure is FailError and the store could not decide.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg  atomic.Pointer[Config]
-	opts ServiceOptions
+	cfg      atomic.Pointer[Config]
+	opts     ServiceOptions
+	metrics  metrics
+	deciders sync.Pool // *extauthz.Decider: each keeps buffers for one goroutine
 }
 
 // NewService returns a service deciding with cfg.
@@ -55,7 +59,11 @@ func NewService(cfg *Config, o ServiceOptions) *Service {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	s := &Service{opts: o}
+	if o.ShadowStore == nil {
+		o.ShadowStore = o.Store
+	}
+	s := &Service{opts: o, metrics: newMetrics(o.Registerer)}
+	s.deciders.New = func() any { return &extauthz.Decider{Store: o.Store, Shadow: o.ShadowStore, Concurrent: true} }
 	s.cfg.Store(cfg)
 	return s
 }
@@ -73,27 +81,35 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	d := Decision{Allowed: true}
 	if len(plan.Buckets) > 0 {
 		d.Results = make([]limiter.Result, len(plan.Buckets))
-		allowed, err := s.opts.Decide(ctx, plan.Buckets, d.Results)
-		if err != nil {
-			s.opts.Logger.Warn("store could not decide; failure mode answers", zap.Error(err), zap.String("domain", req.GetDomain()))
+		dec := s.deciders.Get().(*extauthz.Decider)
+		decision := dec.Decide(ctx, plan.Buckets, d.Results)
+		s.deciders.Put(dec)
+		if decision.Err != nil {
+			s.opts.Logger.Warn("store could not decide; failure mode answers", zap.Error(decision.Err), zap.String("domain", req.GetDomain()))
+			s.metrics.storeErrors.Inc()
 			return s.failed(&plan)
 		}
-		d.Allowed = allowed
+		d.Allowed = decision.Allowed
 		for i := range d.Results {
 			d.Degraded = d.Degraded || d.Results[i].Degraded
 		}
 	}
-	return plan.Respond(d, s.opts.Response), nil
+	resp = plan.Respond(d, s.opts.Response)
+	s.metrics.count(&plan, resp, &d)
+	return resp, nil
 }
 
 // failed answers by the failure mode when the store could not decide.
 func (s *Service) failed(plan *Plan) (*rlsv3.RateLimitResponse, error) {
 	switch s.opts.OnFailure {
 	case FailError:
+		s.metrics.requests.WithLabelValues("error").Inc()
 		return nil, status.Error(codes.Unavailable, "floodgate: the rate limit store could not decide")
 	case FailDeny:
+		s.metrics.requests.WithLabelValues("degraded_denied").Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: okStatuses(plan, rlsv3.RateLimitResponse_OVER_LIMIT)}, nil
 	}
+	s.metrics.requests.WithLabelValues("degraded_allowed").Inc()
 	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(plan, rlsv3.RateLimitResponse_OK)}, nil
 }
 
@@ -103,47 +119,4 @@ func okStatuses(plan *Plan, code rlsv3.RateLimitResponse_Code) []*rlsv3.RateLimi
 		out[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: code}
 	}
 	return out
-}
-
-// StoreDecider is a DecideFunc over a limiter.Store: the enforced buckets in
-// one Take, the shadow buckets in another whose answer never denies.
-func StoreDecider(store, shadow limiter.Store) DecideFunc {
-	if shadow == nil {
-		shadow = store
-	}
-	return func(ctx context.Context, buckets []Bucket, res []limiter.Result) (bool, error) {
-		allowed := true
-		for pass := 0; pass < 2; pass++ {
-			isShadow := pass == 1
-			var reqs []limiter.Request
-			var idx []int
-			for i := range buckets {
-				if buckets[i].Shadow == isShadow {
-					reqs, idx = append(reqs, buckets[i].Request), append(idx, i)
-				}
-			}
-			if len(reqs) == 0 {
-				continue
-			}
-			out := make([]limiter.Result, len(reqs))
-			st := store
-			if isShadow {
-				st = shadow
-			}
-			ok, err := st.Take(ctx, reqs, out)
-			if err != nil {
-				if isShadow {
-					continue
-				}
-				return false, err
-			}
-			for j, i := range idx {
-				res[i] = out[j]
-			}
-			if !isShadow {
-				allowed = ok
-			}
-		}
-		return allowed, nil
-	}
 }

@@ -76,7 +76,7 @@ func serve(t *testing.T, s *Service) rlsv3.RateLimitServiceClient {
 
 func memoryService(t *testing.T, clock *limiter.ManualClock) rlsv3.RateLimitServiceClient {
 	store := memory.New(memory.Options{Clock: clock})
-	return serve(t, NewService(mustConfig(t, testConfig), ServiceOptions{Hash: plainHash, Decide: StoreDecider(store, nil)}))
+	return serve(t, NewService(mustConfig(t, testConfig), ServiceOptions{Hash: plainHash, Store: store}))
 }
 
 func desc(pairs ...string) *rlcommon.RateLimitDescriptor {
@@ -213,7 +213,7 @@ func TestTheFailureModeAnswersWhenTheStoreCannotDecide(t *testing.T) {
 		{FailDeny, rlsv3.RateLimitResponse_OVER_LIMIT, codes.OK},
 		{FailError, 0, codes.Unavailable},
 	} {
-		client := serve(t, NewService(mustConfig(t, testConfig), ServiceOptions{Hash: plainHash, Decide: StoreDecider(failingStore{}, nil), OnFailure: c.mode}))
+		client := serve(t, NewService(mustConfig(t, testConfig), ServiceOptions{Hash: plainHash, Store: failingStore{}, OnFailure: c.mode}))
 		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("api_key", "k")}})
 		if status.Code(err) != c.rpc || (err == nil && resp.OverallCode != c.code) {
 			t.Errorf("mode %d: %v %v", c.mode, resp, err)

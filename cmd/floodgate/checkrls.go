@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+type rlsArgs struct {
+	addr, domain string
+	descriptors  []string
+	hits         uint64
+	count        int
+	timeout      time.Duration
+}
+
+// checkRLS plays Envoy's rate limit filter: it sends ShouldRateLimit with
+// the domain and descriptors given and prints each answer as the filter
+// reads it: the overall code, then per descriptor its code, limit,
+// remaining and time until reset.
+func checkRLS(ctx context.Context, a rlsArgs, stdout, stderr io.Writer) int {
+	req, err := buildRLSRequest(a.domain, a.descriptors, a.hits)
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate check --rls:", err)
+		return 2
+	}
+	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(stderr, "floodgate check --rls:", err)
+		return 1
+	}
+	defer conn.Close()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	for i := 1; i <= a.count; i++ {
+		cctx, cancel := context.WithTimeout(ctx, a.timeout)
+		resp, err := client.ShouldRateLimit(cctx, req)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stderr, "#%d error: %v\n", i, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "#%d %s\n", i, describeRLS(resp))
+	}
+	return 0
+}
+
+func buildRLSRequest(domain string, descriptors []string, hits uint64) (*rlsv3.RateLimitRequest, error) {
+	if domain == "" {
+		return nil, fmt.Errorf("--domain is required")
+	}
+	if len(descriptors) == 0 {
+		return nil, fmt.Errorf("give at least one --descriptor key=value[,key=value...]")
+	}
+	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: uint32(min(hits, math.MaxUint32))}
+	for _, d := range descriptors {
+		desc := &rlcommon.RateLimitDescriptor{}
+		for _, kv := range strings.Split(d, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return nil, fmt.Errorf("--descriptor %q: want key=value[,key=value...]", d)
+			}
+			desc.Entries = append(desc.Entries, &rlcommon.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		req.Descriptors = append(req.Descriptors, desc)
+	}
+	return req, nil
+}
+
+// describeRLS renders an answer on one line.
+func describeRLS(resp *rlsv3.RateLimitResponse) string {
+	var b strings.Builder
+	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		b.WriteString("over limit")
+	} else {
+		b.WriteString("ok")
+	}
+	for i, st := range resp.GetStatuses() {
+		fmt.Fprintf(&b, "  [%d] %s", i, strings.ToLower(st.GetCode().String()))
+		switch lim := st.GetCurrentLimit(); {
+		case lim != nil:
+			name := lim.GetName()
+			if name != "" {
+				name = " " + name
+			}
+			fmt.Fprintf(&b, "%s %d/%s remaining %d reset %ds", name, lim.GetRequestsPerUnit(), strings.ToLower(lim.GetUnit().String()),
+				st.GetLimitRemaining(), st.GetDurationUntilReset().GetSeconds())
+		case st.GetLimitRemaining() == math.MaxUint32:
+			b.WriteString(" unlimited")
+		default:
+			b.WriteString(" no limit")
+		}
+	}
+	if body := resp.GetRawBody(); len(body) > 0 {
+		fmt.Fprintf(&b, "  body: %s", body)
+	}
+	return b.String()
+}
