@@ -1,7 +1,11 @@
 package envoy
 
 import (
+	"net"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -11,6 +15,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
@@ -204,5 +209,42 @@ func TestEveryRateLimitedRouteMeetsALimit(t *testing.T) {
 	partner := cfg.Select(rl.GetDomain(), []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "partner-9"}})
 	if partner == nil || partner.Name != "api-per-partner-key" {
 		t.Errorf("a partner key selects %+v, want api-per-partner-key", partner)
+	}
+}
+
+// TestTheRateLimitExampleFloodgateConfigMatches loads the Floodgate
+// configuration beside the rate limit example as serve does (offline: no
+// secret), and holds it to the Envoy side: the cluster's port is
+// listen.grpc, the filter's domain is one rls.config defines, and the
+// burst names the per-key limit.
+func TestTheRateLimitExampleFloodgateConfigMatches(t *testing.T) {
+	_, rl, ec := rlsBootstrap(t)
+	data, err := os.ReadFile("ratelimit/floodgate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("ratelimit/floodgate.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// rls.config is written from the repository root, as the header says.
+	cfg.RLS.Config = filepath.Join("..", cfg.RLS.Config)
+	if err := cfg.LoadRLS(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cfg.RLS.Rules.Domains(), rl.GetDomain()) {
+		t.Errorf("the filter's domain %q is not among rls.config's %v", rl.GetDomain(), cfg.RLS.Rules.Domains())
+	}
+	_, port, _ := net.SplitHostPort(cfg.Listen.GRPC)
+	c := ec.clusters[rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()]
+	if got := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); strconv.Itoa(int(got)) != port {
+		t.Errorf("cluster port %d, listen.grpc %s", got, cfg.Listen.GRPC)
+	}
+	lim := cfg.RLS.Rules.Select(rl.GetDomain(), []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "k"}})
+	if lim == nil || lim.Burst != 20 || lim.RequestsPerUnit != 100 {
+		t.Errorf("the per-key limit: %+v, want 100 a minute with a burst of 20", lim)
+	}
+	if d := cfg.Store.Redis.Timeout; d >= rl.GetTimeout().AsDuration() {
+		t.Errorf("store.redis.timeout %v is not below the filter's timeout %v", d, rl.GetTimeout().AsDuration())
 	}
 }
