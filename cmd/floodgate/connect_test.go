@@ -51,8 +51,7 @@ func TestValidateConnect(t *testing.T) {
 	good := redistest.Start(t)
 	other := redistest.Start(t)
 	auth := redistest.StartWith(t, redistest.Config{Password: "s3cret"})
-	dead := redistest.Start(t)
-	dead.Kill()
+	dead := redistest.RefusedAddr(t)
 	lru := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
 	ttl := redistest.Start(t, "--maxmemory-policy", "volatile-ttl")
 	pwFile := filepath.Join(t.TempDir(), "pw")
@@ -74,7 +73,7 @@ func TestValidateConnect(t *testing.T) {
 			[]string{"WRONGPASS", "fix: Redis refused the username or password"}},
 		{"two standalone servers taken as a Cluster", redisConfig(`"`+good.Addr+`", "`+other.Addr+`"`, ""), 1,
 			[]string{"cluster support disabled", "fix: several store.redis.addresses"}},
-		{"nothing listening", redisConfig(`"`+dead.Addr+`"`, ""), 1,
+		{"nothing listening", redisConfig(`"`+dead+`"`, ""), 1,
 			[]string{"cannot use the server", "is the server running", ": the file is valid (1 policy, store redis), but the store cannot be used"}},
 		{"the memory store", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 1\n    refill_per_second: 1\n", 0,
 			[]string{"store: memory: nothing to connect to"}},

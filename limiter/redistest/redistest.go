@@ -368,3 +368,25 @@ func CommandStats(t testing.TB, c *redis.Client) map[string]CommandStat {
 	}
 	return stats
 }
+
+// RefusedAddr returns a loopback address where nothing listens and
+// nothing can start listening while the test runs: a socket bound to it
+// and never put to listen, so a connection is refused at once. (A port
+// freed by a killed server can be taken by another test's server running
+// in parallel; this one cannot.)
+func RefusedAddr(t testing.TB) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+}
