@@ -2,7 +2,6 @@ package extauthz
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 	"testing"
 
@@ -34,17 +33,8 @@ var (
 		Capacity: 1, RefillPerSecond: "1/3600"}
 )
 
-// benchRequests are Envoy-shaped CheckRequests (headers map), one per caller.
-func benchRequests(n int) []*authv3.CheckRequest {
-	reqs := make([]*authv3.CheckRequest, n)
-	for i := range reqs {
-		reqs[i] = checkRequest("10.1."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255), map[string]string{
-			":path": "/v1/items/" + strconv.Itoa(i), "x-api-key": "k_live_" + strconv.Itoa(100000+i),
-			"x-forwarded-for": "203.0.113." + strconv.Itoa(i&255), "user-agent": "bench/1.0", "accept": "application/json",
-		})
-	}
-	return reqs
-}
+// benchRequests are Envoy-shaped CheckRequests, one per caller (extauthztest.EnvoyRequests).
+var benchRequests = extauthztest.EnvoyRequests
 
 func benchServer(b *testing.B, policies ...PolicySpec) *Server {
 	b.Helper()

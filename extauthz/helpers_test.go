@@ -1,29 +1,16 @@
 package extauthz
 
 import (
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"os"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// checkRequest builds an HTTP CheckRequest as Envoy sends it in its default
-// (headers map) mode; pseudo-headers default to GET / on api.example.com.
-func checkRequest(source string, headers map[string]string) *authv3.CheckRequest {
-	h := map[string]string{":method": "GET", ":path": "/", ":authority": "api.example.com", ":scheme": "http"}
-	for k, v := range headers {
-		h[k] = v
-	}
-	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
-			SocketAddress: &corev3.SocketAddress{Address: source, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 40000}}}}},
-		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: h[":method"], Path: h[":path"], Host: h[":authority"], Scheme: "http", Protocol: "HTTP/1.1", Headers: h,
-		}},
-	}}
-}
+// checkRequest builds an Envoy-shaped CheckRequest (extauthztest.CheckRequest).
+var checkRequest = extauthztest.CheckRequest
 
 // fixture loads an Envoy-shaped CheckRequest from testdata/envoy.
 func fixture(t testing.TB, name string) *authv3.CheckRequest {

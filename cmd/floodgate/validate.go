@@ -63,11 +63,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 // file it names; the rate limit configuration it names is checked too (it
 // holds no secret).
 func parseOnly(path string) (*config.Config, error) {
-	data, err := config.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	c, err := config.Parse(path, data)
+	c, err := config.ParseFile(path)
 	if err != nil {
 		return nil, err
 	}

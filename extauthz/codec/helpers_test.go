@@ -1,43 +1,19 @@
 package codec
 
 import (
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"os"
-	"strconv"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// checkRequest builds an HTTP CheckRequest as Envoy sends it in its default
-// (headers map) mode; pseudo-headers default to GET / on api.example.com.
-func checkRequest(source string, headers map[string]string) *authv3.CheckRequest {
-	h := map[string]string{":method": "GET", ":path": "/", ":authority": "api.example.com", ":scheme": "http"}
-	for k, v := range headers {
-		h[k] = v
-	}
-	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
-			SocketAddress: &corev3.SocketAddress{Address: source, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 40000}}}}},
-		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: h[":method"], Path: h[":path"], Host: h[":authority"], Scheme: "http", Protocol: "HTTP/1.1", Headers: h,
-		}},
-	}}
-}
+// checkRequest builds an Envoy-shaped CheckRequest (extauthztest.CheckRequest).
+var checkRequest = extauthztest.CheckRequest
 
-// envoyRequests are Envoy-shaped CheckRequests (headers map), one per
-// caller, as extauthz's benchmarks send them.
-func envoyRequests(n int) []*authv3.CheckRequest {
-	reqs := make([]*authv3.CheckRequest, n)
-	for i := range reqs {
-		reqs[i] = checkRequest("10.1."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255), map[string]string{
-			":path": "/v1/items/" + strconv.Itoa(i), "x-api-key": "k_live_" + strconv.Itoa(100000+i),
-			"x-forwarded-for": "203.0.113." + strconv.Itoa(i&255), "user-agent": "bench/1.0", "accept": "application/json",
-		})
-	}
-	return reqs
-}
+// envoyRequests are Envoy-shaped CheckRequests, one per caller (extauthztest.EnvoyRequests).
+var envoyRequests = extauthztest.EnvoyRequests
 
 // fixture loads an Envoy-shaped CheckRequest from extauthz's Envoy
 // fixtures (extauthz/testdata/envoy, where its README says what each is).

@@ -314,11 +314,7 @@ func Default() *Config {
 // resolves what it names outside itself (Resolve): what serve and validate
 // run with.
 func Load(path string) (*Config, error) {
-	data, err := ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	c, err := Parse(path, data)
+	c, err := ParseFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +325,16 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ParseFile reads the configuration file at path (ReadFile) and parses it
+// (Parse): no secret, TLS or rate limit file it names is read.
+func ParseFile(path string) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
 }
 
 // EngineOptions returns the options Engine was compiled with, for a caller

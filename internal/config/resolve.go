@@ -112,11 +112,7 @@ func insertSection(changed []string, section string) []string {
 // command connects to nothing. The file itself is checked as Parse checks
 // it; serve and validate use Load and stay strict.
 func LoadOffline(path string) (*Config, error) {
-	data, err := ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	c, err := Parse(path, data)
+	c, err := ParseFile(path)
 	if err != nil {
 		return nil, err
 	}
