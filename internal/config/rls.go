@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/floodgate/floodgate/internal/fielderr"
 	"github.com/floodgate/floodgate/internal/rls"
 )
 
@@ -65,7 +66,7 @@ func (c *Config) LoadRLS() error {
 	}
 	v := c.resolver()
 	rules, err := rls.Load(c.RLS.Config)
-	var problems rls.Problems
+	var problems fielderr.List
 	switch {
 	case errors.As(err, &problems):
 		return fmt.Errorf("%s:%d: rls.config: %d problems in the rate limit configuration:\n%w", c.Source, v.lineOf("rls.config"), len(problems), err)

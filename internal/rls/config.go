@@ -28,6 +28,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/floodgate/floodgate/internal/fielderr"
 )
 
 // Unit is a rate limit's unit as ratelimit's YAML names it.
@@ -87,31 +89,6 @@ type level struct {
 type node struct {
 	level
 	limit *Limit
-}
-
-// Problem is one thing wrong with a configuration, at its place.
-type Problem struct {
-	File string
-	Line int
-	Msg  string
-}
-
-func (p Problem) Error() string {
-	if p.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Msg)
-	}
-	return fmt.Sprintf("%s: %s", p.File, p.Msg)
-}
-
-// Problems is every problem found in a load, in file and line order.
-type Problems []Problem
-
-func (ps Problems) Error() string {
-	msgs := make([]string, len(ps))
-	for i, p := range ps {
-		msgs[i] = p.Error()
-	}
-	return strings.Join(msgs, "\n")
 }
 
 // Domains lists the loaded domains, sorted.
@@ -193,9 +170,9 @@ func readBounded(name string) ([]byte, error) {
 
 // Parse builds a Config from files already read (names in the order given,
 // each with its content). It reports every problem it finds, each at its
-// file and line, and builds nothing when there is one.
+// file and line (a fielderr.List), and builds nothing when there is one.
 func Parse(names []string, sources map[string][]byte) (*Config, error) {
-	l := loader{cfg: &Config{domains: map[string]*level{}, limits: map[string]*Limit{}, files: names}, domainAt: map[string]Problem{}}
+	l := loader{cfg: &Config{domains: map[string]*level{}, limits: map[string]*Limit{}, files: names}, domainAt: map[string]*fielderr.Error{}}
 	for _, name := range names {
 		l.file(name, sources[name])
 	}
@@ -207,9 +184,9 @@ func Parse(names []string, sources map[string][]byte) (*Config, error) {
 
 type loader struct {
 	cfg      *Config
-	problems Problems
-	domainAt map[string]Problem // where each domain was first defined
-	domain   string             // the file's domain
+	problems fielderr.List
+	domainAt map[string]*fielderr.Error // where each domain was first defined
+	domain   string                     // the file's domain
 	current  string
 }
 
@@ -218,7 +195,7 @@ func (l *loader) errorf(n *yaml.Node, format string, args ...any) {
 	if n != nil {
 		line = n.Line
 	}
-	l.problems = append(l.problems, Problem{File: l.current, Line: line, Msg: fmt.Sprintf(format, args...)})
+	l.problems = append(l.problems, &fielderr.Error{File: l.current, Line: line, Msg: fmt.Sprintf(format, args...)})
 }
 
 func (l *loader) file(name string, data []byte) {
@@ -231,7 +208,7 @@ func (l *loader) file(name string, data []byte) {
 			line, _ = strconv.Atoi(m[1])
 			msg = strings.TrimPrefix(msg, m[0])
 		}
-		l.problems = append(l.problems, Problem{File: name, Line: line, Msg: "not YAML: " + msg})
+		l.problems = append(l.problems, &fielderr.Error{File: name, Line: line, Msg: "not YAML: " + msg})
 		return
 	}
 	if len(doc.Content) == 0 {
@@ -253,7 +230,7 @@ func (l *loader) file(name string, data []byte) {
 		l.errorf(fields["domain"], "domain %q is already defined at %s:%d (one file per domain, as envoyproxy/ratelimit requires without MERGE_DOMAIN_CONFIG)", domain, at.File, at.Line)
 		return
 	}
-	l.domainAt[domain] = Problem{File: name, Line: fields["domain"].Line}
+	l.domainAt[domain] = &fielderr.Error{File: name, Line: fields["domain"].Line}
 	top := &level{next: map[string]*node{}}
 	l.cfg.domains[domain] = top
 	l.domain = domain
