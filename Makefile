@@ -74,7 +74,8 @@ lint:
 	$(GO) vet $(PKGS)
 
 ## bench: the end-to-end table. Builds floodgate and floodbench, starts its own redis-server, a no-op
-## ext_authz server (the ceiling) and floodgate on 127.0.0.1, and prints decisions/s, p50, p99, the ratio
+## ext_authz and rate limit server (the ceiling) and floodgate on 127.0.0.1 (Check, and (b-rls) its rate
+## limit service on envoyproxy/ratelimit's requests and YAML), and prints decisions/s, p50, p99, the ratio
 ## to the no-op server and Redis CPU per decision for every scenario at concurrency 1, 16 and 64 (a few
 ## minutes). BENCHFLAGS go to `floodbench run` (e.g. BENCHFLAGS="--cell 6s --conc 64").
 BENCHFLAGS ?=
@@ -91,7 +92,7 @@ bench-ghz: build redis bench-tools
 
 ## bench-tools: ghz and envoyproxy/ratelimit (service_cmd) in bin/, each built with go install at a pinned
 ## version (needs the Go module proxy) unless GHZ / RATELIMIT name binaries you have. With them, make bench
-## can add (r) too: make bench BENCHFLAGS="--ratelimit bin/ratelimit --scenarios a,b,r".
+## can add (r) too: make bench BENCHFLAGS="--ratelimit bin/ratelimit --scenarios a,b,a',r,b-rls".
 GHZ       ?= bin/ghz
 RATELIMIT ?= bin/ratelimit
 bench-tools:

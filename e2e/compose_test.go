@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
@@ -29,6 +31,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
+	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -57,6 +60,7 @@ type composeService struct {
 	Command     []string                    `json:"command"`
 	Volumes     []string                    `json:"volumes"`
 	Environment map[string]string           `json:"environment"`
+	WorkingDir  string                      `json:"working_dir"`
 	Ports       []string                    `json:"ports"`
 	DependsOn   map[string]composeDependsOn `json:"depends_on"`
 	Healthcheck *composeHealthcheck         `json:"healthcheck"`
@@ -162,7 +166,7 @@ func composeProblems(t *testing.T, c *compose) []string {
 	var p []string
 	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
 
-	want := []string{"echo", "envoy", "envoy-jwt", "floodgate", "floodgate-jwt", "redis"}
+	want := []string{"echo", "envoy", "envoy-jwt", "envoy-rls", "floodgate", "floodgate-jwt", "floodgate-rls", "redis"}
 	var names []string
 	for n := range c.Services {
 		names = append(names, n)
@@ -231,7 +235,7 @@ func composeProblems(t *testing.T, c *compose) []string {
 
 	// Floodgate services: the image's config path is mounted, Redis is the compose service.
 	floodgateConfigs := map[string]*config.Config{}
-	for _, name := range []string{"floodgate", "floodgate-jwt"} {
+	for _, name := range []string{"floodgate", "floodgate-jwt", "floodgate-rls"} {
 		s := c.Services[name]
 		if s.Build == nil {
 			bad("%s must be built from the Dockerfile", name)
@@ -241,7 +245,7 @@ func composeProblems(t *testing.T, c *compose) []string {
 			bad("%s does not mount a configuration at %s (the image's --config)", name, configInImage)
 			continue
 		}
-		cfg, err := config.Load(src)
+		cfg, err := loadInContainer(s, src)
 		if err != nil {
 			bad("%s: %s: %v", name, src, err)
 			continue
@@ -278,9 +282,14 @@ func composeProblems(t *testing.T, c *compose) []string {
 		bad("echo: no -listen=:PORT argument")
 	}
 
+	// The rate limit service's Floodgate serves it: rls.config names limits it finds in the container.
+	if cfg := floodgateConfigs["floodgate-rls"]; cfg != nil && cfg.RLS.Rules == nil {
+		bad("floodgate-rls: %s sets no rls.config: Envoy's rate limit filter would find no rate limit service", c.Services["floodgate-rls"].mount(configInImage))
+	}
+
 	// Envoy services: the bootstrap is mounted where the command reads it; its listener and admin
 	// are published; every cluster points at a compose service on the port that service serves.
-	for _, name := range []string{"envoy", "envoy-jwt"} {
+	for _, name := range []string{"envoy", "envoy-jwt", "envoy-rls"} {
 		s := c.Services[name]
 		if !strings.Contains(strings.Join(s.Command, " "), "-c "+envoyConfigIn) {
 			bad("%s: command %v does not load %s", name, s.Command, envoyConfigIn)
@@ -332,6 +341,62 @@ func composeProblems(t *testing.T, c *compose) []string {
 	return p
 }
 
+// loadInContainer loads the Floodgate configuration src (a host path) as the service s reads it in
+// its container: rls.config, relative to the container's working directory (compose working_dir,
+// else the image's: /) or absolute, must lie in a directory or file s mounts, and the limits are
+// read from that mount's host side.
+func loadInContainer(s *composeService, src string) (*config.Config, error) {
+	data, err := config.ReadFile(src)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Parse(src, data)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Resolve(); err != nil {
+		return nil, err
+	}
+	if cfg.RLS.Config == "" {
+		return cfg, nil
+	}
+	wd := s.WorkingDir
+	if wd == "" {
+		wd = "/" // the image's working directory (the final stage of cmd/floodgate/Dockerfile sets none)
+	}
+	inContainer := cfg.RLS.Config
+	if !path.IsAbs(inContainer) {
+		inContainer = path.Join(wd, inContainer)
+	}
+	host := s.hostPath(inContainer)
+	if host == "" {
+		return nil, fmt.Errorf("rls.config %s is %s in the container, which no volume mounts (volumes %v)", cfg.RLS.Config, inContainer, s.Volumes)
+	}
+	cfg.RLS.Config = host
+	if err := cfg.LoadRLS(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// hostPath returns the host path (relative to e2e/) that the container path p reads: a mount at p,
+// or inside a mounted directory; "" when no volume covers p.
+func (s *composeService) hostPath(p string) string {
+	for _, v := range s.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) < 2 {
+			continue
+		}
+		if parts[1] == p {
+			return parts[0]
+		}
+		if rest, ok := strings.CutPrefix(p, strings.TrimSuffix(parts[1], "/")+"/"); ok {
+			return filepath.Join(parts[0], filepath.FromSlash(rest))
+		}
+	}
+	return ""
+}
+
 // envoyAtLeast reports whether a tag "vX.Y.Z" is at least major.minor.
 func envoyAtLeast(tag string, major, minor int) bool {
 	parts := strings.Split(strings.TrimPrefix(tag, "v"), ".")
@@ -363,6 +428,14 @@ func TestComposeFile(t *testing.T) {
 			{"admin on all interfaces", `"127.0.0.1:9901:9901"`, `"9901:9901"`, "beyond loopback"},
 			{"admin published elsewhere", `"127.0.0.1:9901:9901"`, `"127.0.0.1:9911:9911"`, "admin port 9901"},
 			{"hash secret optional", "FLOODGATE_HASH_SECRET: ${FLOODGATE_HASH_SECRET:?", "FLOODGATE_HASH_SECRET: ${FLOODGATE_HASH_SECRET:-", "must be ${FLOODGATE_HASH_SECRET:?"},
+			// The rate limit route: its limits mounted where rls.config finds them, its Envoy
+			// pointed at its Floodgate, its admin on loopback.
+			{"rls limits unmounted", "../envoy/ratelimit/config:/envoy/ratelimit/config:ro", "../envoy/ratelimit/config:/etc/floodgate/ratelimit:ro", "which no volume mounts"},
+			{"rls working directory", "working_dir: /\n", "working_dir: /srv\n", "/srv/envoy/ratelimit/config in the container"},
+			{"rls limits missing", "../envoy/ratelimit/config:/envoy", "../envoy/ratelimit/conf:/envoy", "does not exist"},
+			{"rls envoy without its floodgate", "      floodgate-rls:\n        condition: service_started", "      floodgate:\n        condition: service_started", "needs service floodgate-rls"},
+			{"rls admin published elsewhere", `"127.0.0.1:9903:9903"`, `"127.0.0.1:9904:9903"`, "admin port 9903"},
+			{"rls bootstrap", "../envoy/ratelimit/envoy.yaml:", "../envoy/jwt/envoy.yaml:", "floodgate-jwt"},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -426,7 +499,7 @@ func TestRunScript(t *testing.T) {
 	}
 	c := loadCompose(t, data)
 	// URLs: the host side of what compose publishes for the matching container port.
-	for v, svc := range map[string]string{"ENVOY": "envoy", "ENVOY_ADMIN": "envoy", "ENVOY_JWT": "envoy-jwt", "ENVOY_JWT_ADMIN": "envoy-jwt"} {
+	for v, svc := range map[string]string{"ENVOY": "envoy", "ENVOY_ADMIN": "envoy", "ENVOY_JWT": "envoy-jwt", "ENVOY_JWT_ADMIN": "envoy-jwt", "ENVOY_RLS": "envoy-rls", "ENVOY_RLS_ADMIN": "envoy-rls"} {
 		hostPort := strings.TrimPrefix(vars[v], "http://")
 		found := false
 		for _, hp := range c.Services[svc].published(t) {
@@ -436,8 +509,26 @@ func TestRunScript(t *testing.T) {
 			t.Errorf("%s=%s is not a port compose publishes for %s", v, vars[v], svc)
 		}
 	}
-	if got := strconv.Itoa(c.Services["floodgate"].Deploy.Replicas); vars["FLOODGATE_REPLICAS"] != got || got == "1" {
-		t.Errorf("FLOODGATE_REPLICAS=%s but compose runs %s floodgate replicas (want several)", vars["FLOODGATE_REPLICAS"], got)
+	for v, svc := range map[string]string{"FLOODGATE_REPLICAS": "floodgate", "RLS_REPLICAS": "floodgate-rls"} {
+		d := c.Services[svc].Deploy
+		if d == nil || vars[v] != strconv.Itoa(d.Replicas) || d.Replicas < 2 {
+			t.Errorf("%s=%s but compose runs %+v %s replicas (want several)", v, vars[v], d, svc)
+		}
+	}
+	if !strings.Contains(string(script), "--profile rls") || !strings.Contains(string(script), "x-envoy-ratelimited") {
+		t.Errorf("%s does not start the rls profile or check Envoy's rate limit filter's 429", runScript)
+	}
+	// The rate limit service's limit the script spends: a burst of RLS_BURST on RLS_LIMIT, the
+	// limit /v1/ requests with an API key select, refilling far slower than a burst of curls.
+	rcfg, err := loadInContainer(c.Services["floodgate-rls"], c.Services["floodgate-rls"].mount(configInImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := rcfg.RLS.Rules.Select("edge", []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "rls-key"}})
+	if lim == nil || lim.Name != vars["RLS_LIMIT"] || strconv.FormatInt(lim.Burst, 10) != vars["RLS_BURST"] {
+		t.Errorf("RLS_LIMIT=%s RLS_BURST=%s, but an API key on /v1/ selects %+v", vars["RLS_LIMIT"], vars["RLS_BURST"], lim)
+	} else if lim.Unit.Seconds < 60 {
+		t.Errorf("limit %s refills every %ds: too fast for run.sh's burst to reach 429 reliably", lim.Name, lim.Unit.Seconds)
 	}
 	// The policies the script drives to 429: they exist, with that capacity, and refill slowly
 	// enough (at most one token every 2s) that a burst of curls cannot be topped up mid-way.

@@ -24,7 +24,9 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -406,6 +408,93 @@ func TestReplicasShareOneBucket(t *testing.T) {
 	for _, k := range keys {
 		if strings.Contains(k, "k_live") || strings.Contains(k, "198.51.100.23") {
 			t.Fatalf("redis key %q holds an identity in the clear", k)
+		}
+	}
+}
+
+// TestReplicasShareRLSBuckets: the rate limit service (Envoy's envoy.filters.http.ratelimit
+// calls ShouldRateLimit) on two replicas and one Redis, over real gRPC. A burst spent through
+// replica 1 is over the limit through replica 2, and a denied request takes nothing; another API
+// key has its own full bucket; descriptor values never appear in Redis keys.
+func TestReplicasShareRLSBuckets(t *testing.T) {
+	rs := redistest.Start(t)
+	const limit = 5
+	// envoyproxy/ratelimit's format: 5 an hour per API key (a refill every 12 minutes, none
+	// during the test).
+	limits := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	if err := os.WriteFile(limits, []byte(fmt.Sprintf(`domain: e2e
+descriptors:
+  - key: api_key
+    rate_limit:
+      name: per-key
+      unit: hour
+      requests_per_unit: %d
+`, limit)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := configYAML(rs.Addr, "allow", "50ms", 1000, "1000", 0) + "rls:\n  config: " + strconv.Quote(limits) + "\n"
+	replicas := []*replica{startReplica(t, "replica-1", cfg, secretEnv), startReplica(t, "replica-2", cfg, secretEnv)}
+	clients := make([]rlsv3.RateLimitServiceClient, len(replicas))
+	for i, r := range replicas {
+		conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		clients[i] = rlsv3.NewRateLimitServiceClient(conn)
+	}
+	// What Envoy's filter sends for a route with one action, request_headers x-api-key -> api_key.
+	ask := func(i int, apiKey string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := clients[i].ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "e2e", Descriptors: []*commonrlv3.RateLimitDescriptor{{
+			Entries: []*commonrlv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: apiKey}},
+		}}})
+		if err != nil {
+			t.Fatalf("%s, key %s: %v", replicas[i].name, apiKey, err)
+		}
+		if len(resp.GetStatuses()) != 1 || resp.GetStatuses()[0].GetCode() != resp.GetOverallCode() ||
+			resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() != limit || resp.GetStatuses()[0].GetCurrentLimit().GetName() != "per-key" {
+			t.Fatalf("%s, key %s: %v; want one status with the per-key limit", replicas[i].name, apiKey, resp)
+		}
+		return resp
+	}
+	const key = "rls-key-k_live_7d1e"
+	for n := 0; n < limit; n++ {
+		resp := ask(0, key)
+		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != uint32(limit-1-n) {
+			t.Fatalf("request %d through replica 1: %v; want OK with %d remaining", n+1, resp, limit-1-n)
+		}
+	}
+	// Replica 2 sees the bucket replica 1 emptied, and its denial takes nothing: replica 1 is
+	// still over the limit, not further below it.
+	for _, i := range []int{1, 1, 0} {
+		resp := ask(i, key)
+		st := resp.GetStatuses()[0]
+		if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || st.GetLimitRemaining() != 0 || st.GetDurationUntilReset().AsDuration() <= 0 {
+			t.Fatalf("through %s after the burst: %v; want OVER_LIMIT, 0 remaining, a positive duration_until_reset", replicas[i].name, resp)
+		}
+		if d := st.GetDurationUntilReset().AsDuration(); d > time.Hour/limit+time.Second {
+			t.Fatalf("through %s: duration_until_reset %v, want at most one token's refill (%v): a denied request took a token", replicas[i].name, d, time.Hour/limit)
+		}
+	}
+	// Another key: a full bucket of its own, counted across the replicas too.
+	for i := range replicas {
+		if resp := ask(i, "rls-key-other"); resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || resp.GetStatuses()[0].GetLimitRemaining() != uint32(limit-1-i) {
+			t.Fatalf("another key through %s: %v; want OK with %d remaining", replicas[i].name, resp, limit-1-i)
+		}
+	}
+	keys, err := rs.Client().Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 {
+		t.Fatalf("redis holds keys %v, want the two API keys' buckets", keys)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, "rls-key") {
+			t.Fatalf("redis key %q holds a descriptor value in the clear", k)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end run of the shipped configuration in containers: Envoy (envoy/envoy.yaml), two Floodgate
-# replicas (envoy/floodgate.yaml), Redis and an echo upstream, plus the JWT example (envoy/jwt/).
+# replicas (envoy/floodgate.yaml), Redis and an echo upstream, plus the JWT example (envoy/jwt/) and
+# the rate limit service example (envoy/ratelimit/: Envoy's rate limit filter, two Floodgate replicas).
 #
 #   bash e2e/run.sh          # build, start, check, stop (exit 0 when every check passed)
 #   KEEP=1 bash e2e/run.sh   # leave the containers running afterwards
@@ -9,17 +10,24 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-COMPOSE=(docker compose -f docker-compose.yaml --profile jwt)
+COMPOSE=(docker compose -f docker-compose.yaml --profile jwt --profile rls)
 ENVOY=http://127.0.0.1:10000       # envoy/envoy.yaml listener, published by compose
 ENVOY_ADMIN=http://127.0.0.1:9901
 ENVOY_JWT=http://127.0.0.1:10001   # envoy/jwt/envoy.yaml listener
 ENVOY_JWT_ADMIN=http://127.0.0.1:9902
+ENVOY_RLS=http://127.0.0.1:10002   # envoy/ratelimit/envoy.yaml listener
+ENVOY_RLS_ADMIN=http://127.0.0.1:9903
 # The policies this script drives to 429 (e2e/e2e_test.go checks these against the configs).
 SEARCH_POLICY=search-per-caller    # envoy/floodgate.yaml, route /v1/search
 SEARCH_CAPACITY=5
 JWT_POLICY=per-user                # envoy/jwt/floodgate.yaml
 JWT_CAPACITY=5
 FLOODGATE_REPLICAS=2               # deploy.replicas of the floodgate service
+RLS_REPLICAS=2                     # deploy.replicas of the floodgate-rls service
+# The rate limit service's per-key limit on /v1/ (envoy/ratelimit/config/edge.yaml) and its burst
+# (rls.burst in envoy/ratelimit/floodgate.yaml): RLS_BURST requests pass at once, then 429.
+RLS_LIMIT=api-per-key
+RLS_BURST=20
 WAIT_SECONDS=${WAIT_SECONDS:-180}  # bound on every wait (the first build takes a while)
 
 # The identity hash secret of both Floodgate configurations (identity.hash_secret_env): a fresh one
@@ -129,6 +137,8 @@ wait_until "Envoy is live" curl -fsS "$ENVOY_ADMIN/ready"
 wait_until "Envoy (jwt) is live" curl -fsS "$ENVOY_JWT_ADMIN/ready"
 wait_until "Envoy sees $FLOODGATE_REPLICAS healthy Floodgate replicas" healthy_hosts "$ENVOY_ADMIN" "$FLOODGATE_REPLICAS"
 wait_until "Envoy (jwt) sees a healthy Floodgate" healthy_hosts "$ENVOY_JWT_ADMIN" 1
+wait_until "Envoy (rls) is live" curl -fsS "$ENVOY_RLS_ADMIN/ready"
+wait_until "Envoy (rls) sees $RLS_REPLICAS healthy Floodgate replicas" healthy_hosts "$ENVOY_RLS_ADMIN" "$RLS_REPLICAS"
 wait_until "the upstream answers through Envoy" curl -fsS "$ENVOY/v1/items" -H "x-api-key: warmup-$$"
 
 # The health route has ext_authz disabled: it never carries RateLimit headers.
@@ -150,6 +160,38 @@ if [ "$(code notoken)" = 401 ]; then pass "jwt: no token → 401"; else fail "jw
 burst jwt-alice "$ENVOY_JWT/v1/items" "$JWT_CAPACITY" "$JWT_POLICY" -H "authorization: Bearer $alice"
 request bob "$ENVOY_JWT/v1/items" -H "authorization: Bearer $bob"
 if [ "$(code bob)" = 200 ]; then pass "jwt: bob is not limited by alice's bucket"; else fail "jwt: bob → $(code bob), want 200"; fi
+
+# The rate limit service (Envoy's rate limit filter, draft-03 X-RateLimit headers): one API key,
+# spread over both replicas by round robin, spends one shared bucket of RLS_BURST ($RLS_LIMIT), then
+# Envoy answers 429 marked x-envoy-ratelimited.
+rls_key="rls-$$-$RANDOM"
+rls_ok=1
+for ((i = 1; i <= RLS_BURST; i++)); do
+  request "rls-$i" "$ENVOY_RLS/v1/items" -H "x-api-key: $rls_key"
+  remaining=$(header "rls-$i" x-ratelimit-remaining)
+  if [ "$(code "rls-$i")" != 200 ] || ! [[ $remaining =~ ^[0-9]+$ ]] || [ -z "$(header "rls-$i" x-ratelimit-limit)" ]; then
+    fail "rls: request $i answered $(code "rls-$i") with x-ratelimit-remaining '$remaining', want 200 with X-RateLimit headers"
+    rls_ok=0
+    break
+  fi
+done
+if ((rls_ok)); then
+  pass "rls: $RLS_BURST requests allowed with X-RateLimit headers (last remaining: $remaining)"
+  for ((i = RLS_BURST + 1; i <= RLS_BURST + 3; i++)); do
+    request "rls-$i" "$ENVOY_RLS/v1/items" -H "x-api-key: $rls_key"
+    [ "$(code "rls-$i")" = 429 ] && break
+  done
+  if [ "$(code "rls-$i")" != 429 ]; then
+    fail "rls: no 429 after $RLS_BURST allowed requests (last: $(code "rls-$i"))"
+  elif [ "$(header "rls-$i" x-envoy-ratelimited)" != true ] || [ "$(header "rls-$i" x-ratelimit-remaining)" != 0 ]; then
+    fail "rls: 429 without x-envoy-ratelimited: true and x-ratelimit-remaining: 0:"
+    cat "$tmp/rls-$i.headers" >&2
+  else
+    pass "rls: then 429, x-envoy-ratelimited, x-ratelimit-reset: $(header "rls-$i" x-ratelimit-reset)"
+  fi
+fi
+request rls-other "$ENVOY_RLS/v1/items" -H "x-api-key: rls-other-$$"
+if [ "$(code rls-other)" = 200 ]; then pass "rls: another key has its own bucket"; else fail "rls: another key → $(code rls-other), want 200"; fi
 
 # Redis gone: Floodgate's failure mode (store.on_failure: allow) lets requests through, marked.
 "${COMPOSE[@]}" stop redis >/dev/null

@@ -79,7 +79,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var o benchOptions
 	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
-	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g", "scenarios to run, from a b b0 b2 c d e f g a' r (b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit, and brings its baseline a')")
+	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g,b-rls", "scenarios to run, from a b b0 b2 c d e f g a' r b-rls (b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit; b-rls: floodgate's rate limit service on (r)'s requests and limits; r and b-rls bring their baseline a', the no-op server on the rate limit API)")
 	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
 	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
@@ -91,7 +91,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.ghz, "ghz", "", "drive every cell with this ghz binary (make bench-ghz) instead of the in-process client")
 	fs.StringVar(&o.ratelimit, "ratelimit", "", "envoyproxy/ratelimit's service_cmd binary, for scenario r (make bench-ghz installs it)")
 	fs.IntVar(&o.gogc, "gogc", config.DefaultGOGC, "the collector setting (GOGC) of floodgate (runtime.gogc) and of the no-op server alike; the GOGC environment variable, when set, wins for both")
-	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b), (e) and (g), those that run, at the highest concurrency to this directory")
+	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b), (e), (g) and (b-rls), those that run, at the highest concurrency to this directory")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -219,7 +219,12 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}()
 	servers := map[string]*proc{}
-	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "memory", "ratelimit"} {
+	// (b-rls)'s limits: (r)'s configuration, the same file envoyproxy/ratelimit reads.
+	rlsConfig := dir + "/ratelimit-floodbench.yaml"
+	if err := os.WriteFile(rlsConfig, []byte(ratelimitConfig), 0o600); err != nil {
+		return err
+	}
+	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "redis-rls", "memory", "ratelimit"} {
 		if !wanted[name] {
 			continue
 		}
@@ -235,7 +240,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			if name == "redis-cluster" {
 				addrs = clusterAddrs
 			}
-			if cfg, err = floodgateConfig(name, addrs, o.gcPercent()); err != nil {
+			if cfg, err = floodgateConfig(name, addrs, o.gcPercent(), rlsConfig); err != nil {
 				return err
 			}
 			path := dir + "/floodgate-" + name + ".yaml"
@@ -306,7 +311,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 				}
 				cl := cell{conc: conc, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
 				var stopProfile func() error
-				if o.profileDir != "" && rd == o.rounds-1 && conc == o.conc[len(o.conc)-1] && (sc.id == "b" || sc.id == "e" || sc.id == "g") {
+				if o.profileDir != "" && rd == o.rounds-1 && conc == o.conc[len(o.conc)-1] && (sc.id == "b" || sc.id == "e" || sc.id == "g" || sc.id == "b-rls") {
 					cl.atWindow = func() {
 						atWindow()
 						stopProfile = startProfile(ctx, server, o.profileDir, "floodgate-"+sc.id, round)
@@ -588,13 +593,70 @@ func peerRows(rows []row) [][]string {
 	return cells
 }
 
+// The targets floodgate's rate limit service is held to (docs/performance.md,
+// "The rate limit service"): server and Redis CPU per decision at most half
+// envoyproxy/ratelimit's on the same requests, and at most 1.1 times its own
+// Check path's.
+const (
+	rlsTargetOverPeer  = 0.5
+	rlsTargetOverCheck = 1.1
+)
+
+// rlsRows sets floodgate's rate limit service (b-rls) against its own Check
+// path (b) and against envoyproxy/ratelimit (r) at each concurrency where
+// (b-rls) ran: server+Redis CPU per decision and the two ratios, each with
+// whether it meets its target; "-" where the other scenario did not run.
+// Nil when (b-rls) did not run.
+func rlsRows(rows []row) [][]string {
+	byID := byCell(rows)
+	cells := [][]string{{"conc", "server+Redis µs/dec (b-rls)", "(b)", "(b-rls)/(b)", fmt.Sprintf("≤ %.1f?", rlsTargetOverCheck),
+		"(r)", "(b-rls)/(r)", fmt.Sprintf("≤ %.1f?", rlsTargetOverPeer)}}
+	for _, f := range rows {
+		if f.sc.id != "b-rls" {
+			continue
+		}
+		cf := f.costs()
+		if cf.n == 0 || !cf.redisOK {
+			cells = append(cells, []string{strconv.Itoa(f.conc), "?", "?", "?", "?", "?", "?", "?"})
+			continue
+		}
+		line := []string{strconv.Itoa(f.conc), fmt.Sprintf("%.1f", cf.total())}
+		for _, other := range []struct {
+			id     string
+			target float64
+		}{{"b", rlsTargetOverCheck}, {"r", rlsTargetOverPeer}} {
+			o, ok := byID[cellID{other.id, f.conc}]
+			if !ok {
+				line = append(line, "-", "-", "-")
+				continue
+			}
+			co := o.costs()
+			if co.n == 0 || !co.redisOK || co.total() <= 0 {
+				line = append(line, "?", "?", "?")
+				continue
+			}
+			ratio := cf.total() / co.total()
+			met := "no"
+			if ratio <= other.target {
+				met = "yes"
+			}
+			line = append(line, fmt.Sprintf("%.1f", co.total()), fmt.Sprintf("%.2f", ratio), met)
+		}
+		cells = append(cells, line)
+	}
+	if len(cells) == 1 {
+		return nil
+	}
+	return cells
+}
+
 // printTable prints the machine, the settings and one row per cell, grouped
 // by scenario, with ratios to its baseline ((a), or (a') for (r)) at the same
 // concurrency; then, when (r) ran, floodgate against it.
 func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, rows []row) {
 	fmt.Fprintf(w, "machine: %s\n", mach)
 	fmt.Fprintf(w, "steadiness: %s\n", steady)
-	requests := "pre-encoded Envoy-shaped CheckRequests"
+	requests := "pre-encoded Envoy-shaped CheckRequests (RateLimitRequests on the rate limit API)"
 	if o.client == clientProto {
 		requests = "Envoy-shaped CheckRequests decoded and marshalled by protobuf on every call, answers decoded whole (--client proto)"
 	}
@@ -607,7 +669,7 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	fmt.Fprintf(w, "run: %s; %s, %d distinct callers; everything on 127.0.0.1\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), client, o.keys)
 	fmt.Fprintf(w, "collector: floodgate and the no-op server both at %s\n", o.gcSetting())
-	fmt.Fprintln(w, "ratios divide by (a) at the same concurrency, from this run ((r)'s by (a'): the same no-op server answering the rate-limit API).")
+	fmt.Fprintln(w, "ratios divide by (a) at the same concurrency, from this run ((r)'s and (b-rls)'s by (a'): the same no-op server answering the rate-limit API).")
 	fmt.Fprintln(w, "server+Redis ×(a) (the headline): the serving process' CPU plus Redis' per decision over the no-op server's CPU per Check; server ×(a): the serving process' alone.")
 	fmt.Fprintln(w, "CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
 	fmt.Fprintln(w, "the serving process (floodgate, or the no-op server for (a); /proc/PID/stat) and the load generator; scripts/dec: EVALSHA+EVAL calls per decision;")
@@ -633,6 +695,12 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 		fmt.Fprintln(w, "floodgate (b) against envoyproxy/ratelimit (r), both on the same redis-server with the same callers: CPU per decision")
 		fmt.Fprintln(w)
 		writeMarkdown(w, peer)
+	}
+	if r := rlsRows(rows); r != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "floodgate's rate limit service (b-rls) against its Check path (b) and against envoyproxy/ratelimit (r), the same redis-server and callers: server+Redis CPU per decision; targets: at most %.1f × (b), at most %.1f × (r)\n", rlsTargetOverCheck, rlsTargetOverPeer)
+		fmt.Fprintln(w)
+		writeMarkdown(w, r)
 	}
 }
 

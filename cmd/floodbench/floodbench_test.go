@@ -14,6 +14,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +22,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
+	"github.com/floodgate/floodgate/internal/rls"
 )
 
 // bins are the floodgate and floodbench binaries, built once for the tests.
@@ -60,7 +62,7 @@ func TestSmoke(t *testing.T) {
 	var out, log bytes.Buffer
 	err := bench(ctx, benchOptions{
 		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
-		scenarios: []string{"b", "d", "g"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
+		scenarios: []string{"b", "d", "g", "b-rls"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
 		maxCount: 100_000, keys: 1000, conns: 1,
 	}, &out, &log)
 	if err != nil {
@@ -85,7 +87,7 @@ func TestSmoke(t *testing.T) {
 			rows[label[:3]] = r
 		}
 	}
-	for _, id := range []string{"(a)", "(b)", "(d)", "(g)"} {
+	for _, id := range []string{"(a)", "(b)", "(d)", "(g)", "(a'", "(b-"} {
 		r, ok := rows[id]
 		if !ok {
 			t.Errorf("no row for %s:\n%s", id, out.String())
@@ -121,6 +123,16 @@ func TestSmoke(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "\nRedis Cluster (g) against one server (b)") || !strings.Contains(out.String(), "\n  conc 2: ") {
 		t.Errorf("no cluster line:\n%s", out.String())
+	}
+	// (b-rls) decides in Redis like (b): every answer OK (errors 0 above),
+	// and at most one script call per decision.
+	if r := rows["(b-"]; r != nil {
+		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n <= 0 || n > 1.1 {
+			t.Errorf("(b-rls): %s script calls per decision, want more than 0 and at most 1", r["scripts/dec"])
+		}
+	}
+	if !strings.Contains(out.String(), "\nfloodgate's rate limit service (b-rls) against its Check path (b)") {
+		t.Errorf("no rate limit service comparison:\n%s", out.String())
 	}
 	if r := rows["(d)"]; r != nil {
 		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n > 0.05 {
@@ -174,7 +186,7 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		{"redis-cluster", three, "redis", true, 0},
 		{"memory", nil, "memory", true, 0},
 	} {
-		y, err := floodgateConfig(tc.server, tc.addrs, 250)
+		y, err := floodgateConfig(tc.server, tc.addrs, 250, "")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.server, err)
 		}
@@ -194,8 +206,81 @@ func TestFloodgateConfigsParse(t *testing.T) {
 			t.Errorf("%s: runtime %+v, want gogc 250 and memory_limit_ratio 0", tc.server, c.Runtime)
 		}
 	}
-	if _, err := floodgateConfig("nonsense", nil, 400); err == nil {
+	if _, err := floodgateConfig("nonsense", nil, 400, ""); err == nil {
 		t.Error("an unknown instance got a configuration")
+	}
+}
+
+// TestRLSInstanceServesTheRatelimitConfig: (b-rls)'s floodgate is (b)'s
+// with rls.config naming (r)'s configuration, and every request (r) sends
+// selects (r)'s limit in it, which it passes: the two scenarios decide the
+// same requests against the same limit.
+func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	if err := os.WriteFile(path, []byte(ratelimitConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	one := []string{"127.0.0.1:6379"}
+	y, err := floodgateConfig("redis-rls", one, 250, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse("redis-rls.yaml", []byte(y))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	if c.RLS.Config != path || c.Store.Backend != "redis" || !*c.Store.Redis.Pipeline || !slices.Equal(c.Store.Redis.Addresses, one) {
+		t.Fatalf("rls.config %q, store %s %v pipeline %v; want %q on redis %v with pipelining, as (b)", c.RLS.Config, c.Store.Backend, c.Store.Redis.Addresses, *c.Store.Redis.Pipeline, path, one)
+	}
+	if err := c.LoadRLS(); err != nil {
+		t.Fatal(err)
+	}
+	w := distinctRLS(50)
+	for _, b := range w.reqs {
+		var r rlsv3.RateLimitRequest
+		if err := proto.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range r.GetDescriptors() {
+			var entries []rls.Entry
+			for _, e := range d.GetEntries() {
+				entries = append(entries, rls.Entry{Key: e.GetKey(), Value: e.GetValue()})
+			}
+			l := c.RLS.Rules.Select(r.GetDomain(), entries)
+			if l == nil || l.RequestsPerUnit != 1_000_000 || l.Unit.Seconds != 1 || l.Unlimited {
+				t.Fatalf("%v selects %+v, want (r)'s 1000000 a second", &r, l)
+			}
+		}
+	}
+	// Without its limits the instance has no configuration.
+	if _, err := floodgateConfig("redis-rls", one, 250, ""); err == nil {
+		t.Error("redis-rls got a configuration without rls.config")
+	}
+	// (b)'s own instance serves no rate limit service.
+	y, err = floodgateConfig("redis", one, 250, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := config.Parse("redis.yaml", []byte(y)); err != nil || c.RLS.Config != "" {
+		t.Errorf("(b)'s instance: rls.config %q, err %v; want none", c.RLS.Config, err)
+	}
+}
+
+// (b-rls) sends (r)'s requests (the same workload, built once) to its own
+// floodgate instance and divides by (a'), like (r).
+func TestRLSScenarioMirrorsRatelimit(t *testing.T) {
+	f, r := mustScenario(t, "b-rls"), mustScenario(t, "r")
+	if f.server != "redis-rls" || f.baseID() != "a'" || f.cache(1000) != r.cache(1000) {
+		t.Fatalf("b-rls: server %s, base %s, cache %s; want redis-rls, a', %s", f.server, f.baseID(), f.cache(1000), r.cache(1000))
+	}
+	fw, rw := f.work(3), r.work(3)
+	if fw.rpc() != rlsMethod || len(fw.reqs) != len(rw.reqs) {
+		t.Fatalf("b-rls: method %s, %d requests", fw.rpc(), len(fw.reqs))
+	}
+	for i := range fw.reqs {
+		if !bytes.Equal(fw.reqs[i], rw.reqs[i]) {
+			t.Errorf("request %d differs from (r)'s", i)
+		}
 	}
 }
 

@@ -338,6 +338,52 @@ func TestPeerRows(t *testing.T) {
 	}
 }
 
+// floodgate's rate limit service against its Check path and against
+// envoyproxy/ratelimit: server+Redis CPU per decision, the two ratios and
+// whether each meets its target; "-" where the other did not run; no table
+// without (b-rls). Pure arithmetic on rows.
+func TestRLSRows(t *testing.T) {
+	mk := func(id string, conc int, n int64, server, redis float64) row {
+		return row{sc: mustScenario(t, id), conc: conc, res: result{decisions: n, window: time.Second}, serverCPU: server, redis: redisStats{cpu: redis}}
+	}
+	if p := rlsRows([]row{mk("b", 64, 1000, 0.05, 0.01), mk("r", 64, 1000, 0.1, 0.02)}); p != nil {
+		t.Fatalf("a rate limit service table without (b-rls): %v", p)
+	}
+	p := rlsRows([]row{
+		// conc 64: (b) 40 µs, (b-rls) 42 µs (1.05, met), (r) 100 µs (0.42, met).
+		mk("a", 64, 10000, 0.2, 0), mk("b", 64, 10000, 0.3, 0.1), mk("a'", 64, 10000, 0.2, 0),
+		mk("r", 64, 10000, 0.8, 0.2), mk("b-rls", 64, 10000, 0.32, 0.1),
+		// conc 16: (b) 40 µs, (b-rls) 60 µs (1.50, missed), no (r).
+		mk("b", 16, 10000, 0.3, 0.1), mk("b-rls", 16, 10000, 0.5, 0.1),
+	})
+	want := [][]string{
+		{"64", "42.0", "40.0", "1.05", "yes", "100.0", "0.42", "yes"},
+		{"16", "60.0", "40.0", "1.50", "no", "-", "-", "-"},
+	}
+	if len(p) != 3 {
+		t.Fatalf("rows %v, want the header and two", p)
+	}
+	for i, w := range want {
+		if strings.Join(p[i+1], " ") != strings.Join(w, " ") {
+			t.Errorf("row %d: %v, want %v", i, p[i+1], w)
+		}
+	}
+	// Over half of (r)'s cost misses that target.
+	p = rlsRows([]row{mk("r", 64, 10000, 0.6, 0.2), mk("b-rls", 64, 10000, 0.32, 0.1)})
+	if got := strings.Join(p[1], " "); got != "64 42.0 - - - 80.0 0.53 no" {
+		t.Errorf("against (r) alone: %s", got)
+	}
+	var out bytes.Buffer
+	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 64, 10000, 0.2, 0), mk("b", 64, 10000, 0.3, 0.1), mk("a'", 64, 10000, 0.2, 0), mk("b-rls", 64, 10000, 0.32, 0.1)})
+	if !strings.Contains(out.String(), "floodgate's rate limit service (b-rls) against its Check path (b)") || !strings.Contains(out.String(), " 1.05 |") {
+		t.Errorf("the printed table lacks the rate limit service comparison:\n%s", out.String())
+	}
+	// (b-rls)'s ratios divide by (a'), like (r)'s.
+	if r := parseTable(t, out.String())["(b-rls) Floodgate rate limit service, Redis, distinct keys"]; r == nil || r["server ×(a)"] != "1.60" {
+		t.Errorf("(b-rls)'s server ratio %v, want 1.60 (32 µs over (a')'s 20)", r)
+	}
+}
+
 // byRound: each round's ratio against the baseline's round of the same
 // index at the same concurrency, lowest–highest (median); the headline
 // only when every round read Redis' counters; no line for a baseline, a
