@@ -153,3 +153,20 @@ func TestValidateAndCheckSpeakTheRateLimitService(t *testing.T) {
 		t.Errorf("validate with a burst naming no limit: %v\n%s", err, out)
 	}
 }
+
+// TestAnEmptyRateLimitDirectoryIsServedOnceFilled: rls.config naming an
+// empty directory (the manifests mount an optional ConfigMap there, empty
+// until it is created) starts with no domain, and the limits are served
+// once a file appears, without a restart.
+func TestAnEmptyRateLimitDirectoryIsServedOnceFilled(t *testing.T) {
+	cfg, dir := rlsFloodgate(t, rlsLimits("4"), "")
+	os.Remove(filepath.Join(dir, "edge.yaml"))
+	p := startCommand(t, "serve", "--config", cfg)
+	if r := shouldRateLimit(t, p, "k"); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("no domain yet: %v", r)
+	}
+	os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(rlsLimits("4")), 0o644)
+	waitFor(t, 5*time.Second, "the limits to be served once their file appears", func() bool {
+		return shouldRateLimit(t, p, "k").Statuses[0].CurrentLimit.GetRequestsPerUnit() == 4
+	})
+}

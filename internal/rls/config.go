@@ -140,6 +140,8 @@ const maxFileBytes = 1 << 20
 // (ratelimit's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config layout; names that
 // start with a dot, such as a ConfigMap's ..data, are passed over, their
 // content being reached through the links beside them).
+// A directory holding no such file configures no domain; a path that does
+// not exist is an error.
 func Load(path string) (*Config, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -159,7 +161,10 @@ func Load(path string) (*Config, error) {
 			files = append(files, filepath.Join(path, name))
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("rls.config: %s holds no .yaml or .yml file", path)
+			// An empty directory is a mounted ConfigMap not created yet
+			// (optional: true): no domain until its files appear, when the
+			// reload that sees them serves them.
+			return Empty(), nil
 		}
 	} else {
 		files = []string{path}
