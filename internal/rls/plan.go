@@ -157,7 +157,25 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 		it.Kind = Bucketed
 		it.Bucket = p.add(extauthz.Bucket{Policy: policyFor(it.Shadow), Request: limiter.Request{Name: name, ID: id, Limit: lim, Cost: cost}})
 	}
+	p.lookOnlyWhenNeverPasses()
 	return p
+}
+
+// lookOnlyWhenNeverPasses makes the enforced buckets look without taking
+// when an enforced limit of 0 denies the request anyway: a denied request
+// takes nothing, whichever limit denied it, and the statuses still report
+// what each bucket holds. Shadow buckets are decided as usual.
+func (p *Plan) lookOnlyWhenNeverPasses() {
+	for i := range p.Items {
+		if p.Items[i].Kind == Never && !p.Items[i].Shadow {
+			for j := range p.Buckets {
+				if !p.Buckets[j].Policy.Shadow {
+					p.Buckets[j].Request.Cost = 0
+				}
+			}
+			return
+		}
+	}
 }
 
 // add appends b, or adds its cost to the bucket already planned under the
