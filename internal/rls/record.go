@@ -63,6 +63,7 @@ func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, 
 		return
 	}
 	var now time.Time
+	var name callerName // one for the request: Record reads it before it returns
 	for i := range p.Items {
 		it := &p.Items[i]
 		if it.Kind != Bucketed && it.Kind != Never {
@@ -92,7 +93,8 @@ func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, 
 		if now.IsZero() {
 			now = time.Now()
 		}
-		h.Record(now, it.ID, &callerName{entries: p.Entries[i], lim: it.Limit, id: it.ID}, denied)
+		name = callerName{entries: p.Entries[i], lim: it.Limit, id: it.ID}
+		h.Record(now, it.ID, &name, denied)
 	}
 }
 
