@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
@@ -153,7 +156,8 @@ func floodgateService(t *testing.T) *corev1.Service {
 	return nil
 }
 
-func configMapRLS(t *testing.T) *rls.Config {
+// rlsConfigMap is the ConfigMap of limits beside the EnvoyFilter, strictly decoded.
+func rlsConfigMap(t *testing.T) *corev1.ConfigMap {
 	t.Helper()
 	data, err := os.ReadFile(istioRLSConfig)
 	if err != nil {
@@ -163,6 +167,12 @@ func configMapRLS(t *testing.T) *rls.Config {
 	if err := yaml.UnmarshalStrict(data, &cm); err != nil {
 		t.Fatal(err)
 	}
+	return &cm
+}
+
+func configMapRLS(t *testing.T) *rls.Config {
+	t.Helper()
+	cm := rlsConfigMap(t)
 	var names []string
 	sources := map[string][]byte{}
 	for name, content := range cm.Data {
@@ -177,4 +187,92 @@ func configMapRLS(t *testing.T) *rls.Config {
 		t.Fatalf("%s: %v", istioRLSConfig, err)
 	}
 	return cfg
+}
+
+// TestFloodgateReadsTheRateLimitConfigMap: applying manifests/istio/ratelimit/ after manifests/ is
+// all it takes. Floodgate's Deployment mounts the ConfigMap of limits (by its name, in its
+// namespace) whole, without subPath (the kubelet updates only whole mounts), optionally (the base
+// runs without it), at the directory rls.config names in Floodgate's configuration; that
+// configuration loads the ConfigMap's files as the kubelet lays them out (the domain the
+// EnvoyFilter asks for, TestIstioGlobalRateLimitingPointsAtFloodgate), and loads the empty directory of a ConfigMap not created yet.
+func TestFloodgateReadsTheRateLimitConfigMap(t *testing.T) {
+	b, err := load(readFiles(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := rlsConfigMap(t)
+	fd := named[*appsv1.Deployment](b, "floodgate")
+	if fd == nil {
+		t.Fatal("no Deployment floodgate")
+	}
+	if limits.Namespace != fd.Namespace {
+		t.Errorf("%s: ConfigMap %s is in namespace %q, Floodgate's pods in %q: they cannot mount it", istioRLSConfig, limits.Name, limits.Namespace, fd.Namespace)
+	}
+	spec := &fd.Spec.Template.Spec
+	fc := &spec.Containers[0]
+	cfgVol := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool {
+		return v.ConfigMap != nil && named[*corev1.ConfigMap](b, v.ConfigMap.Name) != nil && named[*corev1.ConfigMap](b, v.ConfigMap.Name).Data["floodgate.yaml"] != ""
+	})
+	if cfgVol < 0 {
+		t.Fatal("Floodgate mounts no ConfigMap holding floodgate.yaml")
+	}
+	floodgateYAML := named[*corev1.ConfigMap](b, spec.Volumes[cfgVol].ConfigMap.Name).Data["floodgate.yaml"]
+	cfg, _, err := floodgateConfig(floodgateYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := cfg.RLS.Config
+	if dir == "" {
+		t.Fatal("Floodgate's configuration sets no rls.config: the rate limit service serves no limits")
+	}
+
+	var mount *corev1.VolumeMount
+	for i := range fc.VolumeMounts {
+		if vm := &fc.VolumeMounts[i]; vm.MountPath == dir {
+			mount = vm
+		} else if strings.HasPrefix(dir, strings.TrimSuffix(vm.MountPath, "/")+"/") {
+			t.Errorf("rls.config %s lies inside the mount of %s at %s: a mount point inside a read-only volume", dir, vm.Name, vm.MountPath)
+		}
+	}
+	if mount == nil {
+		t.Fatalf("rls.config is %s, but the floodgate container mounts nothing there", dir)
+	}
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name })
+	switch v := &spec.Volumes[i]; {
+	case i < 0 || v.ConfigMap == nil:
+		t.Fatalf("%s is not a ConfigMap volume", dir)
+	case v.ConfigMap.Name != limits.Name:
+		t.Errorf("%s mounts ConfigMap %q, but %s is named %q", dir, v.ConfigMap.Name, istioRLSConfig, limits.Name)
+	case len(v.ConfigMap.Items) > 0 || mount.SubPath != "" || mount.SubPathExpr != "":
+		t.Errorf("%s mounts part of the ConfigMap: the kubelet updates only whole mounts", dir)
+	case v.ConfigMap.Optional == nil || !*v.ConfigMap.Optional:
+		t.Errorf("the ConfigMap %s is required: Floodgate would not start without manifests/istio/ratelimit/", limits.Name)
+	case !mount.ReadOnly:
+		t.Errorf("%s is mounted writable", dir)
+	}
+
+	// The kubelet's layout: each key a file in the directory (through ..data), or nothing yet.
+	for _, files := range []map[string]string{limits.Data, nil} {
+		mounted := t.TempDir()
+		data := filepath.Join(mounted, "..data")
+		os.Mkdir(data, 0o755)
+		for name, content := range files {
+			os.WriteFile(filepath.Join(data, name), []byte(content), 0o644)
+			os.Symlink(filepath.Join("..data", name), filepath.Join(mounted, name))
+		}
+		c, _, err := floodgateConfig(strings.ReplaceAll(floodgateYAML, dir, mounted))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.LoadRLS(); err != nil {
+			t.Fatalf("with %d files mounted: %v", len(files), err)
+		}
+		got := c.RLS.Rules.Domains()
+		if files == nil && len(got) != 0 {
+			t.Errorf("an empty directory serves domains %v", got)
+		}
+		if want := configMapRLS(t).Domains(); files != nil && (len(want) == 0 || !slices.Equal(got, want)) {
+			t.Errorf("the mounted ConfigMap serves domains %v, want %v", got, want)
+		}
+	}
 }

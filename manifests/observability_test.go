@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,7 +16,9 @@ import (
 
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -195,7 +198,8 @@ func TestTheRulesAreComplete(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"FloodgateBreakerOpen", "FloodgateDegradedDecisions", "FloodgateCheckLatencyNearTimeout",
-		"FloodgateConfigReloadFailing", "FloodgateNoChecks", "FloodgateDenyRatioJump"} {
+		"FloodgateConfigReloadFailing", "FloodgateNoChecks", "FloodgateDenyRatioJump",
+		"FloodgateRLSDegradedAnswers", "FloodgateRLSDenyRatioJump"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
 		}
@@ -258,6 +262,8 @@ func TestTheDashboard(t *testing.T) {
 		"Decisions per second by outcome", "Deny ratio by policy", "Check latency p50 / p99",
 		"Circuit breaker state", "Circuit breaker transitions", "Redis decisions per script call",
 		"Identity fall-backs to the shared bucket", "Config reloads and failures", "Replicas up", "Degraded ratio",
+		"Rate limit service requests by outcome", "Rate limit service deny ratio by limit",
+		"Rate limit service decisions by limit", "Rate limit service degraded ratio",
 	} {
 		if !titles[want] {
 			t.Errorf("no panel %q", want)
@@ -309,15 +315,19 @@ func TestTheServiceMonitorScrapesTheAdminPort(t *testing.T) {
 var synthesized = map[string]bool{"up": true}
 
 // TestEveryMetricNamedIsExported runs `floodgate serve` on a real redis-server, drives allowed,
-// denied, shadow, unmatched and keyless Checks, a reload and a rejected reload through it, then
-// kills Redis and drives degraded Checks until the breaker opens; every metric a rule or a panel
-// names must then be on /metrics (histograms by their _bucket, _sum and _count series), or be
-// recorded by a rule.
+// denied, shadow, unmatched and keyless Checks, allowed, denied and shadow rate limit service
+// requests (rls.config), a reload and a rejected reload through it, then kills Redis and drives
+// degraded Checks until the breaker opens; every metric a rule or a panel names must then be on
+// /metrics (histograms by their _bucket, _sum and _count series), or be recorded by a rule.
 func TestEveryMetricNamedIsExported(t *testing.T) {
 	srv := redistest.Start(t)
 	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "floodgate.yaml")
+	cfgPath, rlsPath := filepath.Join(dir, "floodgate.yaml"), filepath.Join(dir, "ratelimit.yaml")
+	if err := os.WriteFile(rlsPath, []byte(rlsLimits), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := fmt.Sprintf(`listen: {grpc: "127.0.0.1:0", admin: "127.0.0.1:0"}
+rls: {config: %q}
 store:
   backend: redis
   redis: {addresses: ["%s"], timeout: 50ms}
@@ -336,7 +346,7 @@ policies:
     capacity: 1
     refill_per_second: 1/60
     mode: shadow
-`, srv.Addr)
+`, rlsPath, srv.Addr)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -347,6 +357,12 @@ policies:
 		want := i < 2
 		if got := p.allowed(t, "/api/items", key); got != want {
 			t.Fatalf("Check %d: allowed %v, want %v", i+1, got, want)
+		}
+	}
+	for i := 0; i < 3; i++ { // the rate limit service: 2 allowed, 1 denied, and a shadow limit's would-be denials
+		want := i < 2
+		if got := p.shouldRateLimit(t, "api_key", "k1"); got != want {
+			t.Fatalf("ShouldRateLimit %d: allowed %v, want %v", i+1, got, want)
 		}
 	}
 	p.allowed(t, "/api/items", nil)      // no x-api-key: the shared bucket
@@ -411,6 +427,14 @@ policies:
 	if !seen["floodgate_identity_missing_total"] || !seen["floodgate_breaker_state"] {
 		t.Error("the dashboard or rules lost the identity fall-back or breaker metrics")
 	}
+	for _, m := range []string{"floodgate_rls_requests_total", "floodgate_rls_decisions_total", "floodgate_rls_store_errors_total"} {
+		if !seen[m] {
+			t.Errorf("the dashboard and rules name no %s", m)
+		}
+	}
+	if v := families["floodgate_rls_decisions_total"]; value(v) != 6 {
+		t.Errorf("floodgate_rls_decisions_total: %v, want 6 (3 requests of 2 limits)", v)
+	}
 }
 
 func value(f *dto.MetricFamily) float64 {
@@ -464,6 +488,34 @@ func startServe(t *testing.T, cfg string) *serveProc {
 	t.Helper()
 	bin := floodgatetest.Floodgate(t, floodgatetest.Build{})
 	return &serveProc{floodgatetest.Start(t, bin, "serve", "--config", cfg, "--log-format", "json")}
+}
+
+// rlsLimits are the rate limit service's limits of TestEveryMetricNamedIsExported, in
+// envoyproxy/ratelimit's format: an enforced limit and a shadow one.
+const rlsLimits = `domain: edge
+descriptors:
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 2, name: per-key}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+
+// shouldRateLimit sends one ShouldRateLimit in domain edge with one descriptor, as Envoy's rate
+// limit filter sends it, and reports whether it was answered OK.
+func (p *serveProc) shouldRateLimit(t *testing.T, key, val string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(p.Conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*rlcommon.RateLimitDescriptor{
+			{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: key, Value: val}}},
+			{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "shadow", Value: val}}},
+		}})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp.OverallCode == rlsv3.RateLimitResponse_OK
 }
 
 // allowed sends one HTTP Check, as Envoy sends it, and reports whether it was allowed.

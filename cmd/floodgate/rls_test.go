@@ -53,6 +53,11 @@ func shouldRateLimit(t *testing.T, p *proc, key string) *rlsv3.RateLimitResponse
 	return resp
 }
 
+// clearKey is a descriptor value that must never reach a log: one no
+// log line can hold by chance (a temporary directory named after a test
+// called ...Check1... holds "k1").
+const clearKey = "api-key-in-the-clear"
+
 // TestServeAnswersTheRateLimitServiceBesideCheck runs floodgate with
 // rls.config and a burst: the rate limit service answers on the same port
 // as Check, with the burst as capacity and the configured rate; the health
@@ -61,7 +66,7 @@ func TestServeAnswersTheRateLimitServiceBesideCheck(t *testing.T) {
 	cfg, _ := rlsFloodgate(t, rlsLimits("60"), "  burst: {edge.api_key: 2}\n")
 	p := startCommand(t, "serve", "--config", cfg)
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
-		r := shouldRateLimit(t, p, "k1")
+		r := shouldRateLimit(t, p, clearKey)
 		if r.OverallCode != want {
 			t.Fatalf("request %d: %v, want %v (a burst of 2)", i+1, r, want)
 		}
@@ -98,8 +103,8 @@ func TestServeAnswersTheRateLimitServiceBesideCheck(t *testing.T) {
 	if !strings.Contains(m, `floodgate_rls_requests_total{outcome="denied"} 1`) || !strings.Contains(m, `floodgate_rls_decisions_total{domain="edge",limit="edge.api_key",result="allowed"} 2`) {
 		t.Errorf("rate limit metrics:\n%s", grep(m, "floodgate_rls"))
 	}
-	if strings.Contains(p.Output(), "k1") {
-		t.Error("a descriptor value reached the log in the clear")
+	if strings.Contains(p.Output(), clearKey) {
+		t.Errorf("a descriptor value reached the log in the clear:\n%s", p.Output())
 	}
 }
 
@@ -152,4 +157,21 @@ func TestValidateAndCheckSpeakTheRateLimitService(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), ":5: rls.burst.edge.nokey: names no limit") {
 		t.Errorf("validate with a burst naming no limit: %v\n%s", err, out)
 	}
+}
+
+// TestAnEmptyRateLimitDirectoryIsServedOnceFilled: rls.config naming an
+// empty directory (the manifests mount an optional ConfigMap there, empty
+// until it is created) starts with no domain, and the limits are served
+// once a file appears, without a restart.
+func TestAnEmptyRateLimitDirectoryIsServedOnceFilled(t *testing.T) {
+	cfg, dir := rlsFloodgate(t, rlsLimits("4"), "")
+	os.Remove(filepath.Join(dir, "edge.yaml"))
+	p := startCommand(t, "serve", "--config", cfg)
+	if r := shouldRateLimit(t, p, "k"); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("no domain yet: %v", r)
+	}
+	os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(rlsLimits("4")), 0o644)
+	waitFor(t, 5*time.Second, "the limits to be served once their file appears", func() bool {
+		return shouldRateLimit(t, p, "k").Statuses[0].CurrentLimit.GetRequestsPerUnit() == 4
+	})
 }

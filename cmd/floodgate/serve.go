@@ -179,14 +179,15 @@ func newServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	s.store = store
 	s.who = limited.New(limited.Options{})
 	s.authz = newAuthzServer(cfg, store, log, s.reg, s.who)
-	s.rls = newRLSService(cfg, store, log, s.reg)
+	s.rls = newRLSService(cfg, store, log, s.reg, s.who)
 	return s, nil
 }
 
 // newRLSService is the rate limit service deciding cfg's rls limits (none
 // without rls.config) in store, through the decide step Check uses, with
-// descriptor values hashed under the identity secret the policies use.
-func newRLSService(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer) *rls.Service {
+// descriptor values hashed under the identity secret the policies use,
+// telling who (when not nil) whom each limit limits.
+func newRLSService(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who *limited.Recorder) *rls.Service {
 	rules := cfg.RLS.Rules
 	if rules == nil {
 		rules = rls.Empty()
@@ -201,6 +202,7 @@ func newRLSService(cfg *config.Config, store *builtStore, log *zap.Logger, reg p
 	return rls.NewService(rules, rls.ServiceOptions{
 		Hash: cfg.Engine.HashIdentity, Store: store.main, ShadowStore: store.shadow, OnFailure: onFailure,
 		Response: rls.ResponseOptions{Headers: cfg.RLS.Headers}, Logger: log.Named("rls"), Registerer: reg,
+		Limited: who,
 	})
 }
 

@@ -9,9 +9,10 @@
 // (space-saving top-k, sketch.go) merged when read; Snapshot is that merge,
 // and Handler serves it on the admin port as JSON or a small HTML page.
 //
-// A front end other than ext_authz (the RLS API, say) reports the same way:
-// a Policy per domain (or domain and descriptor key), an id per descriptor
-// value, and a Namer saying how to show it.
+// The rate limit service (internal/rls) reports the same way: a Policy per
+// configured limit (rls:DOMAIN/LIMIT), a descriptor's bucket identity as
+// the id, and a Namer that shows an address as itself and anything else a
+// client sends only hashed.
 package limited
 
 import (

@@ -68,8 +68,13 @@ type Limit struct {
 	ShadowMode     bool
 	DetailedMetric bool
 	Replaces       []string
-	File           string // where it was configured, for messages
-	Line           int
+	// Values are the values the tree names on the way to the limit, one
+	// per level from the top ("" where a level names its key alone, the
+	// prefix and its `*` for a wildcard), so that a report can tell the
+	// entries the configuration fixes from those the request brings.
+	Values []string
+	File   string // where it was configured, for messages
+	Line   int
 }
 
 // Config is a loaded set of domains. It is immutable once loaded, so one
@@ -112,6 +117,8 @@ const maxFileBytes = 1 << 20
 // (ratelimit's RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config layout; names that
 // start with a dot, such as a ConfigMap's ..data, are passed over, their
 // content being reached through the links beside them).
+// A directory holding no such file configures no domain; a path that does
+// not exist is an error.
 func Load(path string) (*Config, error) {
 	info, err := os.Stat(path)
 	if err != nil {
@@ -131,7 +138,10 @@ func Load(path string) (*Config, error) {
 			files = append(files, filepath.Join(path, name))
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("rls.config: %s holds no .yaml or .yml file", path)
+			// An empty directory is a mounted ConfigMap not created yet
+			// (optional: true): no domain until its files appear, when the
+			// reload that sees them serves them.
+			return Empty(), nil
 		}
 	} else {
 		files = []string{path}
@@ -234,7 +244,7 @@ func (l *loader) file(name string, data []byte) {
 	top := &level{next: map[string]*node{}}
 	l.cfg.domains[domain] = top
 	l.domain = domain
-	l.descriptors(fields["descriptors"], top, domain)
+	l.descriptors(fields["descriptors"], top, domain, nil)
 }
 
 // fields reads a mapping's keys, refusing any not in known with the place
@@ -301,7 +311,7 @@ func (l *loader) boolean(n *yaml.Node, path string) bool {
 
 var descriptorKeys = map[string]bool{"key": true, "value": true, "rate_limit": true, "descriptors": true, "shadow_mode": true, "detailed_metric": true}
 
-func (l *loader) descriptors(list *yaml.Node, into *level, parent string) {
+func (l *loader) descriptors(list *yaml.Node, into *level, parent string, values []string) {
 	if list == nil || list.Tag == "!!null" {
 		return
 	}
@@ -322,9 +332,11 @@ func (l *loader) descriptors(list *yaml.Node, into *level, parent string) {
 			continue
 		}
 		name := key
-		if v := l.str(f["value"], path+"value"); v != "" {
+		v := l.str(f["value"], path+"value")
+		if v != "" {
 			name += "_" + v
 		}
+		here := append(values[:len(values):len(values)], v)
 		full := parent + "." + name
 		if _, dup := into.next[name]; dup {
 			l.errorf(f["key"], "duplicate descriptor %s", full)
@@ -337,13 +349,14 @@ func (l *loader) descriptors(list *yaml.Node, into *level, parent string) {
 				l.cfg.limits[full] = n.limit
 				n.limit.ShadowMode = l.boolean(f["shadow_mode"], path+"shadow_mode")
 				n.limit.DetailedMetric = l.boolean(f["detailed_metric"], path+"detailed_metric")
+				n.limit.Values = here
 			}
 		}
 		into.next[name] = n
 		if strings.HasSuffix(name, "*") {
 			into.wildcards = append(into.wildcards, name)
 		}
-		l.descriptors(f["descriptors"], &n.level, full)
+		l.descriptors(f["descriptors"], &n.level, full, here)
 	}
 }
 

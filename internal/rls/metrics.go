@@ -60,10 +60,15 @@ func (m metrics) count(p *Plan, resp *rlsv3.RateLimitResponse, d *Decision) {
 		case resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT:
 			result = "denied"
 		}
-		name := it.Limit.Name
-		if name == "" {
-			name = it.Limit.Key
-		}
-		m.limits.WithLabelValues(it.Limit.Domain, name, result).Inc()
+		m.limits.WithLabelValues(it.Limit.Domain, metricName(it.Limit), result).Inc()
 	}
+}
+
+// metricName is a limit's limit label: its name, or its place in the tree
+// when unnamed.
+func metricName(lim *Limit) string {
+	if lim.Name != "" {
+		return lim.Name
+	}
+	return lim.Key
 }

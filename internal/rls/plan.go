@@ -45,6 +45,9 @@ type Item struct {
 	// Bucket indexes the plan's Buckets: several descriptors naming the
 	// same bucket share one entry, their costs added.
 	Bucket int
+	// ID is the descriptor's bucket identity (its entries hashed), for
+	// Bucketed and Never.
+	ID string
 }
 
 // Plan is a request's descriptors, planned: what each meets and the token
@@ -56,6 +59,8 @@ type Plan struct {
 	// (extauthz.Decider), as a Check's are: their Policy says only whether
 	// they are shadow buckets.
 	Buckets []extauthz.Bucket
+	// Entries are the request's descriptors' entries, in order.
+	Entries [][]Entry
 }
 
 // enforced and shadow stand for every enforced and every shadow limit in
@@ -88,6 +93,7 @@ const bucketPrefix = "rls/"
 func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 	p := Plan{Items: make([]Item, len(req.GetDescriptors()))}
 	entries := make([][]Entry, len(p.Items))
+	p.Entries = entries
 	for i, d := range req.GetDescriptors() {
 		for _, e := range d.GetEntries() {
 			entries[i] = append(entries[i], Entry{Key: e.GetKey(), Value: e.GetValue()})
@@ -120,6 +126,8 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 		if it.Unit.Seconds == 0 {
 			continue // an override with an unknown unit: ratelimit cannot count it either
 		}
+		id := hash("rls:"+req.GetDomain(), descriptorText(entries[i]))
+		it.ID = id
 		if it.RequestsPerUnit == 0 {
 			it.Kind = Never
 			continue
@@ -140,7 +148,7 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 		if h := d.GetHitsAddend(); h != nil {
 			cost = int64(min(h.GetValue(), math.MaxInt32))
 		}
-		name, id := bucketPrefix+req.GetDomain(), hash("rls:"+req.GetDomain(), descriptorText(entries[i]))
+		name := bucketPrefix + req.GetDomain()
 		if it.Limit != nil {
 			name += "/" + it.Limit.Key
 		} else {
@@ -149,7 +157,25 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 		it.Kind = Bucketed
 		it.Bucket = p.add(extauthz.Bucket{Policy: policyFor(it.Shadow), Request: limiter.Request{Name: name, ID: id, Limit: lim, Cost: cost}})
 	}
+	p.lookOnlyWhenNeverPasses()
 	return p
+}
+
+// lookOnlyWhenNeverPasses makes the enforced buckets look without taking
+// when an enforced limit of 0 denies the request anyway: a denied request
+// takes nothing, whichever limit denied it, and the statuses still report
+// what each bucket holds. Shadow buckets are decided as usual.
+func (p *Plan) lookOnlyWhenNeverPasses() {
+	for i := range p.Items {
+		if p.Items[i].Kind == Never && !p.Items[i].Shadow {
+			for j := range p.Buckets {
+				if !p.Buckets[j].Policy.Shadow {
+					p.Buckets[j].Request.Cost = 0
+				}
+			}
+			return
+		}
+	}
 }
 
 // add appends b, or adds its cost to the bucket already planned under the

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -40,6 +41,10 @@ type ServiceOptions struct {
 	Logger             *zap.Logger
 	// Registerer receives the service's metrics (nil: none).
 	Registerer prometheus.Registerer
+	// Limited, when set, hears every configured limit's decisions, for
+	// the report of who is being limited (/debug/limited): one policy per
+	// limit, named by ReportName.
+	Limited *limited.Recorder
 }
 
 // Service answers Envoy's rate limit service API
@@ -48,7 +53,7 @@ type ServiceOptions struct {
 // error, unless OnFailure is FailError and the store could not decide.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg      atomic.Pointer[Config]
+	state    atomic.Pointer[serving]
 	opts     ServiceOptions
 	metrics  metrics
 	deciders sync.Pool // *extauthz.Decider: each keeps buffers for one goroutine
@@ -64,25 +69,36 @@ func NewService(cfg *Config, o ServiceOptions) *Service {
 	}
 	s := &Service{opts: o, metrics: newMetrics(o.Registerer)}
 	s.deciders.New = func() any { return &extauthz.Decider{Store: o.Store, Shadow: o.ShadowStore, Concurrent: true} }
-	s.cfg.Store(cfg)
+	s.SetConfig(cfg)
 	return s
+}
+
+// serving is a configuration and its handles in the recorder, swapped
+// together.
+type serving struct {
+	cfg     *Config
+	tallies *tallies // record.go
 }
 
 // SetConfig swaps in a new configuration: requests in flight finish on the
 // old one.
-func (s *Service) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
+func (s *Service) SetConfig(cfg *Config) {
+	s.state.Store(&serving{cfg: cfg, tallies: newTallies(s.opts.Limited, cfg)})
+}
 
 // Config returns the configuration in use.
-func (s *Service) Config() *Config { return s.cfg.Load() }
+func (s *Service) Config() *Config { return s.state.Load().cfg }
 
 // ShouldRateLimit decides one request of Envoy's rate limit filter.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
-	plan := s.cfg.Load().Plan(req, s.opts.Hash)
+	st := s.state.Load()
+	plan := st.cfg.Plan(req, s.opts.Hash)
+	var decision extauthz.Decision
 	d := Decision{Allowed: true}
 	if len(plan.Buckets) > 0 {
 		d.Results = make([]limiter.Result, len(plan.Buckets))
 		dec := s.deciders.Get().(*extauthz.Decider)
-		decision := dec.Decide(ctx, plan.Buckets, d.Results)
+		decision = dec.Decide(ctx, plan.Buckets, d.Results)
 		s.deciders.Put(dec)
 		if decision.Err != nil {
 			s.opts.Logger.Warn("store could not decide; failure mode answers", zap.Error(decision.Err), zap.String("domain", req.GetDomain()))
@@ -96,6 +112,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	resp = plan.Respond(d, s.opts.Response)
 	s.metrics.count(&plan, resp, &d)
+	st.tallies.record(req.GetDomain(), &plan, resp, &d, &decision)
 	return resp, nil
 }
 
