@@ -86,6 +86,13 @@ func shippedConfig(t *testing.T) string {
 		t.Fatal(err)
 	}
 	cfg = strings.ReplaceAll(cfg, "/etc/floodgate-secret/hash-secret", secret)
+	// The rate limit ConfigMap's mount (optional: an empty directory until
+	// manifests/istio/ratelimit is applied, as the kubelet mounts it).
+	limits := filepath.Join(dir, "ratelimit")
+	if err := os.Mkdir(limits, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg = strings.ReplaceAll(cfg, "/etc/floodgate-ratelimit", limits)
 	path := filepath.Join(dir, "floodgate.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
