@@ -1,6 +1,8 @@
-// Package extauthztest serves an ext_authz server to tests over a real gRPC
-// connection on loopback, as Envoy reaches floodgate: the tests of the
-// server, of replay against serve and of the failure modes all need one.
+// Package extauthztest serves an ext_authz server (or any gRPC server) to
+// tests over a real gRPC connection on loopback, as Envoy reaches
+// floodgate, and builds Envoy-shaped CheckRequests: the tests of the
+// server, the codec, the rate limit service, replay against serve and the
+// failure modes all need them.
 package extauthztest
 
 import (
@@ -16,12 +18,19 @@ import (
 // codec, say), and returns a connection to it. Both close when t ends.
 func Serve(t testing.TB, s authv3.AuthorizationServer, opts ...grpc.ServerOption) *grpc.ClientConn {
 	t.Helper()
+	gs := grpc.NewServer(opts...)
+	authv3.RegisterAuthorizationServer(gs, s)
+	return ServeGRPC(t, gs)
+}
+
+// ServeGRPC serves gs, with whatever services it has registered, on a free
+// 127.0.0.1 port and returns a connection to it. Both close when t ends.
+func ServeGRPC(t testing.TB, gs *grpc.Server) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(opts...)
-	authv3.RegisterAuthorizationServer(gs, s)
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -2,7 +2,7 @@ package inflight
 
 import (
 	"context"
-	"net"
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -114,17 +113,7 @@ func TestAGatedServerReadsWithinTheBudget(t *testing.T) {
 	authv3.RegisterAuthorizationServer(services, srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(services, hs)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn := extauthztest.ServeGRPC(t, gs)
 	client := authv3.NewAuthorizationClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -164,7 +153,7 @@ func TestAGatedServerReadsWithinTheBudget(t *testing.T) {
 	}
 	g.o.Budget.Give(rest)
 	hctx, hcancel := context.WithTimeout(ctx, time.Second)
-	_, err = healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{Service: strings.Repeat("s", 700<<10)})
+	_, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{Service: strings.Repeat("s", 700<<10)})
 	hcancel()
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("a 700 KiB health check beside a held Check: %v, want RESOURCE_EXHAUSTED", err)

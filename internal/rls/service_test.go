@@ -3,8 +3,8 @@ package rls
 import (
 	"context"
 	"errors"
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"math"
-	"net"
 	"testing"
 	"time"
 
@@ -13,7 +13,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -58,20 +57,9 @@ func plainHash(tag, val string) string { return tag + "|" + val }
 // serve runs the service over real gRPC on loopback and returns a client.
 func serve(t *testing.T, s *Service) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(srv, s)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	return rlsv3.NewRateLimitServiceClient(extauthztest.ServeGRPC(t, srv))
 }
 
 func memoryService(t *testing.T, clock *limiter.ManualClock) rlsv3.RateLimitServiceClient {
