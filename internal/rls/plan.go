@@ -148,6 +148,12 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 		if h := d.GetHitsAddend(); h != nil {
 			cost = int64(min(h.GetValue(), math.MaxInt32))
 		}
+		if d.GetIsNegativeHits() {
+			// Giving tokens back is not implemented: such a descriptor
+			// looks at its bucket and takes nothing (docs/ratelimit.md),
+			// rather than take what it meant to return.
+			cost = 0
+		}
 		name := bucketPrefix + req.GetDomain()
 		if it.Limit != nil {
 			name += "/" + it.Limit.Key

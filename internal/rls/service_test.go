@@ -177,6 +177,11 @@ func TestHitsAddendAndOverrides(t *testing.T) {
 	if r := ask(t, c, own); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 1 {
 		t.Fatalf("hits_addend 0 on the descriptor: %v", r)
 	}
+	back := desc("api_key", "k1")
+	back.HitsAddend, back.IsNegativeHits = wrapperspb.UInt64(1), true // give a token back: not implemented, looks only
+	if r := ask(t, c, back); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("is_negative_hits: %v", r)
+	}
 	over := desc("api_key", "k1")
 	over.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}
 	r := ask(t, c, over)
