@@ -299,6 +299,10 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
 	}
 	round := o.cell / time.Duration(o.rounds)
+	labelWidth := 0 // the progress lines' labels line up
+	for _, sc := range scs {
+		labelWidth = max(labelWidth, utf8.RuneCountInString(sc.label))
+	}
 	for _, conc := range o.conc {
 		cells := make([]row, len(scs))
 		for i, sc := range scs {
@@ -366,7 +370,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			}
 		}
 		for _, r := range cells {
-			fmt.Fprintf(stderr, "  %-34s conc %-3d %9.0f/s\n", r.sc.label, conc, r.res.rate())
+			fmt.Fprintf(stderr, "  %-*s conc %-3d %9.0f/s\n", labelWidth, r.sc.label, conc, r.res.rate())
 		}
 		rows = append(rows, cells...)
 	}

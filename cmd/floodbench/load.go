@@ -376,8 +376,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sc, ok := scenarioByID(*scen)
-	if !ok || sc.work == nil {
+	if !ok {
 		fmt.Fprintf(stderr, "floodbench load: unknown scenario %q\n", *scen)
+		return 2
+	}
+	if sc.work == nil {
+		fmt.Fprintf(stderr, "floodbench load: scenario %s is the load generator's own Redis calls, not requests to a server: floodbench run --scenarios a,%s measures it\n", sc.id, sc.id)
 		return 2
 	}
 	c, err := dial(*target, *conns, *kind)
