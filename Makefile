@@ -77,7 +77,9 @@ lint:
 ## ext_authz and rate limit server (the ceiling) and floodgate on 127.0.0.1 (Check, and (b-rls) its rate
 ## limit service on envoyproxy/ratelimit's requests and YAML), and prints decisions/s, p50, p99, the ratio
 ## to the no-op server and Redis CPU per decision for every scenario at concurrency 1, 16 and 64 (a few
-## minutes). BENCHFLAGS go to `floodbench run` (e.g. BENCHFLAGS="--cell 6s --conc 64").
+## minutes), then two reference rows the load generator drives itself on the same redis-server over go-redis:
+## (rt) one script round trip, and each scenario's added latency over (a) in multiples of it; (naive) one
+## GET + SET script call per decision, and Redis CPU per decision of (b) and (c) against it. BENCHFLAGS go to `floodbench run` (e.g. BENCHFLAGS="--cell 6s --conc 64").
 BENCHFLAGS ?=
 bench: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench

@@ -79,7 +79,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var o benchOptions
 	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
-	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g,b-rls", "scenarios to run, from a b b0 b2 c d e f g a' r b-rls (b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit; b-rls: floodgate's rate limit service on (r)'s requests and limits; r and b-rls bring their baseline a', the no-op server on the rate limit API)")
+	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g,b-rls,rt,naive", "scenarios to run, from a b b0 b2 c d e f g a' r b-rls rt naive (rt: one go-redis script round trip from the load generator, the floor of the added-latency table; naive: one GET + SET script call per decision from the load generator, distinct keys, the reference of Redis CPU per decision; b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit; b-rls: floodgate's rate limit service on (r)'s requests and limits; r and b-rls bring their baseline a', the no-op server on the rate limit API)")
 	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
 	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
@@ -262,6 +262,13 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
+	var direct *directDriver
+	if wanted[redisDirect] {
+		if direct, err = newDirectDriver(ctx, rp.addr, slices.Max(o.conc), o.keys); err != nil {
+			return err
+		}
+		defer direct.close()
+	}
 	var ghz *ghzDriver
 	if o.ghz != "" {
 		if ghz, err = newGhzDriver(o.ghz, dir); err != nil {
@@ -272,6 +279,9 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 
 	work := map[string]workload{}
 	for _, sc := range scs {
+		if sc.work == nil { // (rt), (naive): the load generator's own Redis calls
+			continue
+		}
 		if _, ok := work[sc.cache(o.keys)]; !ok {
 			work[sc.cache(o.keys)] = sc.work(o.keys)
 		}
@@ -289,6 +299,10 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
 	}
 	round := o.cell / time.Duration(o.rounds)
+	labelWidth := 0 // the progress lines' labels line up
+	for _, sc := range scs {
+		labelWidth = max(labelWidth, utf8.RuneCountInString(sc.label))
+	}
 	for _, conc := range o.conc {
 		cells := make([]row, len(scs))
 		for i, sc := range scs {
@@ -319,14 +333,18 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 				}
 				var res result
 				var serverCPU, clientCPU float64
-				if ghz != nil {
+				switch {
+				case sc.server == redisDirect: // no server process: its CPU is the load generator's
+					res = direct.drive(ctx, sc.id, cl)
+					clientCPU = selfCPU() - clientBefore
+				case ghz != nil:
 					var err error
 					res, clientCPU, err = ghz.drive(ctx, server.addr, sc.cache(o.keys), work[sc.cache(o.keys)], cl)
 					if err != nil {
 						return fmt.Errorf("%s, concurrency %d: %w", sc.label, conc, err)
 					}
 					serverCPU = procCPU(server) - serverBefore
-				} else {
+				default:
 					res = clients[sc.server].drive(ctx, work[sc.cache(o.keys)], cl)
 					serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
 				}
@@ -352,7 +370,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			}
 		}
 		for _, r := range cells {
-			fmt.Fprintf(stderr, "  %-34s conc %-3d %9.0f/s\n", r.sc.label, conc, r.res.rate())
+			fmt.Fprintf(stderr, "  %-*s conc %-3d %9.0f/s\n", labelWidth, r.sc.label, conc, r.res.rate())
 		}
 		rows = append(rows, cells...)
 	}
@@ -372,10 +390,11 @@ type costs struct {
 	server, redis, client float64
 	redisOK               bool
 	n                     int64
+	p50, p99              time.Duration // the latencies of the same calls
 }
 
 func (r row) costs() costs {
-	c := costs{n: r.res.decisions, redisOK: r.rerr == nil}
+	c := costs{n: r.res.decisions, redisOK: r.rerr == nil, p50: r.res.p50, p99: r.res.p99}
 	if c.n <= 0 {
 		return costs{}
 	}
@@ -405,7 +424,9 @@ func rowRatios(r, base row) ratios {
 	}
 	q := ratios{"?", "?", "?", "?"}
 	c, b := r.costs(), base.costs()
-	if c.n > 0 && b.n > 0 && b.server > 0 {
+	if r.sc.server == redisDirect { // no server process: no server CPU
+		q.total, q.server = "-", "-"
+	} else if c.n > 0 && b.n > 0 && b.server > 0 {
 		q.server = fmt.Sprintf("%.2f", c.server/b.server)
 		if c.redisOK {
 			q.total = fmt.Sprintf("%.2f", c.total()/b.server)
@@ -464,6 +485,9 @@ func tableRows(rows []row) [][]string {
 				}
 				server = fmt.Sprintf("%.1f", c.server)
 				client = fmt.Sprintf("%.0f", c.client)
+				if r.sc.server == redisDirect {
+					server, total = "-", "-"
+				}
 			}
 			errs := "0"
 			if n := r.res.unexpected + r.res.rpcErrors; n > 0 {
@@ -489,7 +513,7 @@ func byRound(rows []row) []string {
 	for _, sc := range scenarios { // table order
 		for _, r := range rows {
 			b, ok := base[cellID{sc.baseID(), r.conc}]
-			if r.sc.id != sc.id || sc.id == "a" || sc.id == "a'" || !ok || len(r.rounds) < 2 || len(b.rounds) != len(r.rounds) {
+			if r.sc.id != sc.id || sc.id == "a" || sc.id == "a'" || sc.server == redisDirect || !ok || len(r.rounds) < 2 || len(b.rounds) != len(r.rounds) {
 				continue
 			}
 			var total, server []float64
@@ -682,6 +706,20 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 		for _, l := range lines {
 			fmt.Fprintln(w, "  "+l)
 		}
+	}
+	if l := latencyRows(rows); l != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "latency added over the baseline ((a), or (a')) at the same concurrency, and that in multiples of one Redis round trip from the load generator (rt) at the same concurrency; by round: each round's added p50 over (rt)'s p50 in the same round, lowest–highest (median); targets for Floodgate on Redis: at concurrency 1 added p50 ≤ %.1f × (rt)'s p50 and added p99 ≤ %.1f × (rt)'s p99, at concurrency 16 added p50 ≤ %.1f × (rt)'s p50\n",
+			addedP50TargetConc1, addedP99TargetConc1, addedP50TargetConc16)
+		fmt.Fprintln(w)
+		writeMarkdown(w, l)
+	}
+	if n := naiveRows(rows); n != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "Redis CPU per decision of (b) and (c) against the naive script's per call (naive), the same redis-server in the same run; targets: (b) ≤ %.2f ×, (c) ≤ %.2f ×; by round: each round against (naive)'s round, lowest–highest (median)\n",
+			naiveTargetDistinct, naiveTargetHot)
+		fmt.Fprintln(w)
+		writeMarkdown(w, n)
 	}
 	if lines := clusterLines(rows); lines != nil {
 		fmt.Fprintln(w)

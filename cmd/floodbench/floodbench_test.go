@@ -62,7 +62,7 @@ func TestSmoke(t *testing.T) {
 	var out, log bytes.Buffer
 	err := bench(ctx, benchOptions{
 		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
-		scenarios: []string{"b", "d", "g", "b-rls"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
+		scenarios: []string{"b", "d", "g", "b-rls", "rt", "naive"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
 		maxCount: 100_000, keys: 1000, conns: 1,
 	}, &out, &log)
 	if err != nil {
@@ -133,6 +133,27 @@ func TestSmoke(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "\nfloodgate's rate limit service (b-rls) against its Check path (b)") {
 		t.Errorf("no rate limit service comparison:\n%s", out.String())
+	}
+	// (rt) and (naive) are the load generator's own script calls: exactly
+	// one per call, no server process, answered as expected.
+	for _, id := range []string{"(rt", "(na"} {
+		r, ok := rows[id]
+		if !ok {
+			t.Errorf("no row for %s:\n%s", id, out.String())
+			continue
+		}
+		if r["errors"] != "0" || r["server µs/dec"] != "-" {
+			t.Errorf("%s: errors %q, server µs/dec %q; want 0 and -", id, r["errors"], r["server µs/dec"])
+		}
+		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n < 0.9 || n > 1.1 {
+			t.Errorf("%s: %s script calls per call, want 1", id, r["scripts/dec"])
+		}
+	}
+	if _, l, ok := strings.Cut(out.String(), "\nlatency added over the baseline"); !ok || !strings.Contains(l, "\n| (b) Redis, distinct keys ") {
+		t.Errorf("no added-latency table with (b):\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "\nRedis CPU per decision of (b) and (c) against the naive script's") {
+		t.Errorf("no comparison with the naive script:\n%s", out.String())
 	}
 	if r := rows["(d)"]; r != nil {
 		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n > 0.05 {

@@ -228,6 +228,36 @@ type sample struct {
 // drive runs one cell of w against c: conc workers, each sending one request
 // at a time, stopping at the end of the window or after maxCount requests.
 func (c *client) drive(ctx context.Context, w workload, cl cell) result {
+	method := w.rpc()
+	return driveCalls(ctx, cl, func(i int) callFunc {
+		conn := c.conns[i%len(c.conns)]
+		next := i * 7919 // callers walk the workload from spread-out points
+		req, resp := &rawMsg{}, &rawMsg{}
+		if c.kind == clientProto {
+			req.msg, resp.msg = w.newMessages()
+		}
+		return func(ctx context.Context) (bool, error) {
+			req.b = w.reqs[next%len(w.reqs)]
+			next++
+			if err := conn.Invoke(ctx, method, req, resp); err != nil {
+				return true, err
+			}
+			ok, err := w.answer(resp.b)
+			return ok != w.allow, err
+		}
+	})
+}
+
+// callFunc makes one timed call of a worker: bad reports an answer other
+// than the workload expects, err a failed call.
+type callFunc func(ctx context.Context) (bad bool, err error)
+
+// driveCalls runs one cell: cl.conc workers, worker i calling the function
+// newCall(i) returns one call at a time, each call timed, stopping at the end
+// of the window or after cl.maxCount calls. Every driver of the table (the
+// gRPC client, and the load generator's own Redis calls) shares it, so every
+// row is timed alike.
+func driveCalls(ctx context.Context, cl cell, newCall func(i int) callFunc) result {
 	start := time.Now()
 	windowStart := start.Add(cl.warmup)
 	deadline := windowStart.Add(cl.window)
@@ -237,19 +267,13 @@ func (c *client) drive(ctx context.Context, w workload, cl cell) result {
 	var errOnce sync.Once
 	var firstErr error
 	samples := make([][]sample, cl.conc)
-	method := w.rpc()
 	var wg sync.WaitGroup
 	for i := 0; i < cl.conc; i++ {
 		wg.Add(1)
+		call := newCall(i)
 		go func(i int) {
 			defer wg.Done()
-			conn := c.conns[i%len(c.conns)]
 			local := make([]sample, 0, 4096)
-			next := i * 7919 // callers walk the workload from spread-out points
-			req, resp := &rawMsg{}, &rawMsg{}
-			if c.kind == clientProto {
-				req.msg, resp.msg = w.newMessages()
-			}
 			for ctx.Err() == nil {
 				if issued.Add(1) > cl.maxCount {
 					exhausted.CompareAndSwap(0, int64(time.Since(start)))
@@ -259,19 +283,11 @@ func (c *client) drive(ctx context.Context, w workload, cl cell) result {
 				if !t0.Before(deadline) {
 					break
 				}
-				req.b = w.reqs[next%len(w.reqs)]
-				next++
 				rctx, cancel := context.WithTimeout(ctx, cl.rpcTimeout)
-				err := conn.Invoke(rctx, method, req, resp)
+				bad, err := call(rctx)
 				cancel()
 				t1 := time.Now()
-				s := sample{end: int64(t1.Sub(start)), dur: t1.Sub(t0)}
-				if err == nil {
-					var ok bool
-					if ok, err = w.answer(resp.b); err == nil {
-						s.bad = ok != w.allow
-					}
-				}
+				s := sample{end: int64(t1.Sub(start)), dur: t1.Sub(t0), bad: bad}
 				if err != nil {
 					s.err, s.bad = true, true
 					errOnce.Do(func() { firstErr = err })
@@ -360,8 +376,12 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sc, ok := scenarioByID(*scen)
-	if !ok || sc.work == nil {
+	if !ok {
 		fmt.Fprintf(stderr, "floodbench load: unknown scenario %q\n", *scen)
+		return 2
+	}
+	if sc.work == nil {
+		fmt.Fprintf(stderr, "floodbench load: scenario %s is the load generator's own Redis calls, not requests to a server: floodbench run --scenarios a,%s measures it\n", sc.id, sc.id)
 		return 2
 	}
 	c, err := dial(*target, *conns, *kind)

@@ -3,7 +3,11 @@
 // floodgate binary with generated configurations, all on 127.0.0.1, drives
 // each with the same lean gRPC client at several concurrencies, and prints
 // one table: decisions/s, p50, p99, the ratio to the no-op server measured
-// in the same run, and Redis CPU per decision. `make bench` runs it;
+// in the same run, and Redis CPU per decision; then two reference rows the
+// load generator drives itself over go-redis on the same redis-server, one
+// script round trip (rt) and a naive one-call-per-decision limiter (naive),
+// and what each scenario adds to the no-op hop's latency in round trips and
+// costs Redis against the naive script. `make bench` runs it;
 // `make bench-ghz` runs it with ghz as the load generator instead
 // (floodbench run --ghz), the client of the reference figures in
 // docs/performance.md.

@@ -51,6 +51,10 @@ var scenarios = []scenario{
 	// rate limit service, configured with (r)'s YAML unchanged.
 	{id: "b-rls", label: "(b-rls) Floodgate rate limit service, Redis, distinct keys", server: "redis-rls",
 		work: distinctRLS, cache: rlsCache, base: "a'"},
+	// (rt) and (naive) are references, not servers: the load generator's
+	// own go-redis calls on the same redis-server (direct.go). work is nil.
+	{id: "rt", label: "(rt) one Redis round trip from the load generator", server: redisDirect},
+	{id: "naive", label: "(naive) one GET + SET script call per decision, no pipelining", server: redisDirect},
 }
 
 func rlsCache(k int) string { return fmt.Sprintf("rls:%d", k) }
