@@ -166,10 +166,14 @@ type coalescer struct {
 	wait     time.Duration // <= 0: never
 	onBatch  func(decisions, scriptCalls int)
 	calls    chan *call
-	quit     chan struct{}
-	closed   atomic.Bool // set before quit closes
-	once     sync.Once
-	wg       sync.WaitGroup
+	// wire holds one token per batch on the wire (Flushers of them): a
+	// flusher takes one before it sends, and so does a caller that finds
+	// none taken and nobody queued, and sends its decision itself.
+	wire   chan struct{}
+	quit   chan struct{}
+	closed atomic.Bool // set before quit closes
+	once   sync.Once
+	wg     sync.WaitGroup
 }
 
 func newCoalescer(s *Store, o PipelineOptions) *coalescer {
@@ -187,6 +191,7 @@ func newCoalescer(s *Store, o PipelineOptions) *coalescer {
 		// Room for every flusher's next full batch: beyond that, callers
 		// wait to enqueue (bounded by their own deadline).
 		calls: make(chan *call, o.MaxBatch*o.Flushers),
+		wire:  make(chan struct{}, o.Flushers),
 		quit:  make(chan struct{}),
 	}
 	c.wg.Add(o.Flushers)
@@ -243,12 +248,22 @@ func (c *coalescer) run(ctx context.Context, deadline time.Time, cl *call, keys 
 			cl.recycle()
 			return nil, context.DeadlineExceeded
 		}
+		if c.sendAlone(cl) {
+			reply, err := cl.reply, cl.err
+			cl.recycle()
+			return reply, err
+		}
 		if cl.timer == nil {
 			cl.timer = time.NewTimer(left)
 		} else {
 			cl.timer.Reset(left)
 		}
 		expired = cl.timer.C
+	}
+	if !own && c.sendAlone(cl) {
+		reply, err := cl.reply, cl.err
+		cl.recycle()
+		return reply, err
 	}
 	// Try the queue alone first: a select over several channels locks them
 	// all, and every caller shares c.calls and c.quit.
@@ -285,6 +300,31 @@ func (c *coalescer) run(ctx context.Context, deadline time.Time, cl *call, keys 
 	return reply, err
 }
 
+// sendAlone sends cl as a batch of its own on the caller's goroutine when
+// no batch is on the wire and no decision is queued: at low load a decision
+// then costs no handoff to a flusher and back (two goroutine wake-ups, each
+// tens of microseconds on a small machine). Decisions that arrive while it
+// is on the wire queue and leave together in the flusher's next batch, as
+// before. It reports false, having done nothing, when a batch is on the
+// wire or decisions are queued. The round trip is bounded by cl's deadline,
+// as every batch is by its callers'.
+func (c *coalescer) sendAlone(cl *call) bool {
+	select {
+	case c.wire <- struct{}{}:
+	default:
+		return false
+	}
+	if len(c.calls) > 0 {
+		<-c.wire
+		return false
+	}
+	one, live := [1]*call{cl}, [1]*call{}
+	c.flush(one[:], live[:0])
+	<-c.wire
+	<-cl.done
+	return true
+}
+
 // recycle returns a call whose reply has been read (or that was never
 // queued) to the pool, its timer stopped. It keeps the call's key and
 // bucket buffers, emptied, for the next decision.
@@ -313,9 +353,18 @@ func (c *coalescer) flusher() {
 		case <-c.quit:
 			return
 		}
+		select {
+		case c.wire <- struct{}{}: // a caller sending alone holds it for one round trip at most
+		case <-c.quit:
+			cl := batch[0]
+			cl.err = ErrClosed
+			cl.finish()
+			return
+		}
 		batch = c.fill(batch, prev, timer)
 		prev = len(batch)
 		c.flush(batch, live)
+		<-c.wire
 		clear(batch)
 		clear(live[:cap(live)])
 		batch = batch[:0]
