@@ -35,6 +35,7 @@ type reloader struct {
 
 	mu       sync.Mutex
 	data     []byte // the file's content when last read
+	rlsPath  string // rls.config as the file last read names it
 	rlsData  []byte // the rate limit configuration's files when last read
 	info     *prometheus.GaugeVec
 	failures prometheus.Counter
@@ -46,7 +47,7 @@ type reloader struct {
 // ("" for the embedded default): a file changed since it was read is
 // reloaded at the first poll, however early.
 func newReloader(cfg *config.Config, path string, s *extauthz.Server, rs *rls.Service, log *zap.Logger, reg prometheus.Registerer) *reloader {
-	r := &reloader{path: path, server: s, rls: rs, log: log, started: cfg, rlsData: rls.Snapshot(cfg.RLS.Config),
+	r := &reloader{path: path, server: s, rls: rs, log: log, started: cfg, rlsPath: cfg.RLS.Config, rlsData: rls.Snapshot(cfg.RLS.Config),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_config_info", Help: "The configuration in use: 1, labelled with the SHA-256 of its file (empty for the embedded default).",
 		}, []string{"sha256"}),
@@ -85,10 +86,10 @@ func (r *reloader) reload(force bool) {
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
-	rlsData := r.rlsData
-	if cur, err := config.Parse(r.path, data); err == nil {
-		rlsData = rls.Snapshot(cur.RLS.Config) // a ConfigMap's symlink swap shows here
-	}
+	// The rate limit files the configuration last read names (a
+	// ConfigMap's symlink swap shows here); a changed file may name others,
+	// which Parse below finds.
+	rlsData := rls.Snapshot(r.rlsPath)
 	if bytes.Equal(data, r.data) && bytes.Equal(rlsData, r.rlsData) && !force {
 		return
 	}
@@ -98,6 +99,9 @@ func (r *reloader) reload(force bool) {
 		r.failures.Inc()
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
+	}
+	if cfg.RLS.Config != r.rlsPath {
+		r.rlsPath, r.rlsData = cfg.RLS.Config, rls.Snapshot(cfg.RLS.Config)
 	}
 	if err := cfg.LoadRLS(); err != nil {
 		r.failures.Inc()
