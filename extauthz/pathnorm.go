@@ -32,6 +32,17 @@ func NormalizePath(p string) string {
 	}
 	b := make([]byte, 0, len(p)+1)
 	b = append(b, '/')
+	return removeDotSegments(unescape(b, p, true))
+}
+
+// unescape appends p to b (which holds at least "/") as a policy reads its
+// characters: a backslash as "/"; escapes of unreserved characters decoded;
+// with slashes, %2F and %5C as "/" and repeated slashes merged (the "/"
+// already in b included), without, both kept as they are; every other
+// escape written upper case; a "%" that starts no escape as %25, so a
+// decoded character never forms a new escape. NormalizePath and RoutePath
+// differ only in slashes.
+func unescape(b []byte, p string, slashes bool) []byte {
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		switch c {
@@ -42,7 +53,7 @@ func NormalizePath(p string) string {
 				d := unhex(p[i+1])<<4 | unhex(p[i+2])
 				i += 2
 				switch {
-				case d == '/' || d == '\\':
+				case slashes && (d == '/' || d == '\\'):
 					c = '/'
 				case isUnreserved(d):
 					c = d
@@ -55,12 +66,12 @@ func NormalizePath(p string) string {
 				continue
 			}
 		}
-		if c == '/' && b[len(b)-1] == '/' {
+		if slashes && c == '/' && b[len(b)-1] == '/' {
 			continue // merge slashes (and the leading one added above)
 		}
 		b = append(b, c)
 	}
-	return removeDotSegments(b)
+	return b
 }
 
 // removeDotSegments resolves "." and ".." in b, which starts with "/" and
@@ -177,28 +188,7 @@ func RoutePath(p string) string {
 	if p == "" || (p[0] != '/' && p[0] != '\\') {
 		b = append(b, '/')
 	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		switch c {
-		case '\\':
-			c = '/'
-		case '%':
-			if i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
-				d := unhex(p[i+1])<<4 | unhex(p[i+2])
-				i += 2
-				if !isUnreserved(d) {
-					b = append(b, '%', upperHex[d>>4], upperHex[d&15])
-					continue
-				}
-				c = d
-			} else {
-				b = append(b, "%25"...)
-				continue
-			}
-		}
-		b = append(b, c)
-	}
-	return mergeSlashes(resolveDots(string(b)))
+	return mergeSlashes(resolveDots(string(unescape(b, p, false))))
 }
 
 // resolveDots removes "." and ".." segments of p, which starts with "/", as
