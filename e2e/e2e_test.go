@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"net"
 	"net/http"
 	"os"
@@ -30,7 +31,6 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/internal/floodgatetest"
@@ -218,15 +218,7 @@ const secretEnv = "FLOODGATE_E2E_SECRET=e2e-shared-secret-0123456789"
 // fixture loads one CheckRequest fixture as Envoy sent it.
 func fixture(t *testing.T, name string) *authv3.CheckRequest {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(fixtures, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &authv3.CheckRequest{}
-	if err := protojson.Unmarshal(data, req); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return req
+	return extauthztest.Fixture(t, filepath.Join(fixtures, name))
 }
 
 // withHeader returns a copy of req with header name set to value, in whichever encoding the

@@ -2,12 +2,12 @@ package main
 
 import (
 	"fmt"
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"os"
 	"path/filepath"
 	"testing"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
@@ -47,15 +47,7 @@ func startCommand(t *testing.T, args ...string) *proc {
 
 func loadFixture(t *testing.T, name string) *authv3.CheckRequest {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "extauthz", "testdata", "envoy", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &authv3.CheckRequest{}
-	if err := protojson.Unmarshal(b, req); err != nil {
-		t.Fatal(err)
-	}
-	return req
+	return extauthztest.Fixture(t, filepath.Join("..", "..", "extauthz", "testdata", "envoy", name))
 }
 
 func hdr(resp *authv3.CheckResponse, name string) string {

@@ -1,10 +1,13 @@
 package extauthztest
 
 import (
+	"os"
 	"strconv"
+	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // CheckRequest builds an HTTP CheckRequest as Envoy sends it in its
@@ -35,4 +38,19 @@ func EnvoyRequests(n int) []*authv3.CheckRequest {
 		})
 	}
 	return reqs
+}
+
+// Fixture loads an Envoy-shaped CheckRequest written as protojson at path
+// (extauthz/testdata/envoy holds them, its README says what each is).
+func Fixture(t testing.TB, path string) *authv3.CheckRequest {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &authv3.CheckRequest{}
+	if err := protojson.Unmarshal(b, req); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return req
 }
