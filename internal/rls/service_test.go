@@ -84,6 +84,13 @@ func ask(t *testing.T, c rlsv3.RateLimitServiceClient, ds ...*rlcommon.RateLimit
 	return resp
 }
 
+// TestABurstPassesUpToTheLimitThenIsOverIt: requests_per_unit pass, then
+// OVER_LIMIT with duration_until_reset until a token is back, a JSON
+// raw_body and its content-type. Envoy's rate limit filter sends raw_body
+// as the local reply and lets the service's content-type replace the one
+// sendLocalReply set (Filter::populateResponseHeaders,
+// source/extensions/filters/http/ratelimit/ratelimit.cc), and builds
+// X-RateLimit-Reset from duration_until_reset.
 func TestABurstPassesUpToTheLimitThenIsOverIt(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_000_000, 0))
 	c := memoryService(t, clock)
