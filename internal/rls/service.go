@@ -124,13 +124,14 @@ func (s *Service) failed(plan *Plan) (*rlsv3.RateLimitResponse, error) {
 		return nil, status.Error(codes.Unavailable, "floodgate: the rate limit store could not decide")
 	case FailDeny:
 		s.metrics.requests.WithLabelValues("degraded_denied").Inc()
-		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: okStatuses(plan, rlsv3.RateLimitResponse_OVER_LIMIT)}, nil
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: allStatuses(plan, rlsv3.RateLimitResponse_OVER_LIMIT)}, nil
 	}
 	s.metrics.requests.WithLabelValues("degraded_allowed").Inc()
-	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: okStatuses(plan, rlsv3.RateLimitResponse_OK)}, nil
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: allStatuses(plan, rlsv3.RateLimitResponse_OK)}, nil
 }
 
-func okStatuses(plan *Plan, code rlsv3.RateLimitResponse_Code) []*rlsv3.RateLimitResponse_DescriptorStatus {
+// allStatuses is one status of code per descriptor of plan.
+func allStatuses(plan *Plan, code rlsv3.RateLimitResponse_Code) []*rlsv3.RateLimitResponse_DescriptorStatus {
 	out := make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(plan.Items))
 	for i := range out {
 		out[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: code}
