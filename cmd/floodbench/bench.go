@@ -35,6 +35,7 @@ type benchOptions struct {
 	keys, conns            int
 	client                 string // the in-process client's kind: clientLean or clientProto
 	profileDir             string
+	traceDir               string // record execution traces of floodgate (wakeups.go)
 	ghz                    string // drive the cells with this ghz binary instead of the in-process client
 	ghzVersion             string // what that binary says it is (set by bench)
 	ratelimit              string // envoyproxy/ratelimit's service_cmd, for scenario (r)
@@ -92,6 +93,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&o.ratelimit, "ratelimit", "", "envoyproxy/ratelimit's service_cmd binary, for scenario r (make bench-ghz installs it)")
 	fs.IntVar(&o.gogc, "gogc", config.DefaultGOGC, "the collector setting (GOGC) of floodgate (runtime.gogc) and of the no-op server alike; the GOGC environment variable, when set, wins for both")
 	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b), (e), (g) and (b-rls), those that run, at the highest concurrency to this directory")
+	fs.StringVar(&o.traceDir, "trace", "", "record a Go execution trace of floodgate over the last round of (b), (c) and (e), those that run, at every concurrency into this directory, and print what each decision wakes")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -248,7 +250,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 				return err
 			}
 			args := []string{"serve", "--config", path}
-			if o.profileDir != "" {
+			if o.profileDir != "" || o.traceDir != "" {
 				args = append(args, "--pprof", "127.0.0.1:0")
 			}
 			p, err = startServing(ctx, "floodgate ("+name+")", o.floodgate, args...)
@@ -293,6 +295,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	// run falls on every scenario alike rather than on one.
 	var rows []row
 	var steady steadiness
+	var traced []tracedCell
 	if ghz != nil {
 		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds, driven by %s\n", len(scs)*len(o.conc), o.cell, o.rounds, ghz.version)
 	} else {
@@ -331,6 +334,14 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 						stopProfile = startProfile(ctx, server, o.profileDir, "floodgate-"+sc.id, round)
 					}
 				}
+				var stopTrace func() (string, error)
+				if o.traceDir != "" && rd == o.rounds-1 && slices.Contains(traceScenarios, sc.id) {
+					at := cl.atWindow
+					cl.atWindow = func() {
+						at()
+						stopTrace = startTrace(ctx, server, o.traceDir, fmt.Sprintf("floodgate-%s-c%d", sc.id, conc), round)
+					}
+				}
 				var res result
 				var serverCPU, clientCPU float64
 				switch {
@@ -367,6 +378,13 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 						fmt.Fprintln(stderr, "floodbench: profile:", err)
 					}
 				}
+				if stopTrace != nil {
+					if file, err := stopTrace(); err != nil {
+						fmt.Fprintln(stderr, "floodbench: trace:", err)
+					} else {
+						traced = append(traced, tracedCell{sc: sc, conc: conc, file: file})
+					}
+				}
 			}
 		}
 		for _, r := range cells {
@@ -380,6 +398,16 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}
 	printTable(stdout, o, machine(redisBin), steady, rows)
+	if len(traced) > 0 {
+		t, err := wakeupRows(traced)
+		if err != nil {
+			return fmt.Errorf("reading the traces: %w", err)
+		}
+		fmt.Fprintln(stdout)
+		fmt.Fprintf(stdout, "what a decision wakes in floodgate (execution traces over the last round, in %s; tracing slows the server, so count, do not time, from them): goroutines made runnable, threads woken to run a processor, system calls, goroutines parked on the network poller; decisions: the goroutines gRPC started for a call\n", o.traceDir)
+		fmt.Fprintln(stdout)
+		writeMarkdown(stdout, t)
+	}
 	return nil
 }
 

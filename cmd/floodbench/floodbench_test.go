@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,12 +64,15 @@ func TestSmoke(t *testing.T) {
 	err := bench(ctx, benchOptions{
 		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
 		scenarios: []string{"b", "d", "g", "b-rls", "rt", "naive"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
-		maxCount: 100_000, keys: 1000, conns: 1,
+		maxCount: 100_000, keys: 1000, conns: 1, traceDir: t.TempDir(),
 	}, &out, &log)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, log.String())
 	}
 	t.Logf("\n%s", out.String())
+	if !regexp.MustCompile(`\n\| \(b\) Redis, distinct keys +\| +2 \| +[1-9][0-9]* \| +[0-9.]+ \|`).MatchString(out.String()) {
+		t.Errorf("no row of what (b)'s decisions wake, traced over its last round:\n%s", out.String())
+	}
 	if !strings.HasPrefix(out.String(), "machine: ") || !strings.Contains(out.String(), "CPUs (nproc)") {
 		t.Errorf("the table does not start with the machine:\n%s", out.String())
 	}

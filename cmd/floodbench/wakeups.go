@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/exp/trace"
+)
+
+// What a decision wakes. A request that waits on Redis parks its goroutine
+// and, when the machine has nothing else to run, its thread; each wake-up
+// back costs tens of microseconds on a small machine. floodbench run
+// --trace records a Go execution trace of floodgate over a round's window
+// and counts, per decision, the goroutines woken, the threads woken to run
+// them, the system calls and the waits on the network, and the three
+// places that wake goroutines most often.
+
+// traceScenarios are the scenarios --trace records: Redis with distinct
+// keys and with one hot key, and the in-memory store, which costs what the
+// no-op server does (the no-op server runs no profiler).
+var traceScenarios = []string{"b", "c", "e"}
+
+// tracedCell is one trace recorded during a cell's last round.
+type tracedCell struct {
+	sc   scenario
+	conc int
+	file string
+}
+
+// startTrace records an execution trace of a floodgate started with --pprof
+// for d into dir/NAME.trace. The returned func waits for it and returns the
+// file.
+func startTrace(ctx context.Context, p *proc, dir, name string, d time.Duration) func() (string, error) {
+	p.mu.Lock()
+	addr := p.pprof
+	p.mu.Unlock()
+	file := filepath.Join(dir, name+".trace")
+	if addr == "" {
+		return func() (string, error) {
+			return "", fmt.Errorf("%s has no pprof address (started without --pprof?)", p.name)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%g", addr, d.Seconds()), file, d+30*time.Second)
+	}()
+	return func() (string, error) { return file, <-errc }
+}
+
+// wakeups is what a trace holds, counted over its decisions.
+type wakeups struct {
+	decisions int // goroutines gRPC started for a stream: one per call
+	// goroutine wake-ups (waiting → runnable), threads woken to run a
+	// processor (idle → running), system calls, and goroutines parked on
+	// the network poller.
+	goWakes, procStarts, syscalls, netParks int
+	wakers                                  map[string]int // wake-ups by the first frame outside the runtime
+}
+
+// countWakeups reads the execution trace in r.
+func countWakeups(r io.Reader) (wakeups, error) {
+	tr, err := trace.NewReader(r)
+	if err != nil {
+		return wakeups{}, err
+	}
+	w := wakeups{wakers: map[string]int{}}
+	for {
+		ev, err := tr.ReadEvent()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return wakeups{}, err
+		}
+		if ev.Kind() != trace.EventStateTransition {
+			continue
+		}
+		st := ev.StateTransition()
+		switch st.Resource.Kind {
+		case trace.ResourceProc:
+			if from, to := st.Proc(); from == trace.ProcIdle && to == trace.ProcRunning {
+				w.procStarts++
+			}
+		case trace.ResourceGoroutine:
+			from, to := st.Goroutine()
+			switch {
+			case from == trace.GoNotExist && to == trace.GoRunnable:
+				if inStack(ev.Stack(), "grpc.(*Server).serveStreams") {
+					w.decisions++
+				}
+			case from == trace.GoWaiting && to == trace.GoRunnable:
+				w.goWakes++
+				w.wakers[firstOutsideRuntime(ev.Stack())]++
+			case to == trace.GoSyscall:
+				w.syscalls++
+			case to == trace.GoWaiting && st.Reason == "network":
+				w.netParks++
+			}
+		}
+	}
+	if w.decisions == 0 {
+		return w, fmt.Errorf("the trace holds no gRPC call")
+	}
+	return w, nil
+}
+
+func inStack(s trace.Stack, fn string) bool {
+	for f := range s.Frames() {
+		if strings.HasSuffix(f.Func, fn) {
+			return true
+		}
+	}
+	return false
+}
+
+// firstOutsideRuntime names a wake-up's site: the first function of its
+// stack outside the runtime, without its package path; "netpoller" when the
+// stack is empty (the scheduler found the goroutine ready on the network).
+func firstOutsideRuntime(s trace.Stack) string {
+	for f := range s.Frames() {
+		if strings.HasPrefix(f.Func, "runtime.") {
+			continue
+		}
+		return f.Func[strings.LastIndex(f.Func, "/")+1:]
+	}
+	return "netpoller"
+}
+
+// perDecision divides n by the decisions.
+func (w wakeups) perDecision(n int) string {
+	return fmt.Sprintf("%.2f", float64(n)/float64(w.decisions))
+}
+
+// topWakers returns the n sites that woke goroutines most, with their
+// wake-ups per decision.
+func (w wakeups) topWakers(n int) string {
+	sites := make([]string, 0, len(w.wakers))
+	for s := range w.wakers {
+		sites = append(sites, s)
+	}
+	slices.SortFunc(sites, func(a, b string) int {
+		if w.wakers[a] != w.wakers[b] {
+			return w.wakers[b] - w.wakers[a]
+		}
+		return strings.Compare(a, b)
+	})
+	var out []string
+	for _, s := range sites[:min(n, len(sites))] {
+		out = append(out, fmt.Sprintf("%s %s", s, w.perDecision(w.wakers[s])))
+	}
+	return strings.Join(out, "; ")
+}
+
+// wakeupRows is the table of the traced cells.
+func wakeupRows(cells []tracedCell) ([][]string, error) {
+	out := [][]string{{"scenario", "conc", "decisions traced", "goroutine wake-ups/dec", "thread wake-ups/dec", "syscalls/dec", "network waits/dec", "most wake-ups from (per decision)"}}
+	for _, c := range cells {
+		f, err := os.Open(c.file)
+		if err != nil {
+			return nil, err
+		}
+		w, err := countWakeups(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c.file, err)
+		}
+		out = append(out, []string{c.sc.label, fmt.Sprint(c.conc), fmt.Sprint(w.decisions),
+			w.perDecision(w.goWakes), w.perDecision(w.procStarts), w.perDecision(w.syscalls), w.perDecision(w.netParks), w.topWakers(3)})
+	}
+	return out, nil
+}
