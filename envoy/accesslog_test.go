@@ -22,7 +22,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/replay"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // accessLogIndent is where the shipped files put the entries of the http_connection_manager's
@@ -276,7 +276,7 @@ func TestTheShippedAccessLogReplaysAsServed(t *testing.T) {
 			}
 
 			clock := limiter.NewManualClock(start)
-			srv := extauthz.NewServer(cfg.Engine, memory.New(memory.Options{Clock: clock}), extauthz.ServerOptions{})
+			srv := extauthz.NewServer(cfg.Engine, storetest.Memory(clock), extauthz.ServerOptions{})
 			served := make([]bool, len(reqs))
 			var log strings.Builder
 			for i, r := range reqs {
@@ -304,7 +304,7 @@ func TestTheShippedAccessLogReplaysAsServed(t *testing.T) {
 			}
 
 			replayed := map[int64]bool{}
-			res, err := replay.Run(context.Background(), strings.NewReader(log.String()), replay.Options{Engine: cfg.Engine,
+			res, err := replay.Run(context.Background(), strings.NewReader(log.String()), replay.Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets,
 				ReorderWindow: time.Minute, OnDecision: func(line int64, allowed bool) { replayed[line] = allowed }})
 			if err != nil {
 				t.Fatal(err)

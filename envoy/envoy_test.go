@@ -48,7 +48,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // example is one Envoy configuration and the Floodgate configuration it talks to.
@@ -632,7 +632,7 @@ func TestRoutesSelectPoliciesAtRuntime(t *testing.T) {
 	for _, ex := range examples {
 		t.Run(ex.name, func(t *testing.T) {
 			ec, cfg := readExample(t, ex)
-			srv := extauthz.NewServer(cfg.Engine, memory.New(memory.Options{}), extauthz.ServerOptions{})
+			srv := extauthz.NewServer(cfg.Engine, storetest.Memory(nil), extauthz.ServerOptions{})
 			routes, err := routesOf(ec)
 			if err != nil {
 				t.Fatal(err)
@@ -678,7 +678,7 @@ func TestJWTSubjectIsTheBucket(t *testing.T) {
 	for _, p := range ec.jwt.GetProviders() {
 		prov = p
 	}
-	srv := extauthz.NewServer(cfg.Engine, memory.New(memory.Options{}), extauthz.ServerOptions{})
+	srv := extauthz.NewServer(cfg.Engine, storetest.Memory(nil), extauthz.ServerOptions{})
 	ctxExt := map[string]string{}
 	routes, _ := routesOf(ec)
 	for _, r := range routes {
@@ -973,7 +973,7 @@ func TestFingerprintComesFromEnvoy(t *testing.T) {
 		})
 	}
 
-	srv := extauthz.NewServer(cfg.Engine, memory.New(memory.Options{}), extauthz.ServerOptions{})
+	srv := extauthz.NewServer(cfg.Engine, storetest.Memory(nil), extauthz.ServerOptions{})
 	login := func(ua, ja4 string) bool {
 		req := checkRequest("POST", "/login", map[string]string{"route": "login"}, map[string]string{"user-agent": ua, "x-ja4": ja4}, nil)
 		resp, err := srv.Check(context.Background(), req)

@@ -36,8 +36,8 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
-	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // The mutual TLS example: envoy/envoy.yaml and envoy/floodgate.yaml, with Envoy presenting a client
@@ -468,7 +468,7 @@ func TestMTLSExampleRefusesStrangersAndDecidesAsBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reference := extauthz.NewServer(edge.Engine, memory.New(memory.Options{}), extauthz.ServerOptions{})
+	reference := extauthz.NewServer(edge.Engine, storetest.Memory(nil), extauthz.ServerOptions{})
 	creds := credentials.NewTLS(envoyTLS)
 	denied := 0
 	for i := range 8 {

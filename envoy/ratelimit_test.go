@@ -17,7 +17,6 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/rls"
-	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
 const (
@@ -88,8 +87,8 @@ func TestTheRateLimitExampleTalksToFloodgate(t *testing.T) {
 	if rl.GetDomain() != "edge" {
 		t.Errorf("domain %q, want edge (config/edge.yaml's)", rl.GetDomain())
 	}
-	if got := rl.GetTimeout().AsDuration(); got < 2*redisstore.DefaultTimeout {
-		t.Errorf("timeout %v: want at least twice Floodgate's Redis timeout %v, so that Floodgate's failure mode answers first", got, redisstore.DefaultTimeout)
+	if got := rl.GetTimeout().AsDuration(); got < 2*config.DefaultRedisTimeout {
+		t.Errorf("timeout %v: want at least twice Floodgate's Redis timeout %v, so that Floodgate's failure mode answers first", got, config.DefaultRedisTimeout)
 	}
 	if rl.GetFailureModeDeny() {
 		t.Error("failure_mode_deny: true turns an unreachable Floodgate into an outage; the example fails open")

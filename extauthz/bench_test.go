@@ -11,7 +11,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // The Check benchmarks decide in the in-memory store, so what they measure
@@ -42,7 +42,7 @@ func benchServer(b *testing.B, policies ...PolicySpec) *Server {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return NewServer(eng, memory.New(memory.Options{}), ServerOptions{Registerer: prometheus.NewRegistry()})
+	return NewServer(eng, storetest.Memory(nil), ServerOptions{Registerer: prometheus.NewRegistry()})
 }
 
 func benchDirect(b *testing.B, s *Server, reqs []*authv3.CheckRequest, wantAllowed bool) {

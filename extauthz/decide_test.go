@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // meetingStore is a real in-memory store whose Take first waits, up to the
@@ -59,7 +59,7 @@ func decidePlan(t *testing.T) (*Engine, []Bucket) {
 func TestDecideIsAllOrNothingWithTheShadowOnItsOwn(t *testing.T) {
 	_, plan := decidePlan(t)
 	for _, concurrent := range []bool{false, true} {
-		d := Decider{Store: memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(1_800_000_000, 0))}), Concurrent: concurrent}
+		d := Decider{Store: storetest.Memory(limiter.NewManualClock(time.Unix(1_800_000_000, 0))), Concurrent: concurrent}
 		res := make([]limiter.Result, len(plan))
 		var got []Decision
 		var remaining []int64
@@ -92,8 +92,8 @@ func TestAConcurrentDeciderTakesTheShadowBucketsBesideTheEnforcedOnes(t *testing
 	_, plan := decidePlan(t)
 	a, b := make(chan struct{}), make(chan struct{})
 	d := Decider{
-		Store:      meetingStore{Store: memory.New(memory.Options{}), here: a, there: b},
-		Shadow:     meetingStore{Store: memory.New(memory.Options{}), here: b, there: a},
+		Store:      meetingStore{Store: storetest.Memory(nil), here: a, there: b},
+		Shadow:     meetingStore{Store: storetest.Memory(nil), here: b, there: a},
 		Concurrent: true,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -109,7 +109,7 @@ func TestAConcurrentDeciderTakesTheShadowBucketsBesideTheEnforcedOnes(t *testing
 // the enforced decision stands.
 func TestAPanickingShadowTakeIsAnErrorNotACrash(t *testing.T) {
 	_, plan := decidePlan(t)
-	d := Decider{Store: memory.New(memory.Options{}), Shadow: panickyStore{}, Concurrent: true}
+	d := Decider{Store: storetest.Memory(nil), Shadow: panickyStore{}, Concurrent: true}
 	res := make([]limiter.Result, len(plan))
 	got := d.Decide(context.Background(), plan, res)
 	var p *ShadowPanic
@@ -130,7 +130,7 @@ func TestAShadowStoreThatCannotDecideNeverDenies(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer c.Close()
 	eng, _ := decidePlan(t)
-	s := NewServer(eng, memory.New(memory.Options{}), ServerOptions{ShadowStore: redisstore.New(c, "")})
+	s := NewServer(eng, storetest.Memory(nil), ServerOptions{ShadowStore: redisstore.New(c, "")})
 	req := checkRequest("198.51.100.7", map[string]string{"x-api-key": "k1"})
 	for i, want := range []bool{true, true, false} {
 		resp, err := s.Check(context.Background(), req)

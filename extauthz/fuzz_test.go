@@ -101,7 +101,7 @@ func FuzzCheck(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s := NewServer(eng, memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(0, 0)), MaxBuckets: 10000}), ServerOptions{})
+	s := NewServer(eng, memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(0, 0)), MaxBuckets: 10000, Shards: 256}), ServerOptions{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req := &authv3.CheckRequest{}
 		if codec.DecodeLenient(data, req) != nil { // as both decoders read it

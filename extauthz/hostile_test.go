@@ -129,7 +129,7 @@ func TestAMillionCallersCostBoundedMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := memory.New(memory.Options{MaxBuckets: maxBuckets})
+	store := memory.New(memory.Options{MaxBuckets: maxBuckets, Shards: 256})
 	s := NewServer(eng, store, ServerOptions{})
 	heap := func() uint64 {
 		runtime.GC()

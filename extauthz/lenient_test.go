@@ -18,7 +18,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // rawRequest is a CheckRequest already on the wire; rawClientCodec sends it
@@ -70,7 +70,7 @@ func TestInvalidUTF8IsDecidedNotAnRPCError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := NewServer(eng, memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(1_800_000_000, 0))}), ServerOptions{})
+			srv := NewServer(eng, storetest.Memory(limiter.NewManualClock(time.Unix(1_800_000_000, 0))), ServerOptions{})
 			conn := extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(c))
 			check := func(req []byte) *authv3.CheckResponse {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -119,7 +119,7 @@ func TestDeeplyNestedMetadataIsDecidedNotAnRPCError(t *testing.T) {
 	p := PolicySpec{Name: "per-user", Key: []string{"metadata:envoy.filters.http.jwt_authn:sub"}, OnMissingKey: "skip", Capacity: 1, RefillPerSecond: "1/60"}
 	for name, c := range map[string]encoding.CodecV2{"fast": codec.Fast(), "protobuf": codec.Protobuf()} {
 		t.Run(name, func(t *testing.T) {
-			srv := NewServer(mustCompile(t, p), memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(1_800_000_000, 0))}), ServerOptions{})
+			srv := NewServer(mustCompile(t, p), storetest.Memory(limiter.NewManualClock(time.Unix(1_800_000_000, 0))), ServerOptions{})
 			conn := extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(c))
 			check := func(req *authv3.CheckRequest) *authv3.CheckResponse {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 var offlineSpecs = []PolicySpec{
@@ -28,8 +28,8 @@ func TestPlanAndDecideAreWhatCheckDecides(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := limiter.NewManualClock(time.Unix(1_796_040_000, 0))
-	srv := NewServer(eng, memory.New(memory.Options{Clock: clock}), ServerOptions{})
-	dec := Decider{Store: memory.New(memory.Options{Clock: clock})}
+	srv := NewServer(eng, storetest.Memory(clock), ServerOptions{})
+	dec := Decider{Store: storetest.Memory(clock)}
 	rng := rand.New(rand.NewPCG(16, 16))
 	denied := 0
 	for i := range 3000 {

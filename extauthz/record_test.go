@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/floodgate/floodgate/internal/limited"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // TestTheRecorderHearsEachPolicysDecisionWithASafeLabel drives decisions
@@ -119,7 +119,7 @@ func BenchmarkDeniedWithRecorder(b *testing.B) {
 			if tc.recorder {
 				so.Limited = limited.New(limited.Options{})
 			}
-			s := NewServer(eng, memory.New(memory.Options{}), so)
+			s := NewServer(eng, storetest.Memory(nil), so)
 			reqs := benchRequests(tc.keys)
 			ctx := context.Background()
 			for _, r := range reqs {

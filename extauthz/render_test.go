@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // Responses are rendered from pooled buffers into a few allocations; these
@@ -18,7 +18,7 @@ func TestResponsesShareNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewServer(eng, memory.New(memory.Options{}), ServerOptions{})
+	s := NewServer(eng, storetest.Memory(nil), ServerOptions{})
 	req := checkRequest("198.51.100.7", nil)
 	a, _ := s.Check(context.Background(), req)
 	b, _ := s.Check(context.Background(), req)
@@ -73,7 +73,7 @@ func TestAnAllowedCheckAllocatesLittle(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items: allocation counts mean nothing")
 	}
-	s := NewServer(mustCompile(t, benchPerKey), memory.New(memory.Options{}), ServerOptions{})
+	s := NewServer(mustCompile(t, benchPerKey), storetest.Memory(nil), ServerOptions{})
 	req := benchRequests(1)[0]
 	ctx := context.Background()
 	s.Check(ctx, req)

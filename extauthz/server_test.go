@@ -18,9 +18,9 @@ import (
 	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 type rig struct {
@@ -40,7 +40,7 @@ func newRig(t *testing.T, policies []PolicySpec, opts Options, store limiter.Sto
 	}
 	r := &rig{clock: limiter.NewManualClock(time.Unix(1_800_000_000, 0)), reg: prometheus.NewRegistry()}
 	if store == nil {
-		store = memory.New(memory.Options{Clock: r.clock})
+		store = storetest.Memory(r.clock)
 	}
 	so.Registerer = r.reg
 	r.server = NewServer(eng, store, so)

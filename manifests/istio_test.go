@@ -12,7 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 const istioPoliciesFile = "istio/floodgate-policies.yaml"
@@ -36,7 +36,7 @@ func istioCheck(t *testing.T) (check func(principal, source, xff string) (policy
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv = extauthz.NewServer(cfg.Engine, memory.New(memory.Options{}), extauthz.ServerOptions{})
+	srv = extauthz.NewServer(cfg.Engine, storetest.Memory(nil), extauthz.ServerOptions{})
 	return func(principal, source, xff string) (policy string, allowed bool) {
 		req := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 			Source: &authv3.AttributeContext_Peer{Principal: principal, Address: &corev3.Address{Address: &corev3.Address_SocketAddress{

@@ -13,6 +13,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
 
@@ -100,7 +101,7 @@ func TestAKeyFloodStaysWithinTheMemoryLimit(t *testing.T) {
 		t.Fatalf("no memory limit set: %v", gc)
 	}
 	if cgroupMemoryLimit() == 0 {
-		if want := memory.MaxTableBytes(memory.Options{MaxBuckets: maxBuckets}) + heapHeadroom; limit != want {
+		if want := memory.MaxTableBytes(memory.Options{MaxBuckets: maxBuckets, Shards: config.MemoryShards}) + heapHeadroom; limit != want {
 			t.Fatalf("memory limit %d, want the tables' bound + headroom, %d (%v)", limit, want, gc)
 		}
 	}

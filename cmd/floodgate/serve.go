@@ -430,7 +430,7 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 // newMemoryStore is the in-memory store (the memory backend, or Redis'
 // local fallback) with its idle buckets reclaimed; the func stops that.
 func newMemoryStore(cfg *config.Config) (*memory.Store, func()) {
-	m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets})
+	m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets, Shards: config.MemoryShards})
 	return m, reclaimEvery(m, config.ReclaimInterval)
 }
 
@@ -472,8 +472,8 @@ func buildRedisStore(ctx context.Context, cfg *config.Config, log *zap.Logger, r
 // resilientOptions are the resilience layer's settings (the fallback
 // store aside).
 func resilientOptions(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (resilient.Options, error) {
-	var share limiter.Rate // the fallback's share of each limit; zero: resilient's default
-	if cfg.Store.OnFailure == "local" && cfg.Store.LocalShare != nil {
+	var share limiter.Rate // the fallback's share of each limit; zero (unused) without one
+	if cfg.Store.OnFailure == "local" {
 		var err error
 		if share, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
 			return resilient.Options{}, fmt.Errorf("store.local_share: %w", err)

@@ -15,7 +15,8 @@ import (
 )
 
 // check validates what the YAML types cannot, fills the defaults of the
-// settings this package owns, and compiles the policies. A setting handed
+// settings the file leaves out (those handed to a library too: the
+// libraries take every value as given), and compiles the policies. A setting handed
 // to a library is checked by the library's own Validate, reported here at
 // its line.
 func (v *validator) check(c *Config) {
@@ -100,15 +101,19 @@ func (v *validator) checkStore(s *Store) {
 		}
 	}
 	v.durationIn("store.failure_retry_after", &s.FailureRetryAfter, DefaultFailureRetryAfter, time.Second, time.Hour)
-	v.intIn("store.breaker.failures", &s.Breaker.Failures, 0, 1, math.MaxInt32)
-	v.durationIn("store.breaker.open_for", &s.Breaker.OpenFor, 0, time.Millisecond, time.Minute)
+	if s.LocalShare == nil {
+		d := DefaultLocalShare
+		s.LocalShare = &d
+	}
+	v.intIn("store.breaker.failures", &s.Breaker.Failures, DefaultBreakerFailures, 1, math.MaxInt32)
+	v.durationIn("store.breaker.open_for", &s.Breaker.OpenFor, DefaultBreakerOpenFor, time.Millisecond, time.Minute)
 	if m := s.OverLimitCache.MaxEntries; m == nil {
 		d := DefaultOverLimitEntries
 		s.OverLimitCache.MaxEntries = &d
 	} else if *m < 0 {
 		v.at("store.over_limit_cache.max_entries", "must be >= 0 (got %d)", *m)
 	}
-	v.intIn("store.memory.max_buckets", &s.Memory.MaxBuckets, 0, 1, MaxBuckets)
+	v.intIn("store.memory.max_buckets", &s.Memory.MaxBuckets, DefaultMaxBuckets, 1, MaxBuckets)
 	v.checkRedis(&s.Redis)
 	if s.Backend == "redis" {
 		v.redisOptions(s)
@@ -119,24 +124,32 @@ func (v *validator) checkStore(s *Store) {
 // 16 GiB of tables (memory.MaxTableBytes).
 const MaxBuckets = 1 << 28
 
-// checkRedis checks what store.redis holds for this package (pipelining);
-// the connection settings are redisstore's, checked by redisOptions.
+// checkRedis checks what store.redis holds for this package (pipelining)
+// and fills the defaults of the settings it leaves out, connection
+// settings included (redisstore takes every value as given); the rest of
+// the connection settings are redisstore's to check, by redisOptions.
 func (v *validator) checkRedis(r *Redis) {
-	v.settingIn("store.redis.timeout", r.Timeout, time.Millisecond, 10*time.Second, "and well under Envoy's ext_authz timeout")
-	v.settingIn("store.redis.dial_timeout", r.DialTimeout, time.Millisecond, time.Minute)
+	v.settingIn("store.redis.timeout", &r.Timeout, DefaultRedisTimeout, time.Millisecond, 10*time.Second, "and well under Envoy's ext_authz timeout")
+	v.settingIn("store.redis.dial_timeout", &r.DialTimeout, DefaultRedisDialTimeout, time.Millisecond, time.Minute)
+	// Only a prefix the file leaves out is the default: prefix: "" is no
+	// prefix at all (keys start with the policy's name).
+	if _, set := v.lines["store.redis.prefix"]; !set {
+		r.Prefix = DefaultRedisPrefix
+	}
 	if r.Pipeline == nil {
 		on := true
 		r.Pipeline = &on
 	}
-	v.intIn("store.redis.pipeline_max_batch", &r.PipelineMaxBatch, 0, 1, MaxPipelineBatch)
-	v.intIn("store.redis.pipeline_flushers", &r.PipelineFlushers, 0, 1, MaxPipelineFlushers)
-	v.durationIn("store.redis.pipeline_wait", &r.PipelineWait, redisstore.DefaultWait, 0, MaxPipelineWait, "as every decision of a held batch waits that long")
+	batchSet, flushersSet := r.PipelineMaxBatch != 0, r.PipelineFlushers != 0
+	v.intIn("store.redis.pipeline_max_batch", &r.PipelineMaxBatch, DefaultPipelineMaxBatch, 1, MaxPipelineBatch)
+	v.intIn("store.redis.pipeline_flushers", &r.PipelineFlushers, DefaultPipelineFlushers, 1, MaxPipelineFlushers)
+	v.durationIn("store.redis.pipeline_wait", &r.PipelineWait, DefaultPipelineWait, 0, MaxPipelineWait, "as every decision of a held batch waits that long")
 	for _, k := range []struct {
 		path string
 		set  bool
 	}{
-		{"store.redis.pipeline_max_batch", r.PipelineMaxBatch > 0},
-		{"store.redis.pipeline_flushers", r.PipelineFlushers > 0},
+		{"store.redis.pipeline_max_batch", batchSet},
+		{"store.redis.pipeline_flushers", flushersSet},
 		{"store.redis.pipeline_wait", r.PipelineWait.IsSet()},
 	} {
 		if k.set && !*r.Pipeline {
@@ -214,8 +227,7 @@ func (v *validator) oneOf(path string, s *string, def string, choices ...string)
 	v.at(path, "must be %s or %s (got %q)", strings.Join(choices[:len(choices)-1], ", "), choices[len(choices)-1], *s)
 }
 
-// intIn checks that *n is within [lo, hi]; 0 (left out) becomes def, and
-// stays 0 when def is 0 (the library's default applies).
+// intIn checks that *n is within [lo, hi]; 0 (left out) becomes def.
 func (v *validator) intIn(path string, n *int, def, lo, hi int) {
 	if *n == 0 {
 		*n = def
@@ -227,8 +239,7 @@ func (v *validator) intIn(path string, n *int, def, lo, hi int) {
 }
 
 // durationIn checks that a duration the file sets is within [lo, hi]; left
-// out, it becomes def (0: the library's default applies). why, if given,
-// is added to the range.
+// out, it becomes def. why, if given, is added to the range.
 func (v *validator) durationIn(path string, d *Duration, def, lo, hi time.Duration, why ...string) {
 	if !d.IsSet() {
 		d.Duration = def
@@ -239,11 +250,14 @@ func (v *validator) durationIn(path string, d *Duration, def, lo, hi time.Durati
 	}
 }
 
-// settingIn checks that a library's duration the file sets is within
-// [lo, hi]; left out, it stays 0 and the library's default applies.
-func (v *validator) settingIn(path string, d, lo, hi time.Duration, why ...string) {
-	if _, set := v.lines[path]; set && (d < lo || d > hi) {
-		v.at(path, "must be between %s and %s%s (got %v)", short(lo), short(hi), strings.Join(append([]string{""}, why...), ", "), d)
+// settingIn is durationIn for a library's duration (a time.Duration, which
+// cannot say whether the file set it; the file's lines can): set, it must
+// be within [lo, hi]; left out, it becomes def.
+func (v *validator) settingIn(path string, d *time.Duration, def, lo, hi time.Duration, why ...string) {
+	if _, set := v.lines[path]; !set {
+		*d = def
+	} else if *d < lo || *d > hi {
+		v.at(path, "must be between %s and %s%s (got %v)", short(lo), short(hi), strings.Join(append([]string{""}, why...), ", "), *d)
 	}
 }
 

@@ -166,7 +166,7 @@ type Store struct {
 	// marked x-ratelimit-degraded), deny (429, short Retry-After) or local
 	// (per-replica in-memory buckets, each given LocalShare of every limit).
 	OnFailure  string   `yaml:"on_failure"`
-	LocalShare *float64 `yaml:"local_share"` // (0, 1], default 1
+	LocalShare *float64 `yaml:"local_share"` // (0, 1], default DefaultLocalShare
 	// FailureRetryAfter is the Retry-After of on_failure: deny (default 1s).
 	FailureRetryAfter Duration       `yaml:"failure_retry_after"`
 	Breaker           Breaker        `yaml:"breaker"`
@@ -175,8 +175,8 @@ type Store struct {
 
 // Breaker tunes the circuit breaker on Redis.
 type Breaker struct {
-	Failures int      `yaml:"failures"` // consecutive failures that open it (default 5)
-	OpenFor  Duration `yaml:"open_for"` // before a probe (default 500ms)
+	Failures int      `yaml:"failures"` // consecutive failures that open it (default DefaultBreakerFailures)
+	OpenFor  Duration `yaml:"open_for"` // before a probe (default DefaultBreakerOpenFor)
 }
 
 // OverLimitCache tunes the cache that denies, without a Redis call, requests
@@ -188,9 +188,12 @@ type OverLimitCache struct {
 // Redis is the Redis connection and how decisions share it. The
 // connection settings are redisstore's own Options, read under their yaml
 // names as they are (addresses, cluster, sentinel_master, username,
-// timeout (default 50ms), dial_timeout (default 250ms), pool_size (default
-// 10 × CPUs), min_idle_conns, prefix (default fg:), tls); the passwords
-// are named here by file or variable and read by Resolve.
+// timeout (default DefaultRedisTimeout, 50ms), dial_timeout (default
+// DefaultRedisDialTimeout, 250ms), pool_size (default 10 × CPUs: go-redis'
+// own when 0), min_idle_conns, prefix (default DefaultRedisPrefix, fg:;
+// prefix: "" is no prefix), tls), Parse filling in the defaults of those
+// left out; the passwords are named here by file or variable and read by
+// Resolve.
 type Redis struct {
 	redisstore.Options `yaml:",inline"`
 
@@ -217,7 +220,7 @@ type Redis struct {
 
 // Memory tunes the in-memory store.
 type Memory struct {
-	MaxBuckets int `yaml:"max_buckets"` // default memory.DefaultMaxBuckets
+	MaxBuckets int `yaml:"max_buckets"` // default DefaultMaxBuckets
 }
 
 // Identity keys the hash that turns identities (API keys, IPs) into bucket
@@ -274,9 +277,10 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // IsSet reports whether the file gave a value.
 func (d Duration) IsSet() bool { return d.set }
 
-// Defaults of the settings this package owns. Settings passed to a
-// library (store.redis to redisstore, store.memory to memory) are left zero
-// when the file leaves them out: the library's default applies.
+// Defaults of the settings, filled in by Parse where the file leaves a
+// setting out. The libraries the settings are handed to (redisstore,
+// memory, resilient) have no defaults of their own: they take the values
+// as given.
 const (
 	DefaultGRPC                 = "127.0.0.1:9191"
 	DefaultAdmin                = "127.0.0.1:9192"
@@ -292,6 +296,53 @@ const (
 	// ReclaimInterval is how often an in-memory store drops its full
 	// buckets, returning the memory of callers that went idle.
 	ReclaimInterval = 10 * time.Second
+)
+
+// Defaults of the store's settings.
+const (
+	// DefaultRedisTimeout (store.redis.timeout) bounds each decision's
+	// Redis work: socket reads and writes, the wait for a pooled
+	// connection, and the resilience layer's deadline.
+	DefaultRedisTimeout = 50 * time.Millisecond
+	// DefaultRedisDialTimeout (store.redis.dial_timeout) bounds opening a
+	// connection.
+	DefaultRedisDialTimeout = 250 * time.Millisecond
+	// DefaultRedisPrefix (store.redis.prefix) starts every key Floodgate
+	// writes.
+	DefaultRedisPrefix = "fg:"
+	// DefaultPipelineMaxBatch (store.redis.pipeline_max_batch) bounds the
+	// decisions in one pipeline.
+	DefaultPipelineMaxBatch = 128
+	// DefaultPipelineFlushers (store.redis.pipeline_flushers) is the number
+	// of batches that may be on the wire at once. One is best when Redis
+	// runs on the same few cores as its clients: every decision that
+	// arrives while a batch is on the wire joins the next one, so batches
+	// are as deep as the load allows and Redis pays its per-read and
+	// per-write system calls once per batch (docs/performance.md compares
+	// one flusher with two). More flushers suit a Redis with cores of its
+	// own and a long round trip, where Redis would otherwise idle while a
+	// batch's replies travel back.
+	DefaultPipelineFlushers = 1
+	// DefaultPipelineWait (store.redis.pipeline_wait) is the wait that
+	// serves best under steady load (see the comment at the top of
+	// limiter/redisstore/pipeline.go).
+	DefaultPipelineWait = 100 * time.Microsecond
+	// DefaultMaxBuckets (store.memory.max_buckets) bounds the buckets an
+	// in-memory store holds.
+	DefaultMaxBuckets = 1 << 20
+	// MemoryShards is the number of independently locked maps of an
+	// in-memory store (not a setting): enough that parallel decisions on
+	// different callers rarely meet on a lock.
+	MemoryShards = 256
+	// DefaultBreakerFailures (store.breaker.failures) is how many
+	// consecutive failures open the circuit breaker on Redis.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerOpenFor (store.breaker.open_for) is how long the
+	// breaker stays open before a probe.
+	DefaultBreakerOpenFor = 500 * time.Millisecond
+	// DefaultLocalShare (store.local_share) is the share of every limit
+	// the per-replica fallback of on_failure: local applies: all of it.
+	DefaultLocalShare = 1.0
 )
 
 //go:embed default.yaml

@@ -49,10 +49,62 @@ func TestDefaultsFillWhatTheFileLeavesOut(t *testing.T) {
 	if c.Listen.GRPC != DefaultGRPC || c.Store.Backend != "memory" || c.Store.OnFailure != "allow" {
 		t.Errorf("defaults: %+v", c)
 	}
-	// Settings a library reads are left zero: the library's default applies
-	// (one home per default).
-	if o, err := c.RedisOptions(); err != nil || o.Timeout != 0 || o.DialTimeout != 0 || o.Prefix != "" || c.Store.Memory.MaxBuckets != 0 {
-		t.Errorf("library settings filled by the config: redis %+v (%v), memory %+v", o, err, c.Store.Memory)
+	// Settings a library reads are filled here too, with the documented
+	// values: the libraries take what they are given (one home per default).
+	o, err := c.RedisOptions()
+	if err != nil || o.Timeout != 50*time.Millisecond || o.DialTimeout != 250*time.Millisecond || o.Prefix != "fg:" {
+		t.Errorf("redis: timeout %v, dial timeout %v, prefix %q (%v); want the documented 50ms, 250ms, fg:", o.Timeout, o.DialTimeout, o.Prefix, err)
+	}
+	s := c.Store
+	if s.Memory.MaxBuckets != 1<<20 {
+		t.Errorf("memory.max_buckets %d, want the documented 1048576", s.Memory.MaxBuckets)
+	}
+	if s.Breaker.Failures != 5 || s.Breaker.OpenFor.Duration != 500*time.Millisecond {
+		t.Errorf("breaker: failures %d, open_for %v; want the documented 5, 500ms", s.Breaker.Failures, s.Breaker.OpenFor.Duration)
+	}
+	if s.LocalShare == nil || *s.LocalShare != 1 {
+		t.Errorf("local_share %v, want the documented 1", s.LocalShare)
+	}
+	// The constants say the same as the documentation.
+	if DefaultRedisTimeout != 50*time.Millisecond || DefaultRedisDialTimeout != 250*time.Millisecond || DefaultRedisPrefix != "fg:" ||
+		DefaultMaxBuckets != 1<<20 || DefaultBreakerFailures != 5 || DefaultBreakerOpenFor != 500*time.Millisecond || DefaultLocalShare != 1 {
+		t.Error("a store default constant differs from its documented value")
+	}
+}
+
+// TestExplicitStoreSettingsAreKept: a value the file gives is the value
+// used, an empty prefix included (no prefix, not the default one).
+func TestExplicitStoreSettingsAreKept(t *testing.T) {
+	c := mustParse(t, `store:
+  backend: redis
+  redis: {addresses: ["r:6379"], timeout: 20ms, dial_timeout: 1s, prefix: ""}
+  memory: {max_buckets: 1000}
+  breaker: {failures: 2, open_for: 3s}
+  on_failure: local
+  local_share: 0.25
+`+goodPolicy)
+	o, err := c.RedisOptions()
+	if err != nil || o.Timeout != 20*time.Millisecond || o.DialTimeout != time.Second || o.Prefix != "" {
+		t.Errorf("redis: timeout %v, dial timeout %v, prefix %q (%v); want 20ms, 1s, none", o.Timeout, o.DialTimeout, o.Prefix, err)
+	}
+	s := c.Store
+	if s.Memory.MaxBuckets != 1000 || s.Breaker.Failures != 2 || s.Breaker.OpenFor.Duration != 3*time.Second || *s.LocalShare != 0.25 {
+		t.Errorf("max_buckets %d, breaker %d/%v, local_share %v; want 1000, 2/3s, 0.25", s.Memory.MaxBuckets, s.Breaker.Failures, s.Breaker.OpenFor.Duration, *s.LocalShare)
+	}
+	c = mustParse(t, "store: {redis: {prefix: \"rl:\"}}\n"+goodPolicy)
+	if c.Store.Redis.Prefix != "rl:" {
+		t.Errorf("prefix %q, want rl:", c.Store.Redis.Prefix)
+	}
+	// The libraries' lower bounds are the file's too: a zero the file
+	// gives is refused, never taken for "the default".
+	for _, tc := range []struct{ yaml, want string }{
+		{"store:\n  redis:\n    timeout: 0s\n", `bad.yaml:3: store.redis.timeout: must be between 1ms and 10s`},
+		{"store:\n  redis:\n    dial_timeout: 0s\n", `bad.yaml:3: store.redis.dial_timeout: must be between 1ms and 1m`},
+		{"store:\n  breaker:\n    open_for: 0s\n", `bad.yaml:3: store.breaker.open_for: must be between 1ms and 1m`},
+		{"store:\n  breaker:\n    failures: -1\n", `bad.yaml:3: store.breaker.failures: must be between 1 and`},
+		{"store:\n  memory:\n    max_buckets: -1\n", `bad.yaml:3: store.memory.max_buckets: must be between 1 and`},
+	} {
+		wantProblem(t, tc.yaml+goodPolicy, tc.want)
 	}
 }
 

@@ -132,8 +132,9 @@ func LoadOffline(path string) (*Config, error) {
 }
 
 // RedisOptions returns the connection settings for redisstore.Dial, reading
-// the secrets now (a rotated password file takes effect on restart). Fields
-// the file leaves out stay zero: redisstore's defaults apply.
+// the secrets now (a rotated password file takes effect on restart). The
+// timeouts and the prefix the file leaves out hold this package's defaults
+// (Parse filled them in); redisstore takes every field as given.
 func (c *Config) RedisOptions() (redisstore.Options, error) { return c.Store.Redis.options() }
 
 // settingError is a problem with one setting, named by its path.

@@ -7,15 +7,18 @@ import (
 
 func TestRedisPipeliningIsOnByDefaultAndConfigurable(t *testing.T) {
 	c := mustParse(t, goodPolicy)
-	if c.Store.Redis.Pipeline == nil || !*c.Store.Redis.Pipeline || c.Store.Redis.PipelineMaxBatch != 0 {
-		t.Errorf("default: pipeline %v, max batch %d; want on, 0 (the store's default)", c.Store.Redis.Pipeline, c.Store.Redis.PipelineMaxBatch)
+	if r := c.Store.Redis; r.Pipeline == nil || !*r.Pipeline || r.PipelineMaxBatch != 128 || r.PipelineFlushers != 1 {
+		t.Errorf("default: pipeline %v, max batch %d, flushers %d; want on, the documented 128 and 1", r.Pipeline, r.PipelineMaxBatch, r.PipelineFlushers)
+	}
+	if DefaultPipelineMaxBatch != 128 || DefaultPipelineFlushers != 1 || DefaultPipelineWait != 100*time.Microsecond {
+		t.Error("a pipeline default constant differs from its documented value")
 	}
 	c = mustParse(t, "store:\n  backend: redis\n  redis: {addresses: [\"r:6379\"], pipeline: true, pipeline_max_batch: 32, pipeline_flushers: 3}\n"+goodPolicy)
 	if r := c.Store.Redis; !*r.Pipeline || r.PipelineMaxBatch != 32 || r.PipelineFlushers != 3 {
 		t.Errorf("pipeline %v, max batch %d, flushers %d; want on, 32, 3", *r.Pipeline, r.PipelineMaxBatch, r.PipelineFlushers)
 	}
 	if w := c.Store.Redis.PipelineWait; w.Duration != 100*time.Microsecond || w.IsSet() {
-		t.Errorf("pipeline_wait left out: %v (set %v); want the store's default, 100µs", w.Duration, w.IsSet())
+		t.Errorf("pipeline_wait left out: %v (set %v); want the documented default, 100µs", w.Duration, w.IsSet())
 	}
 	for _, tc := range []struct {
 		yaml string
@@ -29,6 +32,11 @@ func TestRedisPipeliningIsOnByDefaultAndConfigurable(t *testing.T) {
 	c = mustParse(t, "store:\n  backend: redis\n  redis: {addresses: [\"r:6379\"], pipeline: false}\n"+goodPolicy)
 	if *c.Store.Redis.Pipeline {
 		t.Error("pipeline: false read as on")
+	}
+	// The defaults filled in do not count as set: without pipelining they
+	// are not "settings that only apply with pipeline: true".
+	if r := c.Store.Redis; r.PipelineMaxBatch != 128 || r.PipelineFlushers != 1 {
+		t.Errorf("pipeline: false: max batch %d, flushers %d; want the defaults, unreported", r.PipelineMaxBatch, r.PipelineFlushers)
 	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"store:\n  redis:\n    pipeline_max_batch: -1\n", `bad.yaml:3: store.redis.pipeline_max_batch: must be between 1 and 4096 (got -1)`},

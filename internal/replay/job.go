@@ -115,9 +115,10 @@ func (j *Job) Replay(ctx context.Context, cfg *config.Config, stdin io.Reader, s
 	if err != nil {
 		return nil, err
 	}
-	// The store as serve would run it: the memory backend with its cap (0,
-	// left out, is the memory store's default, as for serve); for a Redis
-	// configuration no cap (Redis keeps every live bucket).
+	// The store as serve would run it: the memory backend with its cap
+	// (config fills in its default when the file leaves it out, as for
+	// serve); for a Redis configuration no cap (Redis keeps every live
+	// bucket).
 	maxBuckets := 1 << 40
 	if cfg.Store.Backend == "memory" {
 		maxBuckets = cfg.Store.Memory.MaxBuckets

@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ policies:
 			}
 			h := strings.Replace(head, "ADDR", addr, 1)
 			log := strings.Replace(h, "%d", "1", 1) + tc.rest + "\r\n" + strings.Replace(h, "%d", "2", 1) + tc.rest // CRLF, no final newline
-			res, err := Run(context.Background(), strings.NewReader(log), Options{Engine: cfg.Engine, ReorderWindow: time.Minute})
+			res, err := Run(context.Background(), strings.NewReader(log), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +105,7 @@ func TestMalformedLinesAreCountedAndNamed(t *testing.T) {
 		`{"start_time":"2026-11-30T12:00:00Z","method":"GET","path":"/` + strings.Repeat("x", 2000) + `"}`, good}
 	var stderr bytes.Buffer
 	res, err := Run(context.Background(), strings.NewReader(strings.Join(lines, "\n")+"\n"),
-		Options{Engine: cfg.Engine, Malformed: &stderr, ShowMalformed: 4, MaxLineBytes: 1000})
+		Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, Malformed: &stderr, ShowMalformed: 4, MaxLineBytes: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +123,25 @@ func TestMalformedLinesAreCountedAndNamed(t *testing.T) {
 	for i := range want {
 		if !strings.HasPrefix(got[i], want[i]) || (i > 0 && got[i] != want[i]) {
 			t.Errorf("stderr line %d: %s\nwant: %s", i+1, got[i], want[i])
+		}
+	}
+}
+
+// TestRunRefusesNoBucketCap: MaxBuckets is taken as given (a
+// configuration's store.memory.max_buckets, filled in by config when the
+// file leaves it out); below 1 it is refused, not replaced by a default.
+func TestRunRefusesNoBucketCap(t *testing.T) {
+	cfg, err := config.Parse("t.yaml", []byte("policies: [{name: p, key: [client_ip], capacity: 5, refill_per_second: 1}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store.Memory.MaxBuckets != config.DefaultMaxBuckets {
+		t.Errorf("max_buckets left out is %d, want config's default %d", cfg.Store.Memory.MaxBuckets, config.DefaultMaxBuckets)
+	}
+	for _, n := range []int{0, -1} {
+		_, err := Run(context.Background(), strings.NewReader(""), Options{Engine: cfg.Engine, MaxBuckets: n})
+		if want := fmt.Sprintf("replay: MaxBuckets must be at least 1 (got %d)", n); err == nil || err.Error() != want {
+			t.Errorf("MaxBuckets %d: %v, want %q", n, err, want)
 		}
 	}
 }

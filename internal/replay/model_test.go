@@ -593,7 +593,7 @@ func replayAgainstTheModel(t *testing.T, lines []mline, window time.Duration, wo
 
 	var stderr bytes.Buffer
 	got := map[int64]bool{}
-	res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, ReorderWindow: window,
+	res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: window,
 		Workers: workers, Malformed: &stderr, ShowMalformed: 3, OnDecision: func(line int64, allowed bool) {
 			got[line] = allowed
 		}})
@@ -687,7 +687,7 @@ func TestMaxCallersBoundsTheCallersHeldAndCountsWhatItLeavesOut(t *testing.T) {
 		log.WriteString(l.text + "\n")
 	}
 	run := func(maxCallers int) *Result {
-		res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine,
+		res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets,
 			ReorderWindow: 5 * time.Second, MaxCallers: maxCallers})
 		if err != nil {
 			t.Fatal(err)

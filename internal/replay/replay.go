@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
@@ -38,7 +39,9 @@ import (
 // Options configure a Run.
 type Options struct {
 	Engine *extauthz.Engine
-	// MaxBuckets caps the in-memory store (memory.Options.MaxBuckets).
+	// MaxBuckets caps the in-memory store (memory.Options.MaxBuckets):
+	// at least 1; a configuration's store.memory.max_buckets (whose default
+	// is config.DefaultMaxBuckets) replays as serve would run.
 	MaxBuckets int
 	// ReorderWindow is how far out of start order a line may come and still
 	// be decided in order (the CLI's default is DefaultReorderWindow).
@@ -85,6 +88,9 @@ type batch struct {
 func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
 	if o.Engine == nil {
 		return nil, errors.New("replay: no engine")
+	}
+	if o.MaxBuckets < 1 {
+		return nil, fmt.Errorf("replay: MaxBuckets must be at least 1 (got %d)", o.MaxBuckets)
 	}
 	o.ReorderWindow = max(o.ReorderWindow, 0)
 	if o.Workers <= 0 {
@@ -401,7 +407,7 @@ func (d *sequencer) decide(e *entry) {
 	d.count(e)
 	d.clock.us = e.at
 	if d.store == nil {
-		d.store = memory.New(memory.Options{Clock: &d.clock, MaxBuckets: d.o.MaxBuckets})
+		d.store = memory.New(memory.Options{Clock: &d.clock, MaxBuckets: d.o.MaxBuckets, Shards: config.MemoryShards}) // as serve shards it, so it forgets as serve would
 		d.dec.Store = d.store
 	}
 	if cap(d.res) < len(e.plan) {

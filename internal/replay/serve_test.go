@@ -18,7 +18,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // checkRequestOf is the CheckRequest Envoy sends for r: pseudo-headers and
@@ -57,7 +57,7 @@ func TestReplayAgreesWithServe(t *testing.T) {
 	reqs := generate(rng, 1500)
 
 	clock := limiter.NewManualClock(time.UnixMilli(reqs[0].ms))
-	store := memory.New(memory.Options{Clock: clock})
+	store := storetest.Memory(clock)
 	srv := extauthz.NewServer(cfg.Engine, store, extauthz.ServerOptions{})
 	client := authv3.NewAuthorizationClient(extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(codec.Fast())))
 
@@ -92,7 +92,7 @@ func TestReplayAgreesWithServe(t *testing.T) {
 		log.WriteString(l.text + "\n")
 	}
 	replayed := map[int64]bool{}
-	res, err := Run(ctx, strings.NewReader(log.String()), Options{Engine: cfg.Engine, ReorderWindow: window,
+	res, err := Run(ctx, strings.NewReader(log.String()), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: window,
 		OnDecision: func(line int64, allowed bool) { replayed[line] = allowed }})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // BenchmarkDeniedWithRecorder measures a denied ShouldRateLimit (in
@@ -24,7 +24,7 @@ func BenchmarkDeniedWithRecorder(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			o := ServiceOptions{Hash: digest, Store: memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(1_000_000, 0))})}
+			o := ServiceOptions{Hash: digest, Store: storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))}
 			if withRecorder {
 				o.Limited = limited.New(limited.Options{})
 			}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 const recordConfig = `
@@ -59,7 +59,7 @@ func digest(tag, val string) string {
 // reaches the report.
 func TestTheRecorderHearsEveryLimitByDomainAndDescriptor(t *testing.T) {
 	rec := limited.New(limited.Options{})
-	store := memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(1_000_000, 0))})
+	store := storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))
 	c := serve(t, NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: store, Limited: rec}))
 
 	for range 3 { // 2 allowed, 1 denied
@@ -149,7 +149,7 @@ func reportText(r limited.Report) string {
 // decide is not a decision and is not counted.
 func TestAReloadKeepsTheWindowOfTheLimitsItKeeps(t *testing.T) {
 	rec := limited.New(limited.Options{})
-	store := memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(1_000_000, 0))})
+	store := storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))
 	s := NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: store, Limited: rec})
 	c := serve(t, s)
 	for range 3 {

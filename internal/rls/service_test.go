@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 const testConfig = `
@@ -63,7 +63,7 @@ func serve(t *testing.T, s *Service) rlsv3.RateLimitServiceClient {
 }
 
 func memoryService(t *testing.T, clock *limiter.ManualClock) rlsv3.RateLimitServiceClient {
-	store := memory.New(memory.Options{Clock: clock})
+	store := storetest.Memory(clock)
 	return serve(t, NewService(mustConfig(t, testConfig), ServiceOptions{Hash: plainHash, Store: store}))
 }
 

@@ -8,12 +8,13 @@ import (
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // BenchmarkHotKey: every goroutine decides on one bucket, the worst case for
 // lock contention.
 func BenchmarkHotKey(b *testing.B) {
-	s := memory.New(memory.Options{})
+	s := storetest.Memory(nil)
 	l := limiter.MustLimit(1_000_000, "1000000")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -34,7 +35,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 	for i := range ids {
 		ids[i] = "ip:10." + strconv.Itoa(i>>16) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
 	}
-	s := memory.New(memory.Options{MaxBuckets: 2 * n})
+	s := memory.New(memory.Options{MaxBuckets: 2 * n, Shards: 256})
 	// A bucket stays partly empty for 100 s after a take, longer than a pass
 	// over the callers: the steady state of a million active callers.
 	l := limiter.MustLimit(100, "1")
@@ -61,7 +62,7 @@ func BenchmarkDistinctKeys(b *testing.B) {
 
 // BenchmarkTwoBuckets: a request limited per key and per IP at once.
 func BenchmarkTwoBuckets(b *testing.B) {
-	s := memory.New(memory.Options{})
+	s := storetest.Memory(nil)
 	l := limiter.MustLimit(1_000_000, "1000000")
 	var worker atomic.Int64
 	b.ReportAllocs()

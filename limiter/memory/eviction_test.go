@@ -67,7 +67,7 @@ func TestAFloodOnOnePolicyDoesNotResetAnothersBuckets(t *testing.T) {
 		hotName: "strict", floodName: "cheap",
 	}
 	const maxBuckets = 256
-	want, _ := run.admitted(t, memory.Options{MaxBuckets: 1 << 20})
+	want, _ := run.admitted(t, memory.Options{MaxBuckets: 1 << 20, Shards: 256})
 	got, peak := run.admitted(t, memory.Options{MaxBuckets: maxBuckets, Shards: 4})
 	if peak > maxBuckets {
 		t.Errorf("the store held %d buckets, above its %d", peak, maxBuckets)

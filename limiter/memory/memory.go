@@ -17,6 +17,7 @@ package memory
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -24,20 +25,17 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// Defaults for Options left zero.
-const (
-	DefaultMaxBuckets = 1 << 20
-	DefaultShards     = 256
-)
-
-// Options tune a Store. The zero value is ready to use.
+// Options tune a Store. MaxBuckets and Shards are taken as given and must
+// be at least 1; Floodgate's configuration holds the values it runs with
+// (internal/config: store.memory.max_buckets, MemoryShards).
 type Options struct {
-	// Clock is where the store reads time; tests inject a limiter.ManualClock.
+	// Clock is where the store reads time (nil: the system clock); tests
+	// inject a limiter.ManualClock.
 	Clock limiter.Clock
-	// MaxBuckets bounds the buckets held at once (default DefaultMaxBuckets).
+	// MaxBuckets bounds the buckets held at once.
 	MaxBuckets int
 	// Shards is the number of independently locked maps, rounded up to a
-	// power of two (default DefaultShards).
+	// power of two (and down to at most MaxBuckets).
 	Shards int
 }
 
@@ -151,7 +149,9 @@ type shard struct {
 	_          [24]byte // keep neighbouring shards' locks off one cache line
 }
 
-// New returns an empty store.
+// New returns an empty store. It panics when o.MaxBuckets or o.Shards is
+// below 1: a programmer's mistake, as a configuration's values are checked
+// before they get here.
 func New(o Options) *Store {
 	if o.Clock == nil {
 		o.Clock = limiter.SystemClock{}
@@ -173,12 +173,13 @@ func New(o Options) *Store {
 
 // layout returns the shards New makes for o, a power of two, and each
 // one's share of MaxBuckets (rounded down: the total never exceeds it).
+// It panics on options New refuses.
 func layout(o Options) (shards, shardCap int) {
-	if o.MaxBuckets <= 0 {
-		o.MaxBuckets = DefaultMaxBuckets
+	if o.MaxBuckets < 1 {
+		panic(fmt.Sprintf("memory: Options.MaxBuckets must be at least 1 (got %d)", o.MaxBuckets))
 	}
-	if o.Shards <= 0 {
-		o.Shards = DefaultShards
+	if o.Shards < 1 {
+		panic(fmt.Sprintf("memory: Options.Shards must be at least 1 (got %d)", o.Shards))
 	}
 	n := 1
 	for n < o.Shards {

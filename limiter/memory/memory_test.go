@@ -15,7 +15,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
-	s := memory.New(memory.Options{Clock: clock})
+	s := storetest.Memory(clock)
 	storetest.Run(t, storetest.Harness{
 		Store:   s,
 		Advance: func(_ *testing.T, d time.Duration) { clock.Advance(d) },
@@ -43,7 +43,7 @@ func TestAFloodOfUniqueCallersStaysWithinTheCap(t *testing.T) {
 
 func TestRefilledBucketsAreReclaimed(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(0, 0))
-	s := memory.New(memory.Options{Clock: clock, Shards: 4})
+	s := memory.New(memory.Options{Clock: clock, MaxBuckets: 1 << 20, Shards: 4})
 	l := limiter.MustLimit(10, "10") // full again 100ms after one take
 	res := make([]limiter.Result, 1)
 	take := func(id string) {
@@ -70,7 +70,7 @@ func TestRefilledBucketsAreReclaimed(t *testing.T) {
 
 func TestParallelCallersShareOneBucketExactly(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(0, 0))
-	s := memory.New(memory.Options{Clock: clock})
+	s := storetest.Memory(clock)
 	l := limiter.MustLimit(1000, "1")
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -90,5 +90,34 @@ func TestParallelCallersShareOneBucketExactly(t *testing.T) {
 	wg.Wait()
 	if admitted.Load() != 1000 {
 		t.Fatalf("32×500 parallel decisions on a frozen clock admitted %d, want exactly the capacity 1000", admitted.Load())
+	}
+}
+
+// TestNewRefusesNoCapOrNoShard: MaxBuckets and Shards are taken as given;
+// below 1 they are a programmer's mistake (a configuration's values are
+// checked before), refused with the field named, not replaced by defaults.
+func TestNewRefusesNoCapOrNoShard(t *testing.T) {
+	for _, tc := range []struct {
+		o    memory.Options
+		want string
+	}{
+		{memory.Options{Shards: 16}, "memory: Options.MaxBuckets must be at least 1 (got 0)"},
+		{memory.Options{MaxBuckets: -5, Shards: 16}, "memory: Options.MaxBuckets must be at least 1 (got -5)"},
+		{memory.Options{MaxBuckets: 1 << 20}, "memory: Options.Shards must be at least 1 (got 0)"},
+		{memory.Options{MaxBuckets: 1 << 20, Shards: -1}, "memory: Options.Shards must be at least 1 (got -1)"},
+	} {
+		for what, f := range map[string]func(){
+			"New":           func() { memory.New(tc.o) },
+			"MaxTableBytes": func() { memory.MaxTableBytes(tc.o) },
+		} {
+			func() {
+				defer func() {
+					if msg, _ := recover().(string); msg != tc.want {
+						t.Errorf("%s(%+v) panicked with %q, want %q", what, tc.o, msg, tc.want)
+					}
+				}()
+				f()
+			}()
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -16,7 +15,7 @@ func TestMatchesTheRationalModel(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		start := time.Unix(1_800_000_000, 0)
 		clock := limiter.NewManualClock(start)
-		s := memory.New(memory.Options{Clock: clock})
+		s := storetest.Memory(clock)
 		var last time.Duration
 		storetest.RunModel(t, seed, 5000, func(at time.Duration, reqs []limiter.Request, res []limiter.Result) (bool, error) {
 			clock.Advance(at - last)

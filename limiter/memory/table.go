@@ -27,7 +27,8 @@ const slotBytes = int64(unsafe.Sizeof(slot{}))
 // MaxTableBytes is the most memory the bucket tables of a Store made with o
 // hold: every shard's table at the size it grows to for its share of
 // MaxBuckets, and one shard's previous table while it grows. It is what a
-// flood of distinct callers costs, however long.
+// flood of distinct callers costs, however long. It panics on options New
+// refuses.
 func MaxTableBytes(o Options) int64 {
 	shards, shardCap := layout(o)
 	slots := minTable

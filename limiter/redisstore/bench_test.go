@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -83,12 +84,12 @@ func BenchmarkTakeTwoBuckets(b *testing.B) {
 func benchModes(b *testing.B, keys, buckets int) {
 	b.Run("roundtrip", func(b *testing.B) {
 		c := benchClient(b)
-		benchTake(b, cpuOf(b, c), redisstore.New(c, ""), keys, buckets)
+		benchTake(b, cpuOf(b, c), redisstore.New(c, config.DefaultRedisPrefix), keys, buckets)
 	})
 	b.Run("pipelined", func(b *testing.B) {
 		c := benchClient(b)
 		var depth batchDepth
-		s := redisstore.NewPipelined(c, "", depth.options())
+		s := redisstore.NewPipelined(c, config.DefaultRedisPrefix, depth.options())
 		defer s.Close()
 		benchTake(b, cpuOf(b, c), s, keys, buckets)
 		depth.report(b)
@@ -100,7 +101,7 @@ func benchModes(b *testing.B, keys, buckets int) {
 			b.Fatal(err)
 		}
 		defer ap.Close()
-		benchTake(b, cpuOf(b, c), redisstore.New(ap, ""), keys, buckets)
+		benchTake(b, cpuOf(b, c), redisstore.New(ap, config.DefaultRedisPrefix), keys, buckets)
 	})
 }
 
@@ -113,7 +114,7 @@ func BenchmarkScriptObserver(b *testing.B) {
 	for _, mode := range []string{"off", "on"} {
 		b.Run(mode, func(b *testing.B) {
 			c := benchClient(b)
-			s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{Wait: redisstore.DefaultWait})
+			s := redisstore.NewPipelined(c, config.DefaultRedisPrefix, servePipeline())
 			defer s.Close()
 			var observed atomic.Int64
 			if mode == "on" {
@@ -179,7 +180,7 @@ func benchCluster(b *testing.B, masters int) {
 		return out
 	}
 	var depth batchDepth
-	s := redisstore.NewPipelined(cc, "", depth.options())
+	s := redisstore.NewPipelined(cc, config.DefaultRedisPrefix, depth.options())
 	defer s.Close()
 	before := perNode()
 	benchTake(b, func() float64 {
@@ -204,10 +205,18 @@ func benchCluster(b *testing.B, masters int) {
 type batchDepth struct{ batches, decisions atomic.Int64 }
 
 func (d *batchDepth) options() redisstore.PipelineOptions {
-	return redisstore.PipelineOptions{Wait: redisstore.DefaultWait, OnBatch: func(decisions, _ int) {
+	o := servePipeline()
+	o.OnBatch = func(decisions, _ int) {
 		d.batches.Add(1)
 		d.decisions.Add(int64(decisions))
-	}}
+	}
+	return o
+}
+
+// servePipeline is how floodgate serve pipelines by default
+// (internal/config's defaults).
+func servePipeline() redisstore.PipelineOptions {
+	return redisstore.PipelineOptions{MaxBatch: config.DefaultPipelineMaxBatch, Flushers: config.DefaultPipelineFlushers, Wait: config.DefaultPipelineWait}
 }
 
 func (d *batchDepth) report(b *testing.B) {
@@ -265,7 +274,7 @@ func BenchmarkDeadline(b *testing.B) {
 	for _, mode := range []string{"context", "takeby"} {
 		b.Run(mode, func(b *testing.B) {
 			c := benchClient(b)
-			s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{Wait: redisstore.DefaultWait})
+			s := redisstore.NewPipelined(c, config.DefaultRedisPrefix, servePipeline())
 			defer s.Close()
 			l := limiter.MustLimit(1_000_000_000, "1000000")
 			var worker atomic.Int64
@@ -317,7 +326,7 @@ func selfCPU() float64 {
 func BenchmarkStateMemory(b *testing.B) {
 	c := benchClient(b)
 	ctx := context.Background()
-	s := redisstore.New(c, "")
+	s := redisstore.New(c, config.DefaultRedisPrefix)
 	id := "k:AbCdEfGhIjKlMnOpQrStUv"
 	l := limiter.MustLimit(100, "10")
 	res := make([]limiter.Result, 1)

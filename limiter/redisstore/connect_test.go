@@ -29,10 +29,11 @@ import (
 // ErrOptions naming its field, so the config loader can put each at its line.
 func TestValidateReportsEveryProblemByField(t *testing.T) {
 	err := redisstore.Options{
-		Addresses: []string{"127.0.0.1:0", "a:1", "a:1"},
-		Username:  "app",
-		Prefix:    "fg{x}:",
-		TLS:       &redisstore.TLSOptions{KeyFile: "k.pem"},
+		Addresses:   []string{"127.0.0.1:0", "a:1", "a:1"},
+		Username:    "app",
+		DialTimeout: -time.Second,
+		Prefix:      "fg{x}:",
+		TLS:         &redisstore.TLSOptions{KeyFile: "k.pem"},
 	}.Validate()
 	var fes fielderr.List
 	if !errors.As(err, &fes) || !errors.Is(err, redisstore.ErrOptions) {
@@ -42,7 +43,7 @@ func TestValidateReportsEveryProblemByField(t *testing.T) {
 	for _, fe := range fes {
 		fields = append(fields, fe.Path)
 	}
-	want := []string{"addresses[0]", "addresses[2]", "username", "prefix", "tls.cert_file"}
+	want := []string{"addresses[0]", "addresses[2]", "username", "timeout", "dial_timeout", "prefix", "tls.cert_file"}
 	if len(fields) != len(want) {
 		t.Fatalf("fields %q, want %q\n%v", fields, want, err)
 	}
@@ -51,7 +52,7 @@ func TestValidateReportsEveryProblemByField(t *testing.T) {
 			t.Errorf("field %d is %s, want %s", i, fields[i], want[i])
 		}
 	}
-	if err := (redisstore.Options{Addresses: []string{"127.0.0.1:6379"}}).Validate(); err != nil {
+	if err := (redisstore.Options{Addresses: []string{"127.0.0.1:6379"}, Timeout: time.Millisecond, DialTimeout: time.Millisecond}).Validate(); err != nil {
 		t.Errorf("valid options: %v", err)
 	}
 }
@@ -64,6 +65,8 @@ func TestDialRefusesBadOptions(t *testing.T) {
 	}
 	ca := redistest.NewCA(t)
 	one := []string{"127.0.0.1:6379"}
+	// (The TLS files are read once the options are otherwise valid: those
+	// cases give the timeouts.)
 	for _, tc := range []struct {
 		name string
 		o    redisstore.Options
@@ -80,17 +83,19 @@ func TestDialRefusesBadOptions(t *testing.T) {
 		{"a master name with spaces", redisstore.Options{Addresses: one, SentinelMaster: " m"}, "surrounding spaces"},
 		{"a sentinel password without sentinel", redisstore.Options{Addresses: one, SentinelPassword: "x"}, "no sentinel master"},
 		{"a username without password", redisstore.Options{Addresses: one, Username: "app"}, `username "app" has no password`},
-		{"a negative timeout", redisstore.Options{Addresses: one, Timeout: -time.Millisecond}, "timeout must not be negative"},
-		{"a negative dial timeout", redisstore.Options{Addresses: one, DialTimeout: -time.Second}, "dial timeout must not be negative"},
+		{"a negative timeout", redisstore.Options{Addresses: one, Timeout: -time.Millisecond, DialTimeout: time.Second}, "timeout must be positive: it bounds each decision's Redis work, e.g. 50ms (got -1ms)"},
+		{"no timeout", redisstore.Options{Addresses: one, DialTimeout: time.Second}, "timeout must be positive: it bounds each decision's Redis work, e.g. 50ms (got 0s)"},
+		{"a negative dial timeout", redisstore.Options{Addresses: one, Timeout: time.Second, DialTimeout: -time.Second}, "dial timeout must be positive: it bounds opening a connection, e.g. 250ms (got -1s)"},
+		{"no dial timeout", redisstore.Options{Addresses: one, Timeout: time.Second}, "dial timeout must be positive: it bounds opening a connection, e.g. 250ms (got 0s)"},
 		{"a negative pool", redisstore.Options{Addresses: one, PoolSize: -1}, "pool size"},
 		{"more idle than the pool", redisstore.Options{Addresses: one, PoolSize: 2, MinIdleConns: 3}, "exceed the pool size"},
 		{"a prefix with a brace", redisstore.Options{Addresses: one, Prefix: "fg{x}:"}, "hash tag"},
 		{"a certificate without key", redisstore.Options{Addresses: one, TLS: &redisstore.TLSOptions{CertFile: ca.ClientCert}}, "go together"},
 		{"skip-verify with a CA", redisstore.Options{Addresses: one, TLS: &redisstore.TLSOptions{CAFile: ca.CAFile, InsecureSkipVerify: true}}, "insecure_skip_verify"},
-		{"a missing CA file", redisstore.Options{Addresses: one, TLS: &redisstore.TLSOptions{CAFile: filepath.Join(dir, "nope.crt")}}, "nope.crt"},
-		{"a CA file without certificates", redisstore.Options{Addresses: one, TLS: &redisstore.TLSOptions{CAFile: notPEM}}, notPEM + " holds no PEM certificate"},
-		{"a key that is not the certificate's", redisstore.Options{Addresses: one, TLS: &redisstore.TLSOptions{CertFile: ca.ClientCert, KeyFile: ca.ServerKey}}, ca.ClientCert + " with key " + ca.ServerKey},
-		{"a missing key file", redisstore.Options{Addresses: one, TLS: &redisstore.TLSOptions{CertFile: ca.ClientCert, KeyFile: filepath.Join(dir, "gone.key")}}, "gone.key"},
+		{"a missing CA file", redisstore.Options{Addresses: one, Timeout: time.Second, DialTimeout: time.Second, TLS: &redisstore.TLSOptions{CAFile: filepath.Join(dir, "nope.crt")}}, "nope.crt"},
+		{"a CA file without certificates", redisstore.Options{Addresses: one, Timeout: time.Second, DialTimeout: time.Second, TLS: &redisstore.TLSOptions{CAFile: notPEM}}, notPEM + " holds no PEM certificate"},
+		{"a key that is not the certificate's", redisstore.Options{Addresses: one, Timeout: time.Second, DialTimeout: time.Second, TLS: &redisstore.TLSOptions{CertFile: ca.ClientCert, KeyFile: ca.ServerKey}}, ca.ClientCert + " with key " + ca.ServerKey},
+		{"a missing key file", redisstore.Options{Addresses: one, Timeout: time.Second, DialTimeout: time.Second, TLS: &redisstore.TLSOptions{CertFile: ca.ClientCert, KeyFile: filepath.Join(dir, "gone.key")}}, "gone.key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := redisstore.Dial(tc.o)
@@ -107,15 +112,16 @@ func TestDialRefusesBadOptions(t *testing.T) {
 
 func TestDialChoosesTheClientAndItsSettings(t *testing.T) {
 	ca := redistest.NewCA(t)
-	c := mustClient(t, redisstore.Options{Addresses: []string{"127.0.0.1:1"}, PoolSize: 7,
+	// The timeouts are taken as given: no default replaces them.
+	c := mustClient(t, redisstore.Options{Addresses: []string{"127.0.0.1:1"}, Timeout: 40 * time.Millisecond, DialTimeout: 300 * time.Millisecond, PoolSize: 7,
 		TLS: &redisstore.TLSOptions{CAFile: ca.CAFile, CertFile: ca.ClientCert, KeyFile: ca.ClientKey, ServerName: "redis.internal"}})
 	single, ok := c.(*redis.Client)
 	if !ok {
 		t.Fatalf("one address made a %T", c)
 	}
 	o := single.Options()
-	if o.Addr != "127.0.0.1:1" || o.ReadTimeout != redisstore.DefaultTimeout || o.WriteTimeout != redisstore.DefaultTimeout ||
-		o.PoolTimeout != redisstore.DefaultTimeout || o.DialTimeout != redisstore.DefaultDialTimeout ||
+	if o.Addr != "127.0.0.1:1" || o.ReadTimeout != 40*time.Millisecond || o.WriteTimeout != 40*time.Millisecond ||
+		o.PoolTimeout != 40*time.Millisecond || o.DialTimeout != 300*time.Millisecond ||
 		!o.ContextTimeoutEnabled || o.MaxRetries != 0 || o.DialerRetries != 1 || o.PoolSize != 7 {
 		t.Errorf("standalone options: addr %s read %v write %v pool-timeout %v dial %v ctx %v retries %d dial-retries %d pool %d",
 			o.Addr, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout, o.DialTimeout, o.ContextTimeoutEnabled, o.MaxRetries, o.DialerRetries, o.PoolSize)
@@ -126,7 +132,7 @@ func TestDialChoosesTheClientAndItsSettings(t *testing.T) {
 
 	// (The cluster client dials no node until its first command, so idle
 	// connections can be asked for without dialling a closed port.)
-	c = mustClient(t, redisstore.Options{Addresses: []string{"127.0.0.1:1", "127.0.0.1:2"}, Timeout: 30 * time.Millisecond, PoolSize: 9, MinIdleConns: 2})
+	c = mustClient(t, redisstore.Options{Addresses: []string{"127.0.0.1:1", "127.0.0.1:2"}, Timeout: 30 * time.Millisecond, DialTimeout: time.Second, PoolSize: 9, MinIdleConns: 2})
 	cluster, ok := c.(*redis.ClusterClient)
 	if !ok {
 		t.Fatalf("two addresses made a %T", c)
@@ -136,12 +142,12 @@ func TestDialChoosesTheClientAndItsSettings(t *testing.T) {
 		t.Errorf("cluster options: read %v pool-timeout %v ctx %v retries %d dial-retries %d pool %d idle %d", co.ReadTimeout, co.PoolTimeout, co.ContextTimeoutEnabled, co.MaxRetries, co.DialerRetries, co.PoolSize, co.MinIdleConns)
 	}
 
-	c = mustClient(t, redisstore.Options{Addresses: []string{"127.0.0.1:1"}, Cluster: true})
+	c = mustClient(t, redisstore.Options{Addresses: []string{"127.0.0.1:1"}, Cluster: true, Timeout: time.Second, DialTimeout: time.Second})
 	if _, ok := c.(*redis.ClusterClient); !ok {
 		t.Errorf("one address with Cluster made a %T", c)
 	}
 
-	c = mustClient(t, redisstore.Options{Addresses: []string{"127.0.0.1:1", "127.0.0.1:2"}, SentinelMaster: "m"})
+	c = mustClient(t, redisstore.Options{Addresses: []string{"127.0.0.1:1", "127.0.0.1:2"}, SentinelMaster: "m", Timeout: time.Second, DialTimeout: time.Second})
 	if f, ok := c.(*redis.Client); !ok || f.Options().Addr != "FailoverClient" {
 		t.Errorf("Sentinel options made a %T, want a failover *redis.Client", c)
 	}
@@ -152,7 +158,7 @@ func TestDialChoosesTheClientAndItsSettings(t *testing.T) {
 // its deadline (ContextTimeoutEnabled).
 func TestAContextDeadlineCutsAStalledCall(t *testing.T) {
 	srv := redistest.Start(t)
-	c, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 10 * time.Second})
+	c, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 10 * time.Second, DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +270,7 @@ func TestAuthAndACL(t *testing.T) {
 		ACL:      []string{"user app on >app-pw ~fg:* +@all"},
 	})
 	r := limiter.Request{Name: "auth", ID: "a", Limit: limiter.MustLimit(2, "1/60"), Cost: 1}
-	base := redisstore.Options{Addresses: []string{srv.Addr}, Timeout: time.Second, DialTimeout: 2 * time.Second}
+	base := redisstore.Options{Addresses: []string{srv.Addr}, Timeout: time.Second, DialTimeout: 2 * time.Second, Prefix: "fg:"}
 
 	decides := func(t *testing.T, o redisstore.Options) {
 		t.Helper()
@@ -317,7 +323,7 @@ func TestAuthAndACL(t *testing.T) {
 		// A script call of more than ten parts from a connection that has
 		// not authenticated gets a protocol error instead of NOAUTH; the
 		// store says what it means.
-		s := redisstore.NewPipelined(mustClient(t, base), "", redisstore.PipelineOptions{})
+		s := redisstore.NewPipelined(mustClient(t, base), "", pipelineOptions())
 		defer s.Close()
 		reqs := []limiter.Request{r}
 		for i := 2; i <= 8; i++ { // 3 + 8 keys + 1 argument: 12 parts

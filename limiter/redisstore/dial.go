@@ -10,18 +10,8 @@ import (
 	"os"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/redis/go-redis/v9"
-)
-
-// Defaults Dial applies to Options left at zero.
-const (
-	// DefaultTimeout bounds each decision's Redis work: socket reads and
-	// writes and the wait for a pooled connection.
-	DefaultTimeout = 50 * time.Millisecond
-	// DefaultDialTimeout bounds opening a connection.
-	DefaultDialTimeout = 250 * time.Millisecond
 )
 
 // ErrOptions is wrapped by every error Validate (and so Dial) returns for
@@ -54,14 +44,6 @@ func Dial(o Options) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
-	dialTimeout := o.DialTimeout
-	if dialTimeout == 0 {
-		dialTimeout = DefaultDialTimeout
-	}
 	u := &redis.UniversalOptions{
 		Addrs:                 o.Addresses,
 		MasterName:            o.SentinelMaster,
@@ -71,10 +53,10 @@ func Dial(o Options) (redis.UniversalClient, error) {
 		TLSConfig:             tlsConfig,
 		MaxRetries:            -1,
 		DialerRetries:         1,
-		DialTimeout:           dialTimeout,
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		PoolTimeout:           timeout,
+		DialTimeout:           o.DialTimeout,
+		ReadTimeout:           o.Timeout,
+		WriteTimeout:          o.Timeout,
+		PoolTimeout:           o.Timeout,
 		ContextTimeoutEnabled: true,
 		PoolSize:              o.PoolSize,
 		MinIdleConns:          o.MinIdleConns,

@@ -13,10 +13,12 @@ import (
 )
 
 // Options describe how to reach Redis: standalone, Redis Cluster or Sentinel,
-// with optional AUTH/ACL and TLS. Dial turns it into a client. A field left
-// zero takes its default. The yaml tags are the settings' names under
-// store.redis in Floodgate's configuration, which reads them into this
-// struct as they are; Validate names its problems by them.
+// with optional AUTH/ACL and TLS. Dial turns it into a client. Every field
+// is taken as given: the timeouts must be positive, and an empty Prefix
+// means no prefix. The yaml tags are the settings' names under store.redis
+// in Floodgate's configuration, which reads them into this struct as they
+// are and fills in the defaults it documents (internal/config); Validate
+// names its problems by them.
 type Options struct {
 	// Addresses: one host:port for a standalone server; several for Redis
 	// Cluster seed nodes; with SentinelMaster, the Sentinels.
@@ -42,16 +44,15 @@ type Options struct {
 
 	// Timeout bounds each decision's Redis work (the resilience layer also
 	// applies it as a context deadline); Dial uses it for socket reads and
-	// writes and the wait for a pooled connection (default DefaultTimeout).
-	// DialTimeout bounds a new connection (default DefaultDialTimeout).
-	// PoolSize and MinIdleConns size the pool per node (0: go-redis'
+	// writes and the wait for a pooled connection. DialTimeout bounds a new
+	// connection. Both must be positive. PoolSize and MinIdleConns size the pool per node (0: go-redis'
 	// defaults).
 	Timeout      time.Duration `yaml:"timeout"`
 	DialTimeout  time.Duration `yaml:"dial_timeout"`
 	PoolSize     int           `yaml:"pool_size"`
 	MinIdleConns int           `yaml:"min_idle_conns"`
 
-	// Prefix starts every key (default DefaultPrefix).
+	// Prefix starts every key; empty, keys start with the bucket's name.
 	Prefix string `yaml:"prefix"`
 }
 
@@ -103,11 +104,11 @@ func (o Options) Validate() error {
 	if o.Username != "" && o.Password == "" {
 		bad("username", "username %q has no password: an ACL user authenticates with both", o.Username)
 	}
-	if o.Timeout < 0 {
-		bad("timeout", "timeout must not be negative (got %v)", o.Timeout)
+	if o.Timeout <= 0 {
+		bad("timeout", "timeout must be positive: it bounds each decision's Redis work, e.g. 50ms (got %v)", o.Timeout)
 	}
-	if o.DialTimeout < 0 {
-		bad("dial_timeout", "dial timeout must not be negative (got %v)", o.DialTimeout)
+	if o.DialTimeout <= 0 {
+		bad("dial_timeout", "dial timeout must be positive: it bounds opening a connection, e.g. 250ms (got %v)", o.DialTimeout)
 	}
 	if o.PoolSize < 0 {
 		bad("pool_size", "pool size must not be negative (got %d)", o.PoolSize)

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,24 +44,6 @@ import (
 // ended before its batch leaves is dropped, not sent: it can no longer
 // charge a bucket for a request already answered by the failure mode.
 
-// DefaultMaxBatch bounds the decisions in one pipeline when
-// PipelineOptions.MaxBatch is 0.
-const DefaultMaxBatch = 128
-
-// DefaultFlushers is the number of batches that may be on the wire at once
-// when PipelineOptions.Flushers is 0. One is best when Redis runs on the same
-// few cores as its clients: every decision that arrives while a batch is on
-// the wire joins the next one, so batches are as deep as the load allows and
-// Redis pays its per-read and per-write system calls once per batch
-// (docs/performance.md compares one flusher with two). More
-// flushers suit a Redis with cores of its own and a long round trip, where
-// Redis would otherwise idle while a batch's replies travel back.
-const DefaultFlushers = 1
-
-// DefaultWait is the Wait that serves best under steady load (see the
-// comment at the top of pipeline.go): store.redis.pipeline_wait's default.
-const DefaultWait = 100 * time.Microsecond
-
 // minWaitBatch is the smallest previous batch after which a flusher waits
 // for a smaller one to grow: below it the load is light, and a decision
 // leaves at once.
@@ -68,14 +51,17 @@ const minWaitBatch = 4
 
 // PipelineOptions tune the coalescer of NewPipelined.
 type PipelineOptions struct {
-	// MaxBatch bounds the decisions sent in one pipeline (default DefaultMaxBatch).
+	// MaxBatch bounds the decisions sent in one pipeline; at least 1.
 	MaxBatch int
 	// Flushers is how many batches may be in flight at once, each on one
-	// connection (default DefaultFlushers).
+	// connection; at least 1. One gives the deepest batches, best when
+	// Redis shares cores with its clients; more suit a Redis far away with
+	// cores of its own (docs/performance.md compares one flusher with two).
 	Flushers int
 	// Wait bounds how long a flusher holds a batch smaller than its
 	// previous one (of at least minWaitBatch decisions) for more decisions
-	// to join; 0 never holds one (DefaultWait is the usual value).
+	// to join; 0 (or less) never holds one. Floodgate's configuration
+	// documents the usual value (store.redis.pipeline_wait).
 	Wait time.Duration
 	// OnBatch, when set, is called after each batch with the decisions it
 	// sent and the script calls that carried them: how deep the pipelines
@@ -93,7 +79,16 @@ var ErrClosed = errors.New("redis: store closed")
 // queue and batches): a batch waits for the slowest node it carries, so a
 // master that hangs or is gone would otherwise hold up, behind its own
 // timeouts, the decisions of every healthy master sharing its batches.
+//
+// It panics when o.MaxBatch or o.Flushers is below 1: a programmer's
+// mistake, as a configuration's values are checked before they get here.
 func NewPipelined(client Client, prefix string, o PipelineOptions) *Store {
+	if o.MaxBatch < 1 {
+		panic(fmt.Sprintf("redisstore.NewPipelined: PipelineOptions.MaxBatch must be at least 1 (got %d)", o.MaxBatch))
+	}
+	if o.Flushers < 1 {
+		panic(fmt.Sprintf("redisstore.NewPipelined: PipelineOptions.Flushers must be at least 1 (got %d)", o.Flushers))
+	}
 	s := New(client, prefix)
 	s.pipeOpts = o
 	s.pipe = newCoalescer(s, o)
@@ -177,12 +172,6 @@ type coalescer struct {
 }
 
 func newCoalescer(s *Store, o PipelineOptions) *coalescer {
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = DefaultMaxBatch
-	}
-	if o.Flushers <= 0 {
-		o.Flushers = DefaultFlushers
-	}
 	c := &coalescer{
 		store:    s,
 		maxBatch: o.MaxBatch,

@@ -15,12 +15,17 @@ import (
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
+// testPipeline is how the tests here pipeline: Floodgate's default batch
+// bound and flushers (internal/config's, which this package's own tests
+// cannot import), and no wait.
+var testPipeline = PipelineOptions{MaxBatch: 128, Flushers: 1}
+
 // TestPipelinedScriptMatchesTheRationalModel is
 // TestScriptMatchesTheRationalModel through the coalescer: the real script on
 // an injected clock, checked decision by decision against the model.
 func TestPipelinedScriptMatchesTheRationalModel(t *testing.T) {
 	srv := redistest.Start(t)
-	s := NewPipelined(srv.Client(), "", PipelineOptions{})
+	s := NewPipelined(srv.Client(), "", testPipeline)
 	defer s.Close()
 	storetest.RunModel(t, 3, 2500, modelTake(t, s))
 }
@@ -31,7 +36,7 @@ func TestPipelinedScriptMatchesTheRationalModel(t *testing.T) {
 // turn, every figure what the model gives one by one.
 func TestBatchesMatchTheRationalModel(t *testing.T) {
 	srv := redistest.Start(t)
-	s := NewPipelined(srv.Client(), "", PipelineOptions{})
+	s := NewPipelined(srv.Client(), "", testPipeline)
 	defer s.Close()
 	var decisions, scriptCalls, batches int
 	s.pipe.onBatch = func(d, calls int) { decisions, scriptCalls, batches = decisions+d, scriptCalls+calls, batches+1 }
@@ -74,7 +79,7 @@ func batchTake(t *testing.T, s *Store) storetest.TakeBatchAt {
 // of several slots of one node, often one bucket several times.
 func TestClusterBatchesMatchTheRationalModel(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	s := NewPipelined(cl.Client(), "", PipelineOptions{})
+	s := NewPipelined(cl.Client(), "", testPipeline)
 	defer s.Close()
 	var crossSlot int
 	s.pipe.onBatch = func(d, calls int) {
@@ -119,7 +124,7 @@ func TestOneScriptCallDecidesInTurn(t *testing.T) {
 	}
 	h := &scriptCounter{}
 	c.AddHook(h)
-	s := NewPipelined(c, "", PipelineOptions{})
+	s := NewPipelined(c, "", testPipeline)
 	defer s.Close()
 	l := limiter.MustLimit(3, "1/3600")
 	k, g := l.Units()
@@ -161,7 +166,7 @@ func TestOneScriptCallDecidesInTurn(t *testing.T) {
 func TestAFailingDecisionDoesNotFailItsScriptCall(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	s := NewPipelined(c, "", PipelineOptions{})
+	s := NewPipelined(c, "", testPipeline)
 	defer s.Close()
 	ctx := context.Background()
 	l := limiter.MustLimit(3, "1/3600")
@@ -227,7 +232,7 @@ func (h *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // again slot by slot: each charged exactly once.
 func TestACrossSlotCallRefusedIsDecidedSlotBySlot(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
-	s := NewPipelined(cl.Client(), "", PipelineOptions{})
+	s := NewPipelined(cl.Client(), "", testPipeline)
 	defer s.Close()
 	l := limiter.MustLimit(5, "1/3600")
 	k, g := l.Units()

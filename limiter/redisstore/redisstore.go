@@ -66,9 +66,6 @@ func newScript(src string) *script {
 	return &script{src: src, sha: hex.EncodeToString(h[:])}
 }
 
-// DefaultPrefix starts every key Floodgate writes.
-const DefaultPrefix = "fg:"
-
 // ErrRefund reports a decision across Redis Cluster slots that was denied
 // but whose refund of the slots already charged failed: the decision stands
 // (Take returns false and fills the results), but those buckets may have
@@ -112,12 +109,9 @@ type Store struct {
 	testClock func() time.Time
 }
 
-// New returns a store that runs its script on client and prefixes every key
-// with prefix (DefaultPrefix when empty).
+// New returns a store that runs its script on client and starts every key
+// with prefix ("" for none: keys then start with the bucket's name).
 func New(client Client, prefix string) *Store {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
 	cluster, _ := client.(*redis.ClusterClient)
 	return &Store{client: client, cluster: cluster, prefix: prefix, take: takeScript, refund: refundScript}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -37,14 +38,15 @@ func take(t *testing.T, s limiter.Store, reqs ...limiter.Request) (bool, []limit
 	return ok, res
 }
 
-// advance makes d pass for every bucket in Redis by moving each bucket's
+// advance makes d pass for every bucket under prefix (the one its store
+// was made with) by moving each bucket's
 // "full at" instant d earlier: E in its value and its expiry (see
 // bucket.lua). The rest of the value (the part of a millisecond, the limit)
 // is untouched, so the shift is exact; a key whose bucket is then full is
 // deleted, as it would be once expired.
-func advance(t *testing.T, c *redis.Client, d time.Duration) {
+func advance(t *testing.T, c *redis.Client, prefix string, d time.Duration) {
 	t.Helper()
-	if err := shiftKeys(context.Background(), c, redisstore.DefaultPrefix, d); err != nil {
+	if err := shiftKeys(context.Background(), c, prefix, d); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -97,14 +99,21 @@ func harness(s *redisstore.Store, c redis.Cmdable, move func(t *testing.T, d tim
 	}
 }
 
+// pipelineOptions are the pipeline settings Floodgate runs with by default
+// (internal/config's), without the wait.
+func pipelineOptions() redisstore.PipelineOptions {
+	return redisstore.PipelineOptions{MaxBatch: config.DefaultPipelineMaxBatch, Flushers: config.DefaultPipelineFlushers}
+}
+
 func pipelined(t *testing.T, c redisstore.Client, prefix string) *redisstore.Store {
-	s := redisstore.NewPipelined(c, prefix, redisstore.PipelineOptions{})
+	s := redisstore.NewPipelined(c, prefix, pipelineOptions())
 	t.Cleanup(s.Close)
 	return s
 }
 
 // eachStore runs f as a subtest for each way to build a store, unpipelined
-// (New) and pipelined (NewPipelined), on a fresh redis-server.
+// (New) and pipelined (NewPipelined), on a fresh redis-server. The stores
+// have no key prefix (""): keys start with the bucket's name.
 func eachStore(t *testing.T, f func(t *testing.T, srv *redistest.Server, c *redis.Client, s *redisstore.Store)) {
 	for _, k := range []struct {
 		name string
@@ -123,7 +132,7 @@ func eachStore(t *testing.T, f func(t *testing.T, srv *redistest.Server, c *redi
 
 func TestConformance(t *testing.T) {
 	eachStore(t, func(t *testing.T, _ *redistest.Server, c *redis.Client, s *redisstore.Store) {
-		storetest.Run(t, harness(s, c, func(t *testing.T, d time.Duration) { advance(t, c, d) }))
+		storetest.Run(t, harness(s, c, func(t *testing.T, d time.Duration) { advance(t, c, "", d) }))
 	})
 }
 
@@ -308,10 +317,14 @@ func TestStateIsCompact(t *testing.T) {
 }
 
 func TestKeysOfOneIdentityShareAClusterSlot(t *testing.T) {
-	s := redisstore.New(nil, "")
+	s := redisstore.New(nil, "fg:")
 	a, b := s.Key("per-key", "k:abc"), s.Key("per-ip", "k:abc")
 	if a != "fg:per-key:{k:abc}" {
 		t.Errorf("key layout = %q", a)
+	}
+	// No prefix is no prefix, not a default one.
+	if k := redisstore.New(nil, "").Key("per-key", "k:abc"); k != "per-key:{k:abc}" {
+		t.Errorf("key layout without a prefix = %q, want per-key:{k:abc}", k)
 	}
 	if ha, hb := hashTag(a), hashTag(b); ha != hb || ha != "k:abc" {
 		t.Errorf("hash tags %q and %q differ", ha, hb)
@@ -512,10 +525,12 @@ func TestPipelinedConcurrentDecisionsShareRoundTripsAndMintNothing(t *testing.T)
 	h := &pipelineHook{}
 	c.AddHook(h)
 	var batched, batchCalls atomic.Int64 // as PipelineOptions.OnBatch reports them
-	s := redisstore.NewPipelined(c, "", redisstore.PipelineOptions{OnBatch: func(decisions, calls int) {
+	o := pipelineOptions()
+	o.OnBatch = func(decisions, calls int) {
 		batched.Add(int64(decisions))
 		batchCalls.Add(int64(calls))
-	}})
+	}
+	s := redisstore.NewPipelined(c, "", o)
 	defer s.Close()
 	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: limiter.MustLimit(1, "1"), Cost: 1}) // the script cached: no EVAL below
 	h.pipelines.Store(0)
@@ -543,8 +558,8 @@ func TestPipelinedConcurrentDecisionsShareRoundTripsAndMintNothing(t *testing.T)
 	if h.biggestCall.Load() > 32 {
 		t.Errorf("a script call carried %d decisions, above 32", h.biggestCall.Load())
 	}
-	if h.biggestPipeline.Load() > redisstore.DefaultMaxBatch {
-		t.Errorf("a pipeline carried %d decisions, above the maximum batch %d", h.biggestPipeline.Load(), redisstore.DefaultMaxBatch)
+	if h.biggestPipeline.Load() > int64(o.MaxBatch) {
+		t.Errorf("a pipeline carried %d decisions, above the maximum batch %d", h.biggestPipeline.Load(), o.MaxBatch)
 	}
 }
 
@@ -554,7 +569,7 @@ func TestPipelinedConcurrentDecisionsShareRoundTripsAndMintNothing(t *testing.T)
 // by the context (Take) or alongside it (TakeBy), pipelined or not.
 func TestTakeReturnsByTheDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	c, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 10 * time.Second, PoolSize: 64})
+	c, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 10 * time.Second, DialTimeout: 2 * time.Second, PoolSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -640,7 +655,7 @@ func TestPipelinedClose(t *testing.T) {
 func TestPipelinedCloseUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	for round := 0; round < 20; round++ {
-		s := redisstore.NewPipelined(srv.Client(), "", redisstore.PipelineOptions{MaxBatch: 4})
+		s := redisstore.NewPipelined(srv.Client(), "", redisstore.PipelineOptions{MaxBatch: 4, Flushers: 1})
 		r := limiter.Request{Name: "close-race", ID: "a", Limit: limiter.MustLimit(1000, "1000"), Cost: 1}
 		var wg sync.WaitGroup
 		var decided, closed atomic.Int64
@@ -730,7 +745,7 @@ func TestPipelinedOnACluster(t *testing.T) {
 // within their deadline.
 func TestPipelinesRideTheConnectionCheckServerOpened(t *testing.T) {
 	srv := redistest.Start(t)
-	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}})
+	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: config.DefaultRedisTimeout, DialTimeout: config.DefaultRedisDialTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,5 +764,29 @@ func TestPipelinesRideTheConnectionCheckServerOpened(t *testing.T) {
 	}
 	if conns != 1 {
 		t.Errorf("after CheckServer and 5 sequential pipelined decisions the client holds %d connections, want 1", conns)
+	}
+}
+
+// TestNewPipelinedRefusesNoBatchOrNoFlusher: a batch bound or a flusher
+// count below 1 is a programmer's mistake, not a request for a default.
+func TestNewPipelinedRefusesNoBatchOrNoFlusher(t *testing.T) {
+	for _, tc := range []struct {
+		o    redisstore.PipelineOptions
+		want string
+	}{
+		{redisstore.PipelineOptions{Flushers: 1}, "PipelineOptions.MaxBatch must be at least 1 (got 0)"},
+		{redisstore.PipelineOptions{MaxBatch: -1, Flushers: 1}, "PipelineOptions.MaxBatch must be at least 1 (got -1)"},
+		{redisstore.PipelineOptions{MaxBatch: 128}, "PipelineOptions.Flushers must be at least 1 (got 0)"},
+		{redisstore.PipelineOptions{MaxBatch: 128, Flushers: -2}, "PipelineOptions.Flushers must be at least 1 (got -2)"},
+	} {
+		func() {
+			defer func() {
+				if msg, _ := recover().(string); !strings.Contains(msg, tc.want) {
+					t.Errorf("NewPipelined(%+v) panicked with %q, want %q", tc.o, msg, tc.want)
+				}
+			}()
+			s := redisstore.NewPipelined(nil, "", tc.o)
+			s.Close()
+		}()
 	}
 }

@@ -1,6 +1,7 @@
 package resilient
 
 import (
+	"fmt"
 	"sync"
 	"time"
 )
@@ -25,12 +26,25 @@ func (s State) String() string {
 	return "open"
 }
 
-// BreakerOptions tune a Breaker.
+// BreakerOptions tune a Breaker. Both are taken as given and must be
+// positive; Floodgate's configuration holds the values it runs with
+// (internal/config: store.breaker).
 type BreakerOptions struct {
-	// Failures is how many consecutive failures open the breaker (default 5).
+	// Failures is how many consecutive failures open the breaker.
 	Failures int
-	// OpenFor is how long it stays open before one probe (default 500ms).
+	// OpenFor is how long it stays open before one probe.
 	OpenFor time.Duration
+}
+
+// check reports options NewBreaker refuses.
+func (o BreakerOptions) check() error {
+	if o.Failures < 1 {
+		return fmt.Errorf("resilient: BreakerOptions.Failures must be at least 1: the consecutive failures that open the breaker (got %d)", o.Failures)
+	}
+	if o.OpenFor <= 0 {
+		return fmt.Errorf("resilient: BreakerOptions.OpenFor must be positive: how long the breaker stays open before a probe (got %v)", o.OpenFor)
+	}
+	return nil
 }
 
 // Ticket is what Allow hands a call it admits, and what the call reports its
@@ -73,13 +87,12 @@ type Breaker struct {
 type transition struct{ from, to State }
 
 // NewBreaker returns a closed breaker. onChange, if not nil, is called on
-// every transition, in order, without the breaker's lock held.
+// every transition, in order, without the breaker's lock held. It panics
+// when o.Failures or o.OpenFor is not positive: a programmer's mistake, as
+// New (and a configuration) checks them first.
 func NewBreaker(o BreakerOptions, onChange func(from, to State)) *Breaker {
-	if o.Failures <= 0 {
-		o.Failures = 5
-	}
-	if o.OpenFor <= 0 {
-		o.OpenFor = 500 * time.Millisecond
+	if err := o.check(); err != nil {
+		panic(err.Error())
 	}
 	return &Breaker{opts: o, onChange: onChange}
 }

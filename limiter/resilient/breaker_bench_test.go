@@ -10,7 +10,7 @@ import (
 // goroutines at once (-cpu sets how many). docs/performance.md ("Circuit
 // breaker: mutex against atomics") compares it with a Redis round trip.
 func BenchmarkBreaker(b *testing.B) {
-	br := NewBreaker(BreakerOptions{}, nil)
+	br := NewBreaker(BreakerOptions{Failures: 5, OpenFor: 500 * time.Millisecond}, nil)
 	now := time.Unix(1000, 0)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/resilient"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // tally counts one caller's decisions.
@@ -39,7 +40,7 @@ func TestOneClusterMasterDownDegradesOnlyItsKeys(t *testing.T) {
 			// not race the cluster declaring itself failed.
 			cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
 			const timeout = 200 * time.Millisecond
-			client, err := redisstore.Dial(redisstore.Options{Addresses: cl.Addrs(), Timeout: timeout})
+			client, err := redisstore.Dial(redisstore.Options{Addresses: cl.Addrs(), Timeout: timeout, DialTimeout: config.DefaultRedisDialTimeout})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,11 +49,13 @@ func TestOneClusterMasterDownDegradesOnlyItsKeys(t *testing.T) {
 			if err := redisstore.CheckServer(ctx, client); err != nil {
 				t.Fatal(err)
 			}
-			store := redisstore.NewPipelined(client, "", redisstore.PipelineOptions{})
+			store := redisstore.NewPipelined(client, "", servePipeline)
 			defer store.Close()
 			rs, err := resilient.New(store, resilient.Options{
-				Timeout:  timeout,
-				Fallback: memory.New(memory.Options{}),
+				Timeout:       timeout,
+				Breaker:       serveBreaker,
+				Fallback:      storetest.Memory(nil),
+				FallbackShare: whole,
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -3,6 +3,7 @@ package resilient_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/resilient"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // gatedStore is a real in-memory store behind a gate the test controls:
@@ -52,7 +54,7 @@ func (g *gatedStore) Take(ctx context.Context, reqs []limiter.Request, res []lim
 
 func newGated(t *testing.T, clock limiter.Clock) (*gatedStore, *resilient.Store) {
 	t.Helper()
-	g := &gatedStore{mem: memory.New(memory.Options{}), next: make(chan gate, 16)}
+	g := &gatedStore{mem: storetest.Memory(nil), next: make(chan gate, 16)}
 	rs, err := resilient.New(g, resilient.Options{
 		Timeout: time.Minute, Clock: clock, Breaker: resilient.BreakerOptions{Failures: 3, OpenFor: time.Second},
 	})
@@ -177,10 +179,10 @@ func TestTheStateChangeCallbackMayCallTheBreaker(t *testing.T) {
 // policy's own 5 s and a RateLimit-Policy header can describe it.
 func TestTheLocalShareKeepsThePolicyWindow(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
-	g := &gatedStore{mem: memory.New(memory.Options{}), next: make(chan gate, 16)}
+	g := &gatedStore{mem: storetest.Memory(nil), next: make(chan gate, 16)}
 	half, _ := limiter.NewRate(1, 2)
 	rs, err := resilient.New(g, resilient.Options{
-		Timeout: time.Minute, Clock: clock, Fallback: memory.New(memory.Options{Clock: clock}), FallbackShare: half,
+		Timeout: time.Minute, Breaker: serveBreaker, Clock: clock, Fallback: storetest.Memory(clock), FallbackShare: half,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +199,7 @@ func TestTheLocalShareKeepsThePolicyWindow(t *testing.T) {
 	if res[0].ResetAfter != 5*time.Second || res[0].RetryAfter != 2500*time.Millisecond {
 		t.Errorf("empty local bucket: full in %v, a token in %v; want 5s (the policy's window) and 2.5s", res[0].ResetAfter, res[0].RetryAfter)
 	}
-	if _, err := resilient.New(g, resilient.Options{FallbackShare: limiter.MustLimit(1, "3/2").Rate}); err == nil {
-		t.Error("a share above 1 was accepted")
+	if _, err := resilient.New(g, resilient.Options{Timeout: time.Minute, Breaker: serveBreaker, FallbackShare: limiter.MustLimit(1, "3/2").Rate}); err == nil || !strings.Contains(err.Error(), "fallback share must be in (0, 1]") {
+		t.Errorf("a share above 1: %v, want it refused", err)
 	}
 }

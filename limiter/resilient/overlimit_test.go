@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // counting passes decisions to a real store and counts them.
@@ -29,12 +29,12 @@ func (c *counting) Take(ctx context.Context, reqs []limiter.Request, res []limit
 // agree; where the cache answered, its figures may only be generous bounds.
 func TestTheOverLimitCacheNeverDeniesWhatTheStoreWouldAllow(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
-	inner := &counting{Store: memory.New(memory.Options{Clock: clock})}
-	cached, err := New(inner, Options{Clock: clock, OverLimitEntries: 100})
+	inner := &counting{Store: storetest.Memory(clock)}
+	cached, err := New(inner, Options{Timeout: testTimeout, Breaker: testBreaker, Clock: clock, OverLimitEntries: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := memory.New(memory.Options{Clock: clock})
+	plain := storetest.Memory(clock)
 	limits := []limiter.Limit{limiter.MustLimit(5, "2"), limiter.MustLimit(3, "1/3"), limiter.MustLimit(50, "100"), limiter.MustLimit(1, "0.5")}
 	rng := rand.New(rand.NewPCG(3, 4))
 	decisions, denials := 0, 0
@@ -81,8 +81,8 @@ func TestTheOverLimitCacheNeverDeniesWhatTheStoreWouldAllow(t *testing.T) {
 
 func TestAFloodOnAnEmptyBucketNeverReachesTheStore(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
-	inner := &counting{Store: memory.New(memory.Options{Clock: clock})}
-	s, _ := New(inner, Options{Clock: clock, OverLimitEntries: 10})
+	inner := &counting{Store: storetest.Memory(clock)}
+	s, _ := New(inner, Options{Timeout: testTimeout, Breaker: testBreaker, Clock: clock, OverLimitEntries: 10})
 	req := []limiter.Request{{Name: "p", ID: "flood", Limit: limiter.MustLimit(2, "1"), Cost: 1}}
 	res := make([]limiter.Result, 1)
 	for i := 0; i < 3; i++ { // two pass, the third is denied by the store: retry after 1s
@@ -112,3 +112,10 @@ func TestAFloodOnAnEmptyBucketNeverReachesTheStore(t *testing.T) {
 		t.Error("an uncached decision was answered by the cache")
 	}
 }
+
+// testTimeout and testBreaker are the store timeout and breaker floodgate
+// serve runs with by default (internal/config's, which this package's own
+// tests cannot import).
+const testTimeout = 50 * time.Millisecond
+
+var testBreaker = BreakerOptions{Failures: 5, OpenFor: 500 * time.Millisecond}

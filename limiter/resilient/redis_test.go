@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -19,7 +20,7 @@ const storeTimeout = 50 * time.Millisecond
 
 func TestTheBreakerStopsCallingADeadRedisAndProbesIt(t *testing.T) {
 	srv := redistest.Start(t)
-	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout})
+	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: config.DefaultRedisDialTimeout})
 	defer rc.Close()
 	var calls int
 	rc.AddHook(callCounter{&calls})
@@ -80,10 +81,10 @@ func TestTheBreakerStopsCallingADeadRedisAndProbesIt(t *testing.T) {
 // nothing, and the first request after it reaches Redis again.
 func TestOverLimitDenialsSkipRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout})
+	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: config.DefaultRedisDialTimeout})
 	defer rc.Close()
 	clock := limiter.NewManualClock(time.Now())
-	rs, _ := resilient.New(redisstore.New(rc, ""), resilient.Options{Timeout: storeTimeout, Clock: clock, OverLimitEntries: 10})
+	rs, _ := resilient.New(redisstore.New(rc, ""), resilient.Options{Timeout: storeTimeout, Breaker: serveBreaker, Clock: clock, OverLimitEntries: 10})
 	req := []limiter.Request{{Name: "flood", ID: "x", Limit: limiter.MustLimit(2, "1/60"), Cost: 1}}
 	res := make([]limiter.Result, 1)
 	for i := 0; i < 3; i++ {

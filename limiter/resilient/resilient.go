@@ -37,14 +37,15 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// DefaultTimeout bounds a decision's store work when Options.Timeout is 0.
-const DefaultTimeout = 50 * time.Millisecond
-
-// Options configure a Store.
+// Options configure a Store. The numbers are taken as given (New refuses
+// those out of range); Floodgate's configuration holds the values it runs
+// with (internal/config).
 type Options struct {
-	// Timeout bounds each decision's store work. A caller's deadline that
-	// is sooner wins (less a margin, so the answer still arrives in time).
+	// Timeout bounds each decision's store work; it must be positive. A
+	// caller's deadline that is sooner wins (less a margin, so the answer
+	// still arrives in time).
 	Timeout time.Duration
+	// Breaker tunes every circuit breaker the Store keeps.
 	Breaker BreakerOptions
 	// Fallback decides while the store cannot (on_failure: local); nil
 	// makes those decisions fail with limiter.ErrUnavailable.
@@ -53,7 +54,9 @@ type Options struct {
 	// deciding alone admit about what one shared bucket would: 1/N. Each
 	// capacity becomes its share rounded down (at least 1 token) and the
 	// rate is scaled in the same proportion as the capacity, so a local
-	// bucket refills from empty in the policy's own window. Zero means 1.
+	// bucket refills from empty in the policy's own window. With a
+	// Fallback it must be in (0, 1] (1: the whole limit); without one it is
+	// not used, and may be left zero.
 	FallbackShare limiter.Rate
 	// OverLimitEntries bounds the over-limit cache; 0 disables it.
 	OverLimitEntries int
@@ -128,10 +131,15 @@ type Store struct {
 	permanent   *prometheus.CounterVec
 }
 
-// New wraps primary.
+// New wraps primary. It refuses a Timeout that is not positive, breaker
+// options NewBreaker refuses, and a FallbackShare outside (0, 1] (a zero
+// one only without a Fallback).
 func New(primary limiter.Store, o Options) (*Store, error) {
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
+		return nil, fmt.Errorf("resilient: Options.Timeout must be positive: it bounds each decision's store work (got %v)", o.Timeout)
+	}
+	if err := o.Breaker.check(); err != nil {
+		return nil, err
 	}
 	if o.Clock == nil {
 		o.Clock = limiter.SystemClock{}
@@ -139,11 +147,8 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.FallbackShare.IsZero() {
-		o.FallbackShare, _ = limiter.NewRate(1, 1)
-	}
-	if n, d := o.FallbackShare.Fraction(); n > d {
-		return nil, fmt.Errorf("resilient: fallback share must be in (0, 1], got %v", o.FallbackShare)
+	if n, d := o.FallbackShare.Fraction(); n > d || (o.Fallback != nil && (o.FallbackShare.IsZero() || n <= 0)) {
+		return nil, fmt.Errorf("resilient: fallback share must be in (0, 1] (1: the fallback applies whole limits), got %v", o.FallbackShare)
 	}
 	s := &Store{primary: primary, fallback: o.Fallback, opts: o, clock: o.Clock, log: o.Logger}
 	s.bounded, _ = primary.(limiter.DeadlineStore)

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/resilient"
+	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
 // shardedStore keeps its buckets on servers named by the identity's part
@@ -92,7 +94,7 @@ func (s *shardedStore) Take(ctx context.Context, reqs []limiter.Request, res []l
 func newShardedStore(clock limiter.Clock, servers ...string) *shardedStore {
 	return &shardedStore{
 		down: map[string]bool{}, moved: map[string]string{}, spread: servers, probes: map[string]int{},
-		mem: memory.New(memory.Options{Clock: clock}),
+		mem: storetest.Memory(clock),
 	}
 }
 
@@ -107,7 +109,7 @@ func TestAFailureCountsAgainstTheServersItNames(t *testing.T) {
 	primary.down["b"] = true
 	var changes []bool
 	rs, err := resilient.New(primary, resilient.Options{
-		Clock: clock, Fallback: memory.New(memory.Options{Clock: clock}),
+		Timeout: config.DefaultRedisTimeout, Clock: clock, Fallback: storetest.Memory(clock), FallbackShare: whole,
 		Breaker:       resilient.BreakerOptions{Failures: 3, OpenFor: time.Second},
 		OnExactChange: func(exact bool) { changes = append(changes, exact) },
 	})
@@ -163,6 +165,7 @@ func TestAServerThatLeftTheTopologyIsForgotten(t *testing.T) {
 	primary := newShardedStore(nil, "a", "b")
 	primary.down["b"] = true
 	rs, err := resilient.New(primary, resilient.Options{
+		Timeout:       config.DefaultRedisTimeout,
 		Breaker:       resilient.BreakerOptions{Failures: 1, OpenFor: time.Millisecond},
 		ProbeInterval: 5 * time.Millisecond,
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -24,17 +25,18 @@ import (
 // script loads and a cold process.
 func TestOneStallDoesNotOpenTheBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout})
+	client, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: config.DefaultRedisDialTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	store := redisstore.NewPipelined(client, "", redisstore.PipelineOptions{})
+	store := redisstore.NewPipelined(client, "", servePipeline)
 	defer store.Close()
 	var mu sync.Mutex
 	var changes []bool
 	rs, err := resilient.New(store, resilient.Options{
 		Timeout:       storeTimeout,
+		Breaker:       serveBreaker,
 		OnExactChange: func(exact bool) { mu.Lock(); changes = append(changes, exact); mu.Unlock() },
 	})
 	if err != nil {

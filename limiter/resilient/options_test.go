@@ -1,0 +1,86 @@
+package resilient_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/resilient"
+	"github.com/floodgate/floodgate/limiter/storetest"
+)
+
+// serveBreaker and servePipeline are what floodgate serve runs with by
+// default (internal/config's defaults); whole is the fallback share of
+// on_failure: local by default, the whole limit.
+var (
+	serveBreaker  = resilient.BreakerOptions{Failures: config.DefaultBreakerFailures, OpenFor: config.DefaultBreakerOpenFor}
+	servePipeline = redisstore.PipelineOptions{MaxBatch: config.DefaultPipelineMaxBatch, Flushers: config.DefaultPipelineFlushers, Wait: config.DefaultPipelineWait}
+	whole         = limiter.MustLimit(1, "1").Rate
+)
+
+// TestNewRefusesWhatItOnceDefaulted: a Timeout, breaker options or (with a
+// fallback) a fallback share left zero or negative is refused with the
+// field named, not replaced by a default of the library's own.
+func TestNewRefusesWhatItOnceDefaulted(t *testing.T) {
+	ok := resilient.Options{Timeout: time.Second, Breaker: serveBreaker, Fallback: storetest.Memory(nil), FallbackShare: whole}
+	for _, tc := range []struct {
+		name string
+		edit func(o *resilient.Options)
+		want string
+	}{
+		{"no timeout", func(o *resilient.Options) { o.Timeout = 0 }, "Options.Timeout must be positive"},
+		{"a negative timeout", func(o *resilient.Options) { o.Timeout = -time.Second }, "Options.Timeout must be positive"},
+		{"no breaker failures", func(o *resilient.Options) { o.Breaker.Failures = 0 }, "BreakerOptions.Failures must be at least 1"},
+		{"negative breaker failures", func(o *resilient.Options) { o.Breaker.Failures = -1 }, "BreakerOptions.Failures must be at least 1"},
+		{"no open time", func(o *resilient.Options) { o.Breaker.OpenFor = 0 }, "BreakerOptions.OpenFor must be positive"},
+		{"a fallback without a share", func(o *resilient.Options) { o.FallbackShare = limiter.Rate{} }, "fallback share must be in (0, 1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ok
+			tc.edit(&o)
+			s, err := resilient.New(storetest.Memory(nil), o)
+			if err == nil {
+				s.Close()
+				t.Fatalf("New accepted %+v", o)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// The same options, unedited, are accepted; and without a fallback
+	// the share is not used, so it may be left zero.
+	for _, o := range []resilient.Options{ok, {Timeout: time.Second, Breaker: serveBreaker}} {
+		s, err := resilient.New(storetest.Memory(nil), o)
+		if err != nil {
+			t.Fatalf("New(%+v): %v", o, err)
+		}
+		s.Close()
+	}
+}
+
+// TestNewBreakerRefusesWhatItOnceDefaulted: NewBreaker panics, naming the
+// field, on options New would refuse.
+func TestNewBreakerRefusesWhatItOnceDefaulted(t *testing.T) {
+	for _, tc := range []struct {
+		o    resilient.BreakerOptions
+		want string
+	}{
+		{resilient.BreakerOptions{OpenFor: time.Second}, "BreakerOptions.Failures must be at least 1: the consecutive failures that open the breaker (got 0)"},
+		{resilient.BreakerOptions{Failures: 5}, "BreakerOptions.OpenFor must be positive"},
+		{resilient.BreakerOptions{Failures: 5, OpenFor: -time.Second}, "(got -1s)"},
+	} {
+		func() {
+			defer func() {
+				msg, _ := recover().(string)
+				if !strings.Contains(msg, tc.want) {
+					t.Errorf("NewBreaker(%+v) panicked with %q, want %q", tc.o, msg, tc.want)
+				}
+			}()
+			resilient.NewBreaker(tc.o, nil)
+		}()
+	}
+}
