@@ -15,6 +15,7 @@
 //	floodbench run  [--floodgate bin/floodgate] [--cell 2s] [--conc 1,16,64] ...
 //	floodbench noop [--listen 127.0.0.1:0]
 //	floodbench load --target HOST:PORT [--scenario b] [--conc 64] [--duration 10s]
+//	floodbench wakeups TRACE...
 //
 // Every load loop is bounded in count and in time, and every address it
 // dials or binds is on loopback.
@@ -35,6 +36,7 @@ Usage:
   floodbench run  [flags]   start redis-server, a no-op server and floodgate; print the table
   floodbench noop [flags]   serve a no-op ext_authz server (the ceiling)
   floodbench load [flags]   drive one server with one scenario's requests
+  floodbench wakeups TRACE...  what each gRPC call wakes in Go execution traces (run --trace writes them)
 
 Run 'floodbench CMD -h' for the flags of CMD.
 `
@@ -57,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runNoop(ctx, args[1:], stdout, stderr)
 	case "load":
 		return runLoad(ctx, args[1:], stdout, stderr)
+	case "wakeups":
+		return runWakeups(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -6,7 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,6 +63,16 @@ type wakeups struct {
 	// the network poller.
 	goWakes, procStarts, syscalls, netParks int
 	wakers                                  map[string]int // wake-ups by the first frame outside the runtime
+	// Per call goroutine that ran to its end within the trace: from its
+	// start to its end, and the time it spent parked on the network (on
+	// Redis' reply, when the store is Redis), sorted.
+	lifetimes, netWaits []time.Duration
+}
+
+// callGoroutine is a call's goroutine being followed through the trace.
+type callGoroutine struct {
+	start, parked trace.Time // parked: when it last parked on the network (0: not parked)
+	netWait       time.Duration
 }
 
 // countWakeups reads the execution trace in r.
@@ -70,6 +82,7 @@ func countWakeups(r io.Reader) (wakeups, error) {
 		return wakeups{}, err
 	}
 	w := wakeups{wakers: map[string]int{}}
+	calls := map[trace.GoID]*callGoroutine{}
 	for {
 		ev, err := tr.ReadEvent()
 		if err == io.EOF {
@@ -89,21 +102,36 @@ func countWakeups(r io.Reader) (wakeups, error) {
 			}
 		case trace.ResourceGoroutine:
 			from, to := st.Goroutine()
+			g := calls[st.Resource.Goroutine()]
 			switch {
 			case from == trace.GoNotExist && to == trace.GoRunnable:
 				if inStack(ev.Stack(), "grpc.(*Server).serveStreams") {
 					w.decisions++
+					calls[st.Resource.Goroutine()] = &callGoroutine{start: ev.Time()}
 				}
 			case from == trace.GoWaiting && to == trace.GoRunnable:
 				w.goWakes++
 				w.wakers[firstOutsideRuntime(ev.Stack())]++
+				if g != nil && g.parked != 0 {
+					g.netWait += time.Duration(ev.Time() - g.parked)
+					g.parked = 0
+				}
 			case to == trace.GoSyscall:
 				w.syscalls++
 			case to == trace.GoWaiting && st.Reason == "network":
 				w.netParks++
+				if g != nil {
+					g.parked = ev.Time()
+				}
+			case to == trace.GoNotExist && g != nil:
+				w.lifetimes = append(w.lifetimes, time.Duration(ev.Time()-g.start))
+				w.netWaits = append(w.netWaits, g.netWait)
+				delete(calls, st.Resource.Goroutine())
 			}
 		}
 	}
+	slices.Sort(w.lifetimes)
+	slices.Sort(w.netWaits)
 	if w.decisions == 0 {
 		return w, fmt.Errorf("the trace holds no gRPC call")
 	}
@@ -157,9 +185,36 @@ func (w wakeups) topWakers(n int) string {
 	return strings.Join(out, "; ")
 }
 
+// runWakeups prints the table for trace files given by name (a trace of
+// floodgate's /debug/pprof/trace, say, taken while floodbench load drives
+// it).
+func runWakeups(files []string, stdout, stderr io.Writer) int {
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "floodbench wakeups: name the trace files")
+		return 2
+	}
+	cells := make([]tracedCell, len(files))
+	for i, f := range files {
+		cells[i] = tracedCell{sc: scenario{label: filepath.Base(f)}, file: f}
+		// run --trace names its files floodgate-SCENARIO-cCONC.trace.
+		if m := concInName.FindStringSubmatch(filepath.Base(f)); m != nil {
+			cells[i].conc, _ = strconv.Atoi(m[1])
+		}
+	}
+	t, err := wakeupRows(cells)
+	if err != nil {
+		fmt.Fprintln(stderr, "floodbench wakeups:", err)
+		return 1
+	}
+	writeMarkdown(stdout, t)
+	return 0
+}
+
+var concInName = regexp.MustCompile(`-c([0-9]+)\.trace$`)
+
 // wakeupRows is the table of the traced cells.
 func wakeupRows(cells []tracedCell) ([][]string, error) {
-	out := [][]string{{"scenario", "conc", "decisions traced", "goroutine wake-ups/dec", "thread wake-ups/dec", "syscalls/dec", "network waits/dec", "most wake-ups from (per decision)"}}
+	out := [][]string{{"scenario", "conc", "decisions traced", "goroutine wake-ups/dec", "thread wake-ups/dec", "syscalls/dec", "network waits/dec", "call goroutine p50", "of which on the network p50", "most wake-ups from (per decision)"}}
 	for _, c := range cells {
 		f, err := os.Open(c.file)
 		if err != nil {
@@ -170,8 +225,13 @@ func wakeupRows(cells []tracedCell) ([][]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", c.file, err)
 		}
-		out = append(out, []string{c.sc.label, fmt.Sprint(c.conc), fmt.Sprint(w.decisions),
-			w.perDecision(w.goWakes), w.perDecision(w.procStarts), w.perDecision(w.syscalls), w.perDecision(w.netParks), w.topWakers(3)})
+		conc := "-"
+		if c.conc > 0 {
+			conc = fmt.Sprint(c.conc)
+		}
+		out = append(out, []string{c.sc.label, conc, fmt.Sprint(w.decisions),
+			w.perDecision(w.goWakes), w.perDecision(w.procStarts), w.perDecision(w.syscalls), w.perDecision(w.netParks),
+			fmtDur(percentile(w.lifetimes, 50)), fmtDur(percentile(w.netWaits, 50)), w.topWakers(3)})
 	}
 	return out, nil
 }

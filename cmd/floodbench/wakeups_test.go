@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime/trace"
 	"strings"
 	"testing"
@@ -44,10 +47,51 @@ func TestCountWakeupsCountsTheCalls(t *testing.T) {
 	if got.goWakes < n || got.syscalls < n || got.netParks < 1 {
 		t.Errorf("%d goroutine wake-ups, %d syscalls, %d network waits over %d calls; want at least one wake-up and one syscall per call and some network waits", got.goWakes, got.syscalls, got.netParks, n)
 	}
+	// The last call's goroutine may end after the trace stops.
+	if len(got.lifetimes) < n-1 || len(got.netWaits) != len(got.lifetimes) || percentile(got.lifetimes, 50) <= 0 {
+		t.Errorf("%d call goroutines followed to their end (p50 %v), %d network waits; want at least %d", len(got.lifetimes), percentile(got.lifetimes, 50), len(got.netWaits), n-1)
+	}
 	if top := got.topWakers(3); strings.Count(top, ";") != 2 {
 		t.Errorf("top wakers %q: want three sites", top)
 	}
 	if _, err := countWakeups(strings.NewReader("not a trace")); err == nil {
 		t.Error("a file that is not a trace was read without an error")
+	}
+}
+
+// TestWakeupsCommandReadsTraceFiles: floodbench wakeups prints a row per
+// file, its concurrency read from run --trace's file name, and refuses a
+// file that is not a trace.
+func TestWakeupsCommandReadsTraceFiles(t *testing.T) {
+	var buf bytes.Buffer
+	if err := trace.Start(&buf); err != nil {
+		t.Fatal(err)
+	}
+	addr := extauthztest.Serve(t, noopServer{}).Target()
+	c, err := dial(addr, 1, clientLean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	c.drive(context.Background(), distinct("/b/", 10), cell{conc: 1, window: 30 * time.Second, maxCount: 5, rpcTimeout: 5 * time.Second})
+	trace.Stop()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "floodgate-b-c16.trace")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"wakeups", file}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !regexp.MustCompile(`\n\| floodgate-b-c16\.trace +\| +16 \| +5 \|`).MatchString(out.String()) {
+		t.Errorf("no row for the file with concurrency 16 and 5 calls:\n%s", out.String())
+	}
+	bad := filepath.Join(dir, "bad.trace")
+	if err := os.WriteFile(bad, []byte("not a trace"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := run(context.Background(), []string{"wakeups", bad}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "bad.trace") {
+		t.Errorf("a file that is not a trace: exit %d, %q; want 1 and the file named", code, errOut.String())
 	}
 }
