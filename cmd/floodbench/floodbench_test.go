@@ -205,11 +205,11 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		pipeline bool
 		flushers int
 	}{
-		{"redis", one, "redis", true, 0},
-		{"redis-nopipe", one, "redis", false, 0},
+		{"redis", one, "redis", true, config.DefaultPipelineFlushers},
+		{"redis-nopipe", one, "redis", false, config.DefaultPipelineFlushers},
 		{"redis-2flushers", one, "redis", true, 2},
-		{"redis-cluster", three, "redis", true, 0},
-		{"memory", nil, "memory", true, 0},
+		{"redis-cluster", three, "redis", true, config.DefaultPipelineFlushers},
+		{"memory", nil, "memory", true, config.DefaultPipelineFlushers},
 	} {
 		y, err := floodgateConfig(tc.server, tc.addrs, 250, "")
 		if err != nil {
