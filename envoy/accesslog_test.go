@@ -304,7 +304,7 @@ func TestTheShippedAccessLogReplaysAsServed(t *testing.T) {
 			}
 
 			replayed := map[int64]bool{}
-			res, err := replay.Run(context.Background(), strings.NewReader(log.String()), replay.Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets,
+			res, err := replay.Run(context.Background(), strings.NewReader(log.String()), replay.Options{Workers: 2, MaxLineBytes: replay.DefaultMaxLineBytes, Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets,
 				ReorderWindow: time.Minute, OnDecision: func(line int64, allowed bool) { replayed[line] = allowed }})
 			if err != nil {
 				t.Fatal(err)
@@ -318,7 +318,7 @@ func TestTheShippedAccessLogReplaysAsServed(t *testing.T) {
 						i+1, r.method, r.path, r.route.name, got, ok, served[i], strings.Split(log.String(), "\n")[i])
 				}
 			}
-			res.Report(replay.ReportOptions{})
+			res.Report(replay.ReportOptions{Top: 10})
 			for _, p := range res.Policies {
 				count := func(result string) int64 {
 					return int64(testutil.ToFloat64(srv.Metrics().Decisions.WithLabelValues(p.Name, result)))

@@ -22,7 +22,7 @@ import (
 // the shared bucket as "-", a context value in the clear, shadow policies
 // apart, and a denied request not counted against the policy that had room.
 func TestTheRecorderHearsEachPolicysDecisionWithASafeLabel(t *testing.T) {
-	rec := limited.New(limited.Options{}) // decisions are recorded at the time Check read; the test takes far less than the window
+	rec := limited.New(limited.DefaultOptions()) // decisions are recorded at the time Check read; the test takes far less than the window
 	core, logs := observer.New(zapcore.DebugLevel)
 	r := newRig(t, []PolicySpec{
 		{Name: "keys", Match: MatchSpec{PathPrefix: "/v1/"}, Key: []string{"header:x-api-key", "client_ip"}, Capacity: 2, RefillPerSecond: "1/3600"},
@@ -117,7 +117,7 @@ func BenchmarkDeniedWithRecorder(b *testing.B) {
 			}
 			so := ServerOptions{Registerer: prometheus.NewRegistry()}
 			if tc.recorder {
-				so.Limited = limited.New(limited.Options{})
+				so.Limited = limited.New(limited.DefaultOptions())
 			}
 			s := NewServer(eng, storetest.Memory(nil), so)
 			reqs := benchRequests(tc.keys)

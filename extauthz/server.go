@@ -3,6 +3,7 @@ package extauthz
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,8 @@ type ServerOptions struct {
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
 	OnError    FailureMode
-	// ErrorRetryAfter is the Retry-After of a FailClosed denial (default 1s).
+	// ErrorRetryAfter is the Retry-After of a FailClosed denial, positive
+	// with FailClosed (serve passes store.failure_retry_after).
 	ErrorRetryAfter time.Duration
 	// ShadowStore decides shadow policies (default: the main store). The
 	// resilient store offers an uncached view for it, so an over-limit
@@ -68,8 +70,8 @@ func NewServer(e *Engine, store limiter.Store, o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.ErrorRetryAfter <= 0 {
-		o.ErrorRetryAfter = time.Second
+	if o.OnError == FailClosed && o.ErrorRetryAfter <= 0 {
+		panic(fmt.Sprintf("extauthz: a FailClosed server needs a positive ErrorRetryAfter (got %v)", o.ErrorRetryAfter))
 	}
 	if o.ShadowStore == nil {
 		o.ShadowStore = store

@@ -3,6 +3,7 @@ package extauthz
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -306,4 +307,20 @@ func TestSwappingTheEngineChangesPoliciesAtOnce(t *testing.T) {
 	if got := headerOf(r.check(t, req), HeaderLimit); got != "50" {
 		t.Errorf("after the swap the limit is %s, want 50", got)
 	}
+}
+
+// TestAFailClosedServerNeedsItsRetryAfter: the Retry-After of a FailClosed
+// denial is taken as given (serve passes store.failure_retry_after); none
+// is the caller's mistake, not a default. Failing open needs none.
+func TestAFailClosedServerNeedsItsRetryAfter(t *testing.T) {
+	eng := mustCompile(t, apiPolicy)
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "positive ErrorRetryAfter") {
+				t.Errorf("recovered %v, want a panic naming ErrorRetryAfter", r)
+			}
+		}()
+		NewServer(eng, storetest.Memory(nil), ServerOptions{OnError: FailClosed})
+	}()
+	NewServer(eng, storetest.Memory(nil), ServerOptions{}) // fail open: no Retry-After to give
 }

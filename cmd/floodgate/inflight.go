@@ -66,6 +66,7 @@ func newRequestGate(cfg *config.Config, authz *extauthz.Server, reg prometheus.R
 		Budget:     inflight.NewBudget(limit),
 		MaxMessage: cfg.Listen.MaxRequestBytes,
 		Codec:      gateCodec(cfg.Listen.Decoder),
+		Wait:       inflight.DefaultWait,
 		Unread: map[string]func(context.Context) any{
 			"/" + authv3.Authorization_ServiceDesc.ServiceName + "/Check": func(context.Context) any { return authz.Unread() },
 		},

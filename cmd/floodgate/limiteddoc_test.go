@@ -106,7 +106,7 @@ func TestTheLimitedDocsWorkAsWritten(t *testing.T) {
 	}
 
 	doc, _ := os.ReadFile(filepath.Join("..", "..", "docs", "limited.md"))
-	bound := limited.MemoryBytes(limited.Options{})
+	bound := limited.MemoryBytes(limited.DefaultOptions())
 	if want := fmt.Sprintf("**%d KiB** (%d bytes", (bound+1023)>>10, bound); !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), want) {
 		t.Errorf("docs/limited.md does not state the memory bound as %q", want)
 	}

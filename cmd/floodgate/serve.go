@@ -177,7 +177,7 @@ func newServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 		return nil, err
 	}
 	s.store = store
-	s.who = limited.New(limited.Options{})
+	s.who = limited.New(limited.DefaultOptions())
 	s.authz = newAuthzServer(cfg, store, log, s.reg, s.who)
 	s.rls = newRLSService(cfg, store, log, s.reg, s.who)
 	return s, nil

@@ -24,7 +24,7 @@ func BenchmarkCheckOverLoopback(b *testing.B) {
 			var gs *grpc.Server
 			srv := &checkServer{}
 			if gated {
-				g := New(Options{Budget: NewBudget(48 << 20), MaxMessage: 32 << 20, Codec: encoding.GetCodecV2("proto")})
+				g := New(Options{Budget: NewBudget(48 << 20), MaxMessage: 32 << 20, Codec: encoding.GetCodecV2("proto"), Wait: DefaultWait})
 				gs = grpc.NewServer(g.ServerOptions()...)
 				authv3.RegisterAuthorizationServer(g.Registrar(gs), srv)
 			} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -26,7 +27,7 @@ const StreamWindow = 64 << 10
 // so it bounds no memory; it only must not throttle many streams at once.
 const connWindow = 1 << 20
 
-// DefaultWait is the longest a request waits for its bytes.
+// DefaultWait is the longest a request waits for its bytes in serve.
 const DefaultWait = 100 * time.Millisecond
 
 // Options configure a Gate.
@@ -38,8 +39,9 @@ type Options struct {
 	MaxMessage int
 	// Codec decodes the messages (the server's codec).
 	Codec encoding.CodecV2
-	// Wait is the longest a request waits for its bytes (default
-	// DefaultWait), and never more than half the time its RPC has left.
+	// Wait is the longest a request waits for its bytes, positive (serve
+	// uses DefaultWait), and never more than half the time its RPC has
+	// left.
 	Wait time.Duration
 	// Unread answers, by full method name ("/package.Service/Method"), a
 	// unary RPC whose request did not fit in the budget in time, without
@@ -63,7 +65,7 @@ type Gate struct {
 // New returns a Gate.
 func New(o Options) *Gate {
 	if o.Wait <= 0 {
-		o.Wait = DefaultWait
+		panic(fmt.Sprintf("inflight: Options.Wait must be positive (got %v)", o.Wait))
 	}
 	g := &Gate{
 		o: o,

@@ -2,6 +2,7 @@ package inflight
 
 import (
 	"context"
+	"fmt"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"strings"
 	"testing"
@@ -181,5 +182,20 @@ func TestAGatedServerReadsWithinTheBudget(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(g.coarse); n != 0 {
 		t.Errorf("%v requests read without their length known first: grpc-go's ServerTransportStream no longer offers ReadMessageHeader and Read", n)
+	}
+}
+
+// TestNewRefusesNoWait: the wait is taken as given; none is a programming
+// error, not a default.
+func TestNewRefusesNoWait(t *testing.T) {
+	for _, w := range []time.Duration{0, -time.Millisecond} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Options.Wait must be positive") {
+					t.Errorf("Wait %v: recovered %v, want a panic naming Options.Wait", w, r)
+				}
+			}()
+			New(Options{Budget: NewBudget(1 << 20), MaxMessage: 1 << 20, Codec: encoding.GetCodecV2("proto"), Wait: w})
+		}()
 	}
 }

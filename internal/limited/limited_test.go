@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,49 @@ import (
 
 // clock is a settable clock for Options.Now.
 type clock struct{ ns atomic.Int64 }
+
+// withDefaults is o with DefaultOptions in the fields it leaves zero: the
+// tests set only what they are about.
+func withDefaults(o Options) Options {
+	d := DefaultOptions()
+	if o.Window == 0 {
+		o.Window = d.Window
+	}
+	if o.Intervals == 0 {
+		o.Intervals = d.Intervals
+	}
+	if o.Size == 0 {
+		o.Size = d.Size
+	}
+	if o.Now == nil {
+		o.Now = d.Now
+	}
+	return o
+}
+
+// TestNewRefusesNoWindowIntervalOrSize: the recorder takes its sizes as
+// given; a zero is the caller's mistake, not a default.
+func TestNewRefusesNoWindowIntervalOrSize(t *testing.T) {
+	for _, edit := range []func(*Options){
+		func(o *Options) { o.Window = 0 },
+		func(o *Options) { o.Intervals = 0 },
+		func(o *Options) { o.Size = -1 },
+	} {
+		o := DefaultOptions()
+		edit(&o)
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "positive Window, Intervals and Size") {
+					t.Errorf("%+v: recovered %v, want a panic naming the sizes", o, r)
+				}
+			}()
+			New(o)
+		}()
+	}
+	if r := New(DefaultOptions()); r.window != time.Minute || r.intervals != 6 || r.size != 64 {
+		t.Errorf("DefaultOptions: window %v, %d intervals, size %d; want 1m, 6, 64 as docs/limited.md says", r.window, r.intervals, r.size)
+	}
+}
 
 func newClock() *clock {
 	c := &clock{}
@@ -33,7 +77,7 @@ func record(p *Policy, id string, n int, denied bool) {
 
 func TestCountsAreExactWhileTheCallersFitTheSketch(t *testing.T) {
 	c := newClock()
-	r := New(Options{Size: 4, Now: c.Now})
+	r := New(withDefaults(Options{Size: 4, Now: c.Now}))
 	p := r.Policy("per-key", false)
 	record(p, "a", 3, false)
 	record(p, "a", 7, true)
@@ -66,7 +110,7 @@ func TestCountsAreExactWhileTheCallersFitTheSketch(t *testing.T) {
 
 func TestTheWindowSlidesIntervalByInterval(t *testing.T) {
 	c := newClock()
-	r := New(Options{Window: 60 * time.Second, Intervals: 6, Now: c.Now})
+	r := New(withDefaults(Options{Window: 60 * time.Second, Intervals: 6, Now: c.Now}))
 	p := r.Policy("p", false)
 	c.ns.Store(c.ns.Load() / int64(10*time.Second) * int64(10*time.Second)) // the start of an interval
 	record(p, "old", 5, true)
@@ -110,7 +154,7 @@ func TestTheWindowSlidesIntervalByInterval(t *testing.T) {
 // truth and no higher than the truth plus its stated overcount.
 func TestHeavyHittersSurviveAFloodOfDistinctCallers(t *testing.T) {
 	c := newClock()
-	r := New(Options{Size: 32, Now: c.Now}) // total/Size = 813, below every heavy caller's count
+	r := New(withDefaults(Options{Size: 32, Now: c.Now})) // total/Size = 813, below every heavy caller's count
 	p := r.Policy("p", false)
 	heavy := map[string]int64{"h1": 3000, "h2": 2000, "h3": 1000}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -144,7 +188,7 @@ func TestHeavyHittersSurviveAFloodOfDistinctCallers(t *testing.T) {
 }
 
 func TestAllowedCallersNeverDisplaceDeniedOnes(t *testing.T) {
-	r := New(Options{Size: 2, Now: newClock().Now})
+	r := New(withDefaults(Options{Size: 2, Now: newClock().Now}))
 	p := r.Policy("p", false)
 	record(p, "d1", 1, true)
 	record(p, "d2", 1, true)
@@ -219,7 +263,7 @@ func TestMergeAddsReplicasCounts(t *testing.T) {
 }
 
 func TestConcurrentRecordsLoseNothing(t *testing.T) {
-	r := New(Options{Now: newClock().Now})
+	r := New(withDefaults(Options{Now: newClock().Now}))
 	p := r.Policy("p", false)
 	const workers, each = 8, 2000
 	var wg sync.WaitGroup
@@ -246,7 +290,7 @@ func TestConcurrentRecordsLoseNothing(t *testing.T) {
 }
 
 func TestLongLabelsAreCut(t *testing.T) {
-	r := New(Options{Now: newClock().Now})
+	r := New(withDefaults(Options{Now: newClock().Now}))
 	long := "é" + string(make([]byte, 300))
 	r.Policy("p", false).Record(r.now(), "id", Label{"context:tenant", long}, true)
 	got := r.Snapshot(0).Policies[0].Top[0].Caller
@@ -266,7 +310,7 @@ func TestMemoryStaysFixedUnderAFloodOfDistinctCallers(t *testing.T) {
 	}
 	const policies = 4
 	c := newClock()
-	o := Options{Now: c.Now}
+	o := withDefaults(Options{Now: c.Now})
 	live := func() int64 {
 		runtime.GC()
 		var m runtime.MemStats
@@ -311,7 +355,7 @@ func TestMemoryStaysFixedUnderAFloodOfDistinctCallers(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	for _, callers := range []int{1, 64, 4096} {
 		b.Run(strconv.Itoa(callers)+"-callers", func(b *testing.B) {
-			p := New(Options{}).Policy("p", false)
+			p := New(withDefaults(Options{})).Policy("p", false)
 			ids := make([]string, callers)
 			labels := make([]Label, callers)
 			for i := range ids {

@@ -16,21 +16,21 @@
 package limited
 
 import (
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"time"
 )
 
-// Options size a Recorder. The zero value is the default: the last 60 s in
-// 6 intervals of 10 s, 64 callers per policy and interval.
+// Options size a Recorder. DefaultOptions are what serve runs with.
 type Options struct {
-	// Window is how far back a report looks (default 60s). It is read in
+	// Window is how far back a report looks, positive. It is read in
 	// Intervals steps: a report covers the current interval and the ones
 	// before it, so between Window - Window/Intervals and Window.
 	Window time.Duration
-	// Intervals is how many sketches the window is cut into (default 6).
+	// Intervals is how many sketches the window is cut into, at least 1.
 	Intervals int
-	// Size is how many callers each sketch follows (default 64): the
+	// Size is how many callers each sketch follows, at least 1: the
 	// callers of a report are exact when no more than Size distinct
 	// callers were seen in each interval.
 	Size int
@@ -58,16 +58,18 @@ type policyKey struct {
 	shadow bool
 }
 
-// New returns a Recorder sized by o.
+// DefaultOptions are the last 60 s in 6 intervals of 10 s, 64 callers per
+// policy and interval, on the system clock: what docs/limited.md
+// describes.
+func DefaultOptions() Options {
+	return Options{Window: 60 * time.Second, Intervals: 6, Size: 64, Now: time.Now}
+}
+
+// New returns a Recorder sized by o. It panics on a window, interval
+// count or size that is not positive: they are the caller's constants.
 func New(o Options) *Recorder {
-	if o.Window <= 0 {
-		o.Window = 60 * time.Second
-	}
-	if o.Intervals <= 0 {
-		o.Intervals = 6
-	}
-	if o.Size <= 0 {
-		o.Size = 64
+	if o.Window <= 0 || o.Intervals < 1 || o.Size < 1 {
+		panic(fmt.Sprintf("limited: Options need a positive Window, Intervals and Size (got %v, %d, %d)", o.Window, o.Intervals, o.Size))
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -113,7 +113,7 @@ func BenchmarkReplay(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := Run(context.Background(), f, Options{Engine: cfg.Engine, ReorderWindow: DefaultReorderWindow, MaxBuckets: 1 << 30})
+		res, err := Run(context.Background(), f, Options{Workers: 2, MaxLineBytes: DefaultMaxLineBytes, Engine: cfg.Engine, ReorderWindow: DefaultReorderWindow, MaxBuckets: 1 << 30})
 		f.Close()
 		if err != nil {
 			b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -65,6 +66,8 @@ func (j *Job) Validate() error {
 		return usage("--reorder-window must be >= 0")
 	case j.MaxCallers < 0:
 		return usage("--max-callers must be >= 0 (0: no bound)")
+	case j.Top < 0:
+		return usage("--top must be >= 0 (0: no caller lists)")
 	case j.Compare && j.LogPath == "-":
 		return usage("--compare reads the log once per set: give --log a file, not standard input")
 	case j.Compare && len(j.Sets) == 0:
@@ -135,7 +138,8 @@ func (j *Job) Replay(ctx context.Context, cfg *config.Config, stdin io.Reader, s
 			malformed = nil // the same lines, said once
 		}
 		res, err := Run(ctx, in, Options{Engine: e, MaxBuckets: maxBuckets, ReorderWindow: j.ReorderWindow,
-			Malformed: malformed, MaxCallers: j.MaxCallers})
+			Workers: runtime.GOMAXPROCS(0), Malformed: malformed, ShowMalformed: DefaultShowMalformed, MaxLineBytes: DefaultMaxLineBytes,
+			MaxCallers: j.MaxCallers})
 		closeIn()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", j.LogPath, err)

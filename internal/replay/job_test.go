@@ -20,6 +20,7 @@ func TestJobValidateRefusesFlagsThatDoNotGoTogether(t *testing.T) {
 		{Job{ConfigPath: "c.yaml", LogPath: "a.log", PrintLogToGiven: true}, "give both"},
 		{Job{ConfigPath: "c.yaml", LogPath: "a.log", ReorderWindow: -time.Second}, "--reorder-window must be >= 0"},
 		{Job{ConfigPath: "c.yaml", LogPath: "a.log", MaxCallers: -1}, "--max-callers must be >= 0"},
+		{Job{ConfigPath: "c.yaml", LogPath: "a.log", Top: -1}, "--top must be >= 0"},
 		{Job{ConfigPath: "c.yaml", LogPath: "-", Compare: true, Sets: []string{"p.capacity=3"}}, "give --log a file"},
 		{Job{ConfigPath: "c.yaml", LogPath: "a.log", Compare: true}, "at least one --set"},
 		{Job{ConfigPath: "c.yaml", LogPath: "a.log", Sets: []string{"p.cost=3"}}, `"cost" cannot be set`},

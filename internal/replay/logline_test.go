@@ -71,11 +71,11 @@ policies:
 			}
 			h := strings.Replace(head, "ADDR", addr, 1)
 			log := strings.Replace(h, "%d", "1", 1) + tc.rest + "\r\n" + strings.Replace(h, "%d", "2", 1) + tc.rest // CRLF, no final newline
-			res, err := Run(context.Background(), strings.NewReader(log), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: time.Minute})
+			res, err := Run(context.Background(), strings.NewReader(log), Options{Workers: 2, MaxLineBytes: DefaultMaxLineBytes, Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
-			res.Report(ReportOptions{})
+			res.Report(ReportOptions{Top: 10})
 			if res.Lines != 2 || res.Skipped != 0 {
 				t.Fatalf("lines %d, skipped %d", res.Lines, res.Skipped)
 			}
@@ -105,7 +105,7 @@ func TestMalformedLinesAreCountedAndNamed(t *testing.T) {
 		`{"start_time":"2026-11-30T12:00:00Z","method":"GET","path":"/` + strings.Repeat("x", 2000) + `"}`, good}
 	var stderr bytes.Buffer
 	res, err := Run(context.Background(), strings.NewReader(strings.Join(lines, "\n")+"\n"),
-		Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, Malformed: &stderr, ShowMalformed: 4, MaxLineBytes: 1000})
+		Options{Workers: 2, Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, Malformed: &stderr, ShowMalformed: 4, MaxLineBytes: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,9 +139,29 @@ func TestRunRefusesNoBucketCap(t *testing.T) {
 		t.Errorf("max_buckets left out is %d, want config's default %d", cfg.Store.Memory.MaxBuckets, config.DefaultMaxBuckets)
 	}
 	for _, n := range []int{0, -1} {
-		_, err := Run(context.Background(), strings.NewReader(""), Options{Engine: cfg.Engine, MaxBuckets: n})
+		_, err := Run(context.Background(), strings.NewReader(""), Options{Workers: 2, MaxLineBytes: DefaultMaxLineBytes, Engine: cfg.Engine, MaxBuckets: n})
 		if want := fmt.Sprintf("replay: MaxBuckets must be at least 1 (got %d)", n); err == nil || err.Error() != want {
 			t.Errorf("MaxBuckets %d: %v, want %q", n, err, want)
 		}
+	}
+	// The other settings are taken as given too: nothing turns a zero into a default.
+	ok := Options{Engine: cfg.Engine, MaxBuckets: 10, Workers: 1, MaxLineBytes: 1}
+	for _, tc := range []struct {
+		edit func(*Options)
+		want string
+	}{
+		{func(o *Options) { o.Workers = 0 }, "replay: Workers must be at least 1 (got 0)"},
+		{func(o *Options) { o.MaxLineBytes = 0 }, "replay: MaxLineBytes must be at least 1 (got 0)"},
+		{func(o *Options) { o.ShowMalformed = -1 }, "replay: ShowMalformed must not be negative (got -1)"},
+		{func(o *Options) { o.ReorderWindow = -time.Second }, "replay: ReorderWindow must not be negative (got -1s)"},
+	} {
+		o := ok
+		tc.edit(&o)
+		if _, err := Run(context.Background(), strings.NewReader(""), o); err == nil || err.Error() != tc.want {
+			t.Errorf("%v, want %q", err, tc.want)
+		}
+	}
+	if _, err := Run(context.Background(), strings.NewReader(""), ok); err != nil {
+		t.Errorf("the smallest plain values: %v", err)
 	}
 }

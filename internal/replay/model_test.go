@@ -593,7 +593,7 @@ func replayAgainstTheModel(t *testing.T, lines []mline, window time.Duration, wo
 
 	var stderr bytes.Buffer
 	got := map[int64]bool{}
-	res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: window,
+	res, err := Run(context.Background(), strings.NewReader(log.String()), Options{MaxLineBytes: DefaultMaxLineBytes, Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: window,
 		Workers: workers, Malformed: &stderr, ShowMalformed: 3, OnDecision: func(line int64, allowed bool) {
 			got[line] = allowed
 		}})
@@ -687,12 +687,12 @@ func TestMaxCallersBoundsTheCallersHeldAndCountsWhatItLeavesOut(t *testing.T) {
 		log.WriteString(l.text + "\n")
 	}
 	run := func(maxCallers int) *Result {
-		res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets,
+		res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Workers: 2, MaxLineBytes: DefaultMaxLineBytes, Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets,
 			ReorderWindow: 5 * time.Second, MaxCallers: maxCallers})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res.Report(ReportOptions{})
+		return res.Report(ReportOptions{Top: 10})
 	}
 	all := run(0)
 	held := len(all.callers.names)

@@ -35,7 +35,7 @@ func modelResult(t *testing.T) *Result {
 	for _, l := range shuffle(rng, generate(rng, 2000), 5*time.Second) {
 		log.WriteString(l.text + "\n")
 	}
-	res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: 5 * time.Second})
+	res, err := Run(context.Background(), strings.NewReader(log.String()), Options{Workers: 2, MaxLineBytes: DefaultMaxLineBytes, Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

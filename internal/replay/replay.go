@@ -24,7 +24,6 @@ import (
 	"hash/maphash"
 	"io"
 	"math"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -44,15 +43,19 @@ type Options struct {
 	// is config.DefaultMaxBuckets) replays as serve would run.
 	MaxBuckets int
 	// ReorderWindow is how far out of start order a line may come and still
-	// be decided in order (the CLI's default is DefaultReorderWindow).
+	// be decided in order, 0 or more (the CLI's default is
+	// DefaultReorderWindow).
 	ReorderWindow time.Duration
-	// Workers parse and plan lines in parallel (default GOMAXPROCS).
+	// Workers parse and plan lines in parallel: at least 1 (the CLI runs
+	// GOMAXPROCS of them).
 	Workers int
-	// Malformed receives "line N: why" for the first ShowMalformed skipped
-	// lines (default 5); nil discards them.
+	// Malformed receives "line N: why" for the first ShowMalformed (0 or
+	// more; the CLI's is DefaultShowMalformed) skipped lines; nil discards
+	// them.
 	Malformed     io.Writer
 	ShowMalformed int
-	// MaxLineBytes bounds one line (default 1 MiB); a longer one is skipped.
+	// MaxLineBytes bounds one line, at least 1 (the CLI's is
+	// DefaultMaxLineBytes); a longer one is skipped.
 	MaxLineBytes int
 	// OnDecision, when set, hears every decided line in decision order:
 	// whether the request would have passed (shadow policies aside).
@@ -64,8 +67,12 @@ type Options struct {
 	MaxCallers int
 }
 
-// DefaultReorderWindow is the default of Options.ReorderWindow.
-const DefaultReorderWindow = 60 * time.Second
+// The values floodgate replay runs with.
+const (
+	DefaultReorderWindow = 60 * time.Second
+	DefaultShowMalformed = 5
+	DefaultMaxLineBytes  = 1 << 20
+)
 
 // A batch of lines travels between the stages once it holds batchLines
 // lines or batchBytes bytes.
@@ -92,15 +99,15 @@ func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
 	if o.MaxBuckets < 1 {
 		return nil, fmt.Errorf("replay: MaxBuckets must be at least 1 (got %d)", o.MaxBuckets)
 	}
-	o.ReorderWindow = max(o.ReorderWindow, 0)
-	if o.Workers <= 0 {
-		o.Workers = runtime.GOMAXPROCS(0)
-	}
-	if o.ShowMalformed == 0 {
-		o.ShowMalformed = 5
-	}
-	if o.MaxLineBytes <= 0 {
-		o.MaxLineBytes = 1 << 20
+	switch {
+	case o.ReorderWindow < 0:
+		return nil, fmt.Errorf("replay: ReorderWindow must not be negative (got %v)", o.ReorderWindow)
+	case o.Workers < 1:
+		return nil, fmt.Errorf("replay: Workers must be at least 1 (got %d)", o.Workers)
+	case o.ShowMalformed < 0:
+		return nil, fmt.Errorf("replay: ShowMalformed must not be negative (got %d)", o.ShowMalformed)
+	case o.MaxLineBytes < 1:
+		return nil, fmt.Errorf("replay: MaxLineBytes must be at least 1 (got %d)", o.MaxLineBytes)
 	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)

@@ -92,7 +92,7 @@ func TestReplayAgreesWithServe(t *testing.T) {
 		log.WriteString(l.text + "\n")
 	}
 	replayed := map[int64]bool{}
-	res, err := Run(ctx, strings.NewReader(log.String()), Options{Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: window,
+	res, err := Run(ctx, strings.NewReader(log.String()), Options{Workers: 2, MaxLineBytes: DefaultMaxLineBytes, Engine: cfg.Engine, MaxBuckets: cfg.Store.Memory.MaxBuckets, ReorderWindow: window,
 		OnDecision: func(line int64, allowed bool) { replayed[line] = allowed }})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestReplayAgreesWithServe(t *testing.T) {
 	// and replay's: an enforced policy counts a denial when its bucket was
 	// short; a shadow policy counts shadow_denied whenever the shadow
 	// policies could not all pay.
-	res.Report(ReportOptions{})
+	res.Report(ReportOptions{Top: 10})
 	for _, p := range res.Policies {
 		count := func(result string) int64 {
 			return int64(testutil.ToFloat64(srv.Metrics().Decisions.WithLabelValues(p.Name, result)))

@@ -311,7 +311,7 @@ type Collateral struct {
 
 // ReportOptions shape the callers a Result shows.
 type ReportOptions struct {
-	Top    int  // callers in top_denied and collateral (default 10)
+	Top    int  // callers in top_denied and collateral, 0 or more (floodgate replay --top: 10)
 	Redact bool // show callers as their bucket identity's hash
 }
 
@@ -327,9 +327,7 @@ func (d *sequencer) result() *Result {
 
 // Report fills r.Policies.
 func (r *Result) Report(o ReportOptions) *Result {
-	if o.Top <= 0 {
-		o.Top = 10
-	}
+	o.Top = max(o.Top, 0) // Job.Validate refuses a negative --top
 	r.Policies = r.Policies[:0]
 	for _, s := range r.stats {
 		pr := PolicyResult{Name: s.p.Name, Mode: "enforce", Capacity: s.p.Limit.Capacity, RefillPerSecond: s.p.Limit.Rate.String(),

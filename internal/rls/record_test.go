@@ -58,7 +58,7 @@ func digest(tag, val string) string {
 // other limits of a denied answer are not counted, and no descriptor value
 // reaches the report.
 func TestTheRecorderHearsEveryLimitByDomainAndDescriptor(t *testing.T) {
-	rec := limited.New(limited.Options{})
+	rec := limited.New(limited.DefaultOptions())
 	store := storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))
 	c := serve(t, NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: store, Limited: rec}))
 
@@ -148,7 +148,7 @@ func reportText(r limited.Report) string {
 // reports under the same names, so the counts go on; a store that cannot
 // decide is not a decision and is not counted.
 func TestAReloadKeepsTheWindowOfTheLimitsItKeeps(t *testing.T) {
-	rec := limited.New(limited.Options{})
+	rec := limited.New(limited.DefaultOptions())
 	store := storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))
 	s := NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: store, Limited: rec})
 	c := serve(t, s)
@@ -162,7 +162,7 @@ func TestAReloadKeepsTheWindowOfTheLimitsItKeeps(t *testing.T) {
 		t.Fatalf("after a reload: %+v", got)
 	}
 
-	down := limited.New(limited.Options{})
+	down := limited.New(limited.DefaultOptions())
 	c = serve(t, NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: failingStore{}, OnFailure: FailDeny, Limited: down}))
 	if r := ask(t, c, desc("remote_address", "192.0.2.7")); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("store down, on_failure deny: %v", r)
