@@ -28,6 +28,7 @@ func serverOptions() []grpc.ServerOption {
 		grpc.MaxRecvMsgSize(1 << 20),
 		grpc.MaxConcurrentStreams(1024),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.NumStreamWorkers(config.StreamWorkers),
 	}
 }
 

@@ -212,6 +212,9 @@ func grpcServerOptions(cfg *config.Config, log *zap.Logger) ([]grpc.ServerOption
 		grpc.MaxRecvMsgSize(cfg.Listen.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(uint32(cfg.Listen.MaxConcurrentStreams)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.Listen.KeepaliveMinTime.Duration, PermitWithoutStream: true}),
+		// Calls run on goroutines kept from one call to the next
+		// (config.StreamWorkers, docs/performance.md).
+		grpc.NumStreamWorkers(config.StreamWorkers),
 	}
 	if cfg.Listen.Decoder == "fast" {
 		// Protobuf, with CheckRequests decoded without protobuf-go's

@@ -334,6 +334,14 @@ const (
 	// in-memory store (not a setting): enough that parallel decisions on
 	// different callers rarely meet on a lock.
 	MemoryShards = 256
+	// StreamWorkers is how many goroutines serve gRPC calls and are kept
+	// from one call to the next (grpc.NumStreamWorkers; not a setting): a
+	// call runs on a goroutine whose stack has already grown to what a
+	// decision needs instead of starting one and growing its stack, which
+	// took a tenth of floodgate's CPU under load (docs/performance.md).
+	// Calls beyond this many in flight get a goroutine of their own, as
+	// they would without workers.
+	StreamWorkers = 128
 	// DefaultBreakerFailures (store.breaker.failures) is how many
 	// consecutive failures open the circuit breaker on Redis.
 	DefaultBreakerFailures = 5
