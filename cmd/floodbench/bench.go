@@ -404,7 +404,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			return fmt.Errorf("reading the traces: %w", err)
 		}
 		fmt.Fprintln(stdout)
-		fmt.Fprintf(stdout, "what a decision wakes in floodgate (execution traces over the last round, in %s; tracing slows the server, so count, do not time, from them): goroutines made runnable, threads woken to run a processor, system calls, goroutines parked on the network poller; decisions: the goroutines gRPC started for a call\n", o.traceDir)
+		fmt.Fprintf(stdout, "what a decision wakes in floodgate (execution traces over the last round, in %s; tracing slows the server, so count, do not time, from them): goroutines made runnable, threads woken to run a processor, system calls, goroutines parked on the network poller; decisions: the calls gRPC handed to a goroutine (started for it, or a stream worker woken)\n", o.traceDir)
 		fmt.Fprintln(stdout)
 		writeMarkdown(stdout, t)
 	}

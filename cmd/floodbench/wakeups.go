@@ -57,19 +57,21 @@ func startTrace(ctx context.Context, p *proc, dir, name string, d time.Duration)
 
 // wakeups is what a trace holds, counted over its decisions.
 type wakeups struct {
-	decisions int // goroutines gRPC started for a stream: one per call
+	decisions int // calls gRPC handed to a goroutine (started, or a stream worker woken)
 	// goroutine wake-ups (waiting → runnable), threads woken to run a
 	// processor (idle → running), system calls, and goroutines parked on
 	// the network poller.
 	goWakes, procStarts, syscalls, netParks int
 	wakers                                  map[string]int // wake-ups by the first frame outside the runtime
-	// Per call goroutine that ran to its end within the trace: from its
-	// start to its end, and the time it spent parked on the network (on
-	// Redis' reply, when the store is Redis), sorted.
+	// Per call that ran to its end within the trace: from gRPC handing it
+	// to a goroutine to its goroutine's end (or its worker waiting for the
+	// next), and the time it spent parked on the network (on Redis' reply,
+	// when the store is Redis), sorted.
 	lifetimes, netWaits []time.Duration
 }
 
-// callGoroutine is a call's goroutine being followed through the trace.
+// callGoroutine is a call being followed through the trace, on its
+// goroutine.
 type callGoroutine struct {
 	start, parked trace.Time // parked: when it last parked on the network (0: not parked)
 	netWait       time.Duration
@@ -102,12 +104,17 @@ func countWakeups(r io.Reader) (wakeups, error) {
 			}
 		case trace.ResourceGoroutine:
 			from, to := st.Goroutine()
-			g := calls[st.Resource.Goroutine()]
+			id := st.Resource.Goroutine()
+			g := calls[id]
 			switch {
-			case from == trace.GoNotExist && to == trace.GoRunnable:
-				if inStack(ev.Stack(), "grpc.(*Server).serveStreams") {
-					w.decisions++
-					calls[st.Resource.Goroutine()] = &callGoroutine{start: ev.Time()}
+			case to == trace.GoRunnable && dispatches(ev.Stack()):
+				// A call starts: on a goroutine of its own, or on a stream
+				// worker woken for it.
+				w.decisions++
+				calls[id] = &callGoroutine{start: ev.Time()}
+				if from == trace.GoWaiting {
+					w.goWakes++
+					w.wakers[firstOutsideRuntime(ev.Stack())]++
 				}
 			case from == trace.GoWaiting && to == trace.GoRunnable:
 				w.goWakes++
@@ -123,10 +130,12 @@ func countWakeups(r io.Reader) (wakeups, error) {
 				if g != nil {
 					g.parked = ev.Time()
 				}
-			case to == trace.GoNotExist && g != nil:
+			case g != nil && (to == trace.GoNotExist || to == trace.GoWaiting && strings.HasPrefix(firstOutsideRuntime(ev.Stack()), serverWorker)):
+				// The call ends: its goroutine exits, or the worker waits
+				// for the next call.
 				w.lifetimes = append(w.lifetimes, time.Duration(ev.Time()-g.start))
 				w.netWaits = append(w.netWaits, g.netWait)
-				delete(calls, st.Resource.Goroutine())
+				delete(calls, id)
 			}
 		}
 	}
@@ -138,13 +147,18 @@ func countWakeups(r io.Reader) (wakeups, error) {
 	return w, nil
 }
 
-func inStack(s trace.Stack, fn string) bool {
-	for f := range s.Frames() {
-		if strings.HasSuffix(f.Func, fn) {
-			return true
-		}
-	}
-	return false
+// gRPC hands a call to its goroutine in Server.serveStreams: it starts one
+// for it, or wakes a stream worker (grpc.NumStreamWorkers) waiting in
+// Server.serverWorker (google.golang.org/grpc, server.go).
+const (
+	serveStreams = "grpc.(*Server).serveStreams"
+	serverWorker = "grpc.(*Server).serverWorker"
+)
+
+// dispatches reports whether a goroutine made runnable at stack s is gRPC
+// handing it a call.
+func dispatches(s trace.Stack) bool {
+	return strings.HasPrefix(firstOutsideRuntime(s), serveStreams)
 }
 
 // firstOutsideRuntime names a wake-up's site: the first function of its
@@ -214,7 +228,7 @@ var concInName = regexp.MustCompile(`-c([0-9]+)\.trace$`)
 
 // wakeupRows is the table of the traced cells.
 func wakeupRows(cells []tracedCell) ([][]string, error) {
-	out := [][]string{{"scenario", "conc", "decisions traced", "goroutine wake-ups/dec", "thread wake-ups/dec", "syscalls/dec", "network waits/dec", "call goroutine p50", "of which on the network p50", "most wake-ups from (per decision)"}}
+	out := [][]string{{"scenario", "conc", "decisions traced", "goroutine wake-ups/dec", "thread wake-ups/dec", "syscalls/dec", "network waits/dec", "call p50", "of which on the network p50", "most wake-ups from (per decision)"}}
 	for _, c := range cells {
 		f, err := os.Open(c.file)
 		if err != nil {

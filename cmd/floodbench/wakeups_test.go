@@ -11,15 +11,27 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 )
 
 // TestCountWakeupsCountsTheCalls: a trace of this process while it makes
 // n calls to an in-process no-op server over a real gRPC connection holds
-// exactly n stream goroutines, and each call wakes at least its caller
-// (waiting for the answer) and goes through system calls.
+// exactly n calls, whether gRPC starts a goroutine per call or hands calls
+// to its stream workers, and each call wakes at least its caller (waiting
+// for the answer) and goes through system calls.
 func TestCountWakeupsCountsTheCalls(t *testing.T) {
-	addr := extauthztest.Serve(t, noopServer{}).Target()
+	for _, tc := range []struct {
+		name string
+		opts []grpc.ServerOption
+	}{{"goroutine per call", nil}, {"stream workers", serverOptions()}} {
+		t.Run(tc.name, func(t *testing.T) { countCalls(t, tc.opts) })
+	}
+}
+
+func countCalls(t *testing.T, opts []grpc.ServerOption) {
+	addr := extauthztest.Serve(t, noopServer{}, opts...).Target()
 	c, err := dial(addr, 1, clientLean)
 	if err != nil {
 		t.Fatal(err)
