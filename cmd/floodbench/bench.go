@@ -126,32 +126,9 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	if o.ghz != "" && o.client != clientLean {
 		return fmt.Errorf("--client %s chooses the in-process client, which --ghz replaces", o.client)
 	}
-	var scs []scenario
-	wanted := map[string]bool{"noop": true} // (a) is the baseline of every ratio: always measured
-	if o.scenarios[0] != "a" {
-		o.scenarios = append([]string{"a"}, o.scenarios...)
-	}
-	seen := map[string]bool{}
-	for _, id := range o.scenarios {
-		sc, ok := scenarioByID(strings.TrimSpace(id))
-		if !ok {
-			return fmt.Errorf("unknown scenario %q", id)
-		}
-		if seen[sc.id] {
-			continue
-		}
-		seen[sc.id] = true
-		if sc.server == "ratelimit" && o.ratelimit == "" {
-			return fmt.Errorf("scenario %s needs --ratelimit, envoyproxy/ratelimit's service_cmd (make bench-tools installs it: go install github.com/envoyproxy/ratelimit/src/service_cmd@%s)", sc.id, ratelimitVersion)
-		}
-		if b := sc.baseID(); !seen[b] { // a row's baseline runs before it
-			bsc, _ := scenarioByID(b)
-			seen[b] = true
-			scs = append(scs, bsc)
-			wanted[bsc.server] = true
-		}
-		scs = append(scs, sc)
-		wanted[sc.server] = true
+	scs, wanted, err := selectScenarios(o)
+	if err != nil {
+		return err
 	}
 	self := o.self
 	if self == "" {
@@ -230,31 +207,11 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		if !wanted[name] {
 			continue
 		}
-		var p *proc
-		switch name {
-		case "noop":
-			p, err = startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0", "--gogc", strconv.Itoa(o.gcPercent()))
-		case "ratelimit":
-			p, err = startRatelimit(ctx, o.ratelimit, dir, rp.addr)
-		default:
-			var cfg string
-			addrs := []string{rp.addr}
-			if name == "redis-cluster" {
-				addrs = clusterAddrs
-			}
-			if cfg, err = floodgateConfig(name, addrs, o.gcPercent(), rlsConfig); err != nil {
-				return err
-			}
-			path := dir + "/floodgate-" + name + ".yaml"
-			if err = os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-				return err
-			}
-			args := []string{"serve", "--config", path}
-			if o.profileDir != "" || o.traceDir != "" {
-				args = append(args, "--pprof", "127.0.0.1:0")
-			}
-			p, err = startServing(ctx, "floodgate ("+name+")", o.floodgate, args...)
+		addrs := []string{rp.addr}
+		if name == "redis-cluster" {
+			addrs = clusterAddrs
 		}
+		p, err := startServer(ctx, o, name, self, dir, addrs, rlsConfig)
 		if err != nil {
 			return err
 		}
@@ -289,108 +246,10 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}
 
-	// Cells run concurrency-major, (a) first at each concurrency, and each
-	// cell's window is split into rounds that take turns with the other
-	// scenarios', so a change in the machine's background load during the
-	// run falls on every scenario alike rather than on one.
-	var rows []row
-	var steady steadiness
-	var traced []tracedCell
-	if ghz != nil {
-		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds, driven by %s\n", len(scs)*len(o.conc), o.cell, o.rounds, ghz.version)
-	} else {
-		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
-	}
-	round := o.cell / time.Duration(o.rounds)
-	labelWidth := 0 // the progress lines' labels line up
-	for _, sc := range scs {
-		labelWidth = max(labelWidth, utf8.RuneCountInString(sc.label))
-	}
-	for _, conc := range o.conc {
-		cells := make([]row, len(scs))
-		for i, sc := range scs {
-			cells[i] = row{sc: sc, conc: conc}
-		}
-		for rd := 0; rd < o.rounds; rd++ {
-			steady = append(steady, settleAndProbe(ctx))
-			for i, sc := range scs {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				r := &cells[i]
-				server := servers[sc.server]
-				var before redisStats
-				var serverBefore, clientBefore float64
-				var rerr error
-				atWindow := func() {
-					before, rerr = readAllRedisStats(ctx, statsOf(sc.server))
-					serverBefore, clientBefore = procCPU(server), selfCPU()
-				}
-				cl := cell{conc: conc, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
-				var stopProfile func() error
-				if o.profileDir != "" && rd == o.rounds-1 && conc == o.conc[len(o.conc)-1] && (sc.id == "b" || sc.id == "e" || sc.id == "g" || sc.id == "b-rls") {
-					cl.atWindow = func() {
-						atWindow()
-						stopProfile = startProfile(ctx, server, o.profileDir, "floodgate-"+sc.id, round)
-					}
-				}
-				var stopTrace func() (string, error)
-				if o.traceDir != "" && rd == o.rounds-1 && slices.Contains(traceScenarios, sc.id) {
-					at := cl.atWindow
-					cl.atWindow = func() {
-						at()
-						stopTrace = startTrace(ctx, server, o.traceDir, fmt.Sprintf("floodgate-%s-c%d", sc.id, conc), round)
-					}
-				}
-				var res result
-				var serverCPU, clientCPU float64
-				switch {
-				case sc.server == redisDirect: // no server process: its CPU is the load generator's
-					res = direct.drive(ctx, sc.id, cl)
-					clientCPU = selfCPU() - clientBefore
-				case ghz != nil:
-					var err error
-					res, clientCPU, err = ghz.drive(ctx, server.addr, sc.cache(o.keys), work[sc.cache(o.keys)], cl)
-					if err != nil {
-						return fmt.Errorf("%s, concurrency %d: %w", sc.label, conc, err)
-					}
-					serverCPU = procCPU(server) - serverBefore
-				default:
-					res = clients[sc.server].drive(ctx, work[sc.cache(o.keys)], cl)
-					serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
-				}
-				one := row{res: res, rerr: rerr, serverCPU: serverCPU, clientCPU: clientCPU}
-				if rerr == nil {
-					var after redisStats
-					after, one.rerr = readAllRedisStats(ctx, statsOf(sc.server))
-					one.redis = after.minus(before)
-					r.redis = r.redis.plus(one.redis)
-				}
-				if one.rerr != nil && r.rerr == nil {
-					r.rerr = one.rerr
-				}
-				r.rounds = append(r.rounds, one.costs())
-				r.serverCPU += serverCPU
-				r.clientCPU += clientCPU
-				r.res.merge(res)
-				if stopProfile != nil {
-					if err := stopProfile(); err != nil {
-						fmt.Fprintln(stderr, "floodbench: profile:", err)
-					}
-				}
-				if stopTrace != nil {
-					if file, err := stopTrace(); err != nil {
-						fmt.Fprintln(stderr, "floodbench: trace:", err)
-					} else {
-						traced = append(traced, tracedCell{sc: sc, conc: conc, file: file})
-					}
-				}
-			}
-		}
-		for _, r := range cells {
-			fmt.Fprintf(stderr, "  %-*s conc %-3d %9.0f/s\n", labelWidth, r.sc.label, conc, r.res.rate())
-		}
-		rows = append(rows, cells...)
+	m := &measurer{o: o, scs: scs, servers: servers, clients: clients, direct: direct, ghz: ghz, work: work, statsOf: statsOf}
+	rows, steady, traced, err := m.measureAll(ctx, stderr)
+	if err != nil {
+		return err
 	}
 	for _, p := range procs {
 		if p.exited() {
@@ -410,6 +269,198 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	}
 	return nil
 }
+
+// startServer starts the server name of the run: the no-op server (self,
+// run as floodbench noop), envoyproxy/ratelimit, or a floodgate instance
+// (floodgateConfig) on the Redis servers at addrs, its files in dir.
+func startServer(ctx context.Context, o benchOptions, name, self, dir string, addrs []string, rlsConfig string) (*proc, error) {
+	switch name {
+	case "noop":
+		return startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0", "--gogc", strconv.Itoa(o.gcPercent()))
+	case "ratelimit":
+		return startRatelimit(ctx, o.ratelimit, dir, addrs[0])
+	}
+	cfg, err := floodgateConfig(name, addrs, o.gcPercent(), rlsConfig)
+	if err != nil {
+		return nil, err
+	}
+	path := dir + "/floodgate-" + name + ".yaml"
+	if err = os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "--config", path}
+	if o.profileDir != "" || o.traceDir != "" {
+		args = append(args, "--pprof", "127.0.0.1:0")
+	}
+	return startServing(ctx, "floodgate ("+name+")", o.floodgate, args...)
+}
+
+// selectScenarios returns the scenarios o names, in order, each row's
+// baseline ((a), or (a') for the rate limit API) before it and (a) first,
+// and the servers they run on.
+func selectScenarios(o benchOptions) ([]scenario, map[string]bool, error) {
+	var scs []scenario
+	wanted := map[string]bool{"noop": true} // (a) is the baseline of every ratio: always measured
+	ids := o.scenarios
+	if ids[0] != "a" {
+		ids = append([]string{"a"}, ids...)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		sc, ok := scenarioByID(strings.TrimSpace(id))
+		if !ok {
+			return nil, nil, fmt.Errorf("unknown scenario %q", id)
+		}
+		if seen[sc.id] {
+			continue
+		}
+		seen[sc.id] = true
+		if sc.server == "ratelimit" && o.ratelimit == "" {
+			return nil, nil, fmt.Errorf("scenario %s needs --ratelimit, envoyproxy/ratelimit's service_cmd (make bench-tools installs it: go install github.com/envoyproxy/ratelimit/src/service_cmd@%s)", sc.id, ratelimitVersion)
+		}
+		if b := sc.baseID(); !seen[b] { // a row's baseline runs before it
+			bsc, _ := scenarioByID(b)
+			seen[b] = true
+			scs = append(scs, bsc)
+			wanted[bsc.server] = true
+		}
+		scs = append(scs, sc)
+		wanted[sc.server] = true
+	}
+	return scs, wanted, nil
+}
+
+// measurer measures the cells of one run on the processes bench started.
+type measurer struct {
+	o       benchOptions
+	scs     []scenario
+	servers map[string]*proc
+	clients map[string]*client
+	direct  *directDriver
+	ghz     *ghzDriver
+	work    map[string]workload
+	statsOf func(server string) []*redis.Client // whose Redis counters a server's rows read
+}
+
+// measureAll measures every cell. Cells run concurrency-major, (a) first at
+// each concurrency, and each cell's window is split into rounds that take
+// turns with the other scenarios', so a change in the machine's background
+// load during the run falls on every scenario alike rather than on one.
+func (m *measurer) measureAll(ctx context.Context, stderr io.Writer) ([]row, steadiness, []tracedCell, error) {
+	o, scs := m.o, m.scs
+	var rows []row
+	var steady steadiness
+	var traced []tracedCell
+	if m.ghz != nil {
+		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds, driven by %s\n", len(scs)*len(o.conc), o.cell, o.rounds, m.ghz.version)
+	} else {
+		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
+	}
+	labelWidth := 0 // the progress lines' labels line up
+	for _, sc := range scs {
+		labelWidth = max(labelWidth, utf8.RuneCountInString(sc.label))
+	}
+	for _, conc := range o.conc {
+		cells := make([]row, len(scs))
+		for i, sc := range scs {
+			cells[i] = row{sc: sc, conc: conc}
+		}
+		for rd := 0; rd < o.rounds; rd++ {
+			steady = append(steady, settleAndProbe(ctx))
+			for i := range cells {
+				if ctx.Err() != nil {
+					return nil, nil, nil, ctx.Err()
+				}
+				tc, err := m.measureRound(ctx, &cells[i], rd == o.rounds-1, stderr)
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				if tc != nil {
+					traced = append(traced, *tc)
+				}
+			}
+		}
+		for _, r := range cells {
+			fmt.Fprintf(stderr, "  %-*s conc %-3d %9.0f/s\n", labelWidth, r.sc.label, conc, r.res.rate())
+		}
+		rows = append(rows, cells...)
+	}
+	return rows, steady, traced, nil
+}
+
+// measureRound measures one round of cell r and adds it to r's figures;
+// in the last round it records the profiles and the trace --profile and
+// --trace ask for, and returns the trace's cell.
+func (m *measurer) measureRound(ctx context.Context, r *row, last bool, stderr io.Writer) (*tracedCell, error) {
+	o, sc, conc := m.o, r.sc, r.conc
+	round := o.cell / time.Duration(o.rounds)
+	server := m.servers[sc.server]
+	var before redisStats
+	var serverBefore, clientBefore float64
+	var rerr error
+	var stopProfile func() error
+	var stopTrace func() (string, error)
+	atWindow := func() {
+		before, rerr = readAllRedisStats(ctx, m.statsOf(sc.server))
+		serverBefore, clientBefore = procCPU(server), selfCPU()
+		if o.profileDir != "" && last && conc == o.conc[len(o.conc)-1] && slices.Contains(profileScenarios, sc.id) {
+			stopProfile = startProfile(ctx, server, o.profileDir, "floodgate-"+sc.id, round)
+		}
+		if o.traceDir != "" && last && slices.Contains(traceScenarios, sc.id) {
+			stopTrace = startTrace(ctx, server, o.traceDir, fmt.Sprintf("floodgate-%s-c%d", sc.id, conc), round)
+		}
+	}
+	cl := cell{conc: conc, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
+	var res result
+	var serverCPU, clientCPU float64
+	switch {
+	case sc.server == redisDirect: // no server process: its CPU is the load generator's
+		res = m.direct.drive(ctx, sc.id, cl)
+		clientCPU = selfCPU() - clientBefore
+	case m.ghz != nil:
+		var err error
+		res, clientCPU, err = m.ghz.drive(ctx, server.addr, sc.cache(o.keys), m.work[sc.cache(o.keys)], cl)
+		if err != nil {
+			return nil, fmt.Errorf("%s, concurrency %d: %w", sc.label, conc, err)
+		}
+		serverCPU = procCPU(server) - serverBefore
+	default:
+		res = m.clients[sc.server].drive(ctx, m.work[sc.cache(o.keys)], cl)
+		serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
+	}
+	one := row{res: res, rerr: rerr, serverCPU: serverCPU, clientCPU: clientCPU}
+	if rerr == nil {
+		var after redisStats
+		after, one.rerr = readAllRedisStats(ctx, m.statsOf(sc.server))
+		one.redis = after.minus(before)
+		r.redis = r.redis.plus(one.redis)
+	}
+	if one.rerr != nil && r.rerr == nil {
+		r.rerr = one.rerr
+	}
+	r.rounds = append(r.rounds, one.costs())
+	r.serverCPU += serverCPU
+	r.clientCPU += clientCPU
+	r.res.merge(res)
+	if stopProfile != nil {
+		if err := stopProfile(); err != nil {
+			fmt.Fprintln(stderr, "floodbench: profile:", err)
+		}
+	}
+	if stopTrace != nil {
+		file, err := stopTrace()
+		if err != nil {
+			fmt.Fprintln(stderr, "floodbench: trace:", err)
+			return nil, nil
+		}
+		return &tracedCell{sc: sc, conc: conc, file: file}, nil
+	}
+	return nil, nil
+}
+
+// profileScenarios are the scenarios --profile records, at the highest
+// concurrency.
+var profileScenarios = []string{"b", "e", "g", "b-rls"}
 
 // costs is one row's CPU per decision, in µs: the serving process, Redis
 // and the load generator. redisOK is false when Redis' counters could not
