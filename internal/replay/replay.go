@@ -67,6 +67,25 @@ type Options struct {
 	MaxCallers int
 }
 
+// validate refuses options Run cannot use: it takes every value as given.
+func (o Options) validate() error {
+	switch {
+	case o.Engine == nil:
+		return errors.New("replay: no engine")
+	case o.MaxBuckets < 1:
+		return fmt.Errorf("replay: MaxBuckets must be at least 1 (got %d)", o.MaxBuckets)
+	case o.ReorderWindow < 0:
+		return fmt.Errorf("replay: ReorderWindow must not be negative (got %v)", o.ReorderWindow)
+	case o.Workers < 1:
+		return fmt.Errorf("replay: Workers must be at least 1 (got %d)", o.Workers)
+	case o.ShowMalformed < 0:
+		return fmt.Errorf("replay: ShowMalformed must not be negative (got %d)", o.ShowMalformed)
+	case o.MaxLineBytes < 1:
+		return fmt.Errorf("replay: MaxLineBytes must be at least 1 (got %d)", o.MaxLineBytes)
+	}
+	return nil
+}
+
 // The values floodgate replay runs with.
 const (
 	DefaultReorderWindow = 60 * time.Second
@@ -93,21 +112,8 @@ type batch struct {
 // Run reads the log from r and decides it. Its error is for the input as a
 // whole (a read error); bad lines are counted in the result.
 func Run(ctx context.Context, r io.Reader, o Options) (*Result, error) {
-	if o.Engine == nil {
-		return nil, errors.New("replay: no engine")
-	}
-	if o.MaxBuckets < 1 {
-		return nil, fmt.Errorf("replay: MaxBuckets must be at least 1 (got %d)", o.MaxBuckets)
-	}
-	switch {
-	case o.ReorderWindow < 0:
-		return nil, fmt.Errorf("replay: ReorderWindow must not be negative (got %v)", o.ReorderWindow)
-	case o.Workers < 1:
-		return nil, fmt.Errorf("replay: Workers must be at least 1 (got %d)", o.Workers)
-	case o.ShowMalformed < 0:
-		return nil, fmt.Errorf("replay: ShowMalformed must not be negative (got %d)", o.ShowMalformed)
-	case o.MaxLineBytes < 1:
-		return nil, fmt.Errorf("replay: MaxLineBytes must be at least 1 (got %d)", o.MaxLineBytes)
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
