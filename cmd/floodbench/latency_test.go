@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -137,3 +138,28 @@ var errSentinel = errorString("INFO failed")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// TestOpenLoopSendsAtTheRate: with a rate, requests arrive at that rate
+// whatever the calls do (about rate × window of them), and each is timed
+// from its scheduled send, so a request that waited for a busy worker
+// counts the wait: at 1000/s into one worker whose calls take 5 ms, the
+// median request waits far longer than a call takes.
+func TestOpenLoopSendsAtTheRate(t *testing.T) {
+	instant := func(int) callFunc { return func(context.Context) (bool, error) { return false, nil } }
+	r := driveCalls(context.Background(), cell{conc: 8, rate: 2000, window: 300 * time.Millisecond, maxCount: 1 << 20, rpcTimeout: time.Second}, instant)
+	if r.decisions < 400 || r.decisions > 800 {
+		t.Errorf("%d requests at 2000/s over 300ms, want about 600", r.decisions)
+	}
+	const callTime = 5 * time.Millisecond
+	slow := func(int) callFunc {
+		return func(context.Context) (bool, error) { time.Sleep(callTime); return false, nil }
+	}
+	r = driveCalls(context.Background(), cell{conc: 1, rate: 1000, window: 200 * time.Millisecond, maxCount: 1 << 20, rpcTimeout: time.Second}, slow)
+	if r.decisions == 0 || r.p50 < 5*callTime {
+		t.Errorf("one worker, 5ms calls, 1000/s offered: %d answered, p50 %v; want a p50 of at least %v (the queue's wait counted)", r.decisions, r.p50, 5*callTime)
+	}
+	closed := driveCalls(context.Background(), cell{conc: 1, window: 100 * time.Millisecond, maxCount: 1 << 20, rpcTimeout: time.Second}, slow)
+	if closed.p50 >= r.p50/2 {
+		t.Errorf("closed-loop, one worker: p50 %v; want about one call (%v), far below the open loop's %v: no queue", closed.p50, callTime, r.p50)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -176,7 +177,15 @@ func (c *client) close() {
 // cell bounds one measurement: a warm-up, then a window, and at most
 // maxCount requests in all. rpcTimeout bounds each call.
 type cell struct {
-	conc       int
+	// conc is the requests in flight: closed-loop, each of conc workers
+	// sends again when answered; with rate, the most in flight at once.
+	conc int
+	// rate, when > 0, sends open-loop: requests are scheduled at random
+	// (Poisson) arrivals averaging rate a second, whatever the answers
+	// do, and each is timed from its scheduled send, so a request that
+	// waits for a free worker counts the wait (as Envoy's traffic, which
+	// arrives whether or not earlier requests are answered).
+	rate       float64
 	warmup     time.Duration
 	window     time.Duration
 	maxCount   int64
@@ -267,6 +276,13 @@ func driveCalls(ctx context.Context, cl cell, newCall func(i int) callFunc) resu
 	var errOnce sync.Once
 	var firstErr error
 	samples := make([][]sample, cl.conc)
+	var tickets chan time.Time // open-loop: scheduled sends
+	if cl.rate > 0 {
+		tickets = make(chan time.Time, 1<<16)
+		sctx, stop := context.WithCancel(ctx) // ends the schedule with the cell, even blocked on a full channel
+		defer stop()
+		go schedule(sctx, tickets, cl.rate, start, deadline)
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < cl.conc; i++ {
 		wg.Add(1)
@@ -280,6 +296,13 @@ func driveCalls(ctx context.Context, cl cell, newCall func(i int) callFunc) resu
 					break
 				}
 				t0 := time.Now()
+				if tickets != nil {
+					at, ok := <-tickets
+					if !ok || !time.Now().Before(deadline) {
+						break // the window is over: what is still queued is not sent
+					}
+					t0 = at // timed from the scheduled send: waiting for a worker counts
+				}
 				if !t0.Before(deadline) {
 					break
 				}
@@ -346,6 +369,35 @@ func driveCalls(ctx context.Context, cl cell, newCall func(i int) callFunc) resu
 	return r
 }
 
+// schedule sends tickets, the times requests are due, at Poisson arrivals
+// averaging rate a second from start until deadline, then closes it. It
+// sends every ticket already due at once, so a late wake-up of its own
+// does not thin the load; a full channel (every worker busy for 65,536
+// arrivals) holds it back.
+func schedule(ctx context.Context, tickets chan<- time.Time, rate float64, start, deadline time.Time) {
+	defer close(tickets)
+	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 1))
+	next := start
+	for {
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		if !next.Before(deadline) {
+			return
+		}
+		if wait := time.Until(next); wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case tickets <- next:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // percentile is the nearest-rank percentile of sorted durations.
 func percentile(sorted []time.Duration, p int) time.Duration {
 	if len(sorted) == 0 {
@@ -363,7 +415,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	target := fs.String("target", "", "ext_authz server HOST:PORT (loopback)")
 	scen := fs.String("scenario", "b", "which requests to send: b (distinct keys under /b/), c (hot key), d (over-limit flood), f (two policies); see floodbench run")
 	keys := fs.Int("keys", 100_000, "distinct callers for scenarios b and f")
-	conc := fs.Int("conc", 64, "requests in flight")
+	conc := fs.Int("conc", 64, "requests in flight (with --rate, the most in flight at once)")
+	rate := fs.Float64("rate", 0, "send open-loop at this many requests a second (Poisson arrivals, each timed from its scheduled send) instead of closed-loop")
 	conns := fs.Int("conns", 1, "gRPC connections")
 	kind := fs.String("client", clientLean, "lean: pre-encoded requests, answers' status read from the wire; proto: protobuf's work on every call too (decode and marshal the request, decode the answer)")
 	dur := fs.Duration("duration", 10*time.Second, "how long to send (at most 10m)")
@@ -371,8 +424,8 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *target == "" || *dur <= 0 || *dur > 10*time.Minute || *conc < 1 || *maxCount < 1 {
-		fmt.Fprintln(stderr, "floodbench load: need --target, 0 < --duration <= 10m, --conc >= 1, --max >= 1")
+	if *target == "" || *dur <= 0 || *dur > 10*time.Minute || *conc < 1 || *maxCount < 1 || *rate < 0 || *rate > 1e6 {
+		fmt.Fprintln(stderr, "floodbench load: need --target, 0 < --duration <= 10m, --conc >= 1, --max >= 1, 0 <= --rate <= 1000000")
 		return 2
 	}
 	sc, ok := scenarioByID(*scen)
@@ -390,9 +443,13 @@ func runLoad(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer c.close()
-	r := c.drive(ctx, sc.work(*keys), cell{conc: *conc, window: *dur, maxCount: *maxCount, rpcTimeout: 5 * time.Second})
-	fmt.Fprintf(stdout, "%s at concurrency %d: %.0f decisions/s, p50 %s, p99 %s, %d unexpected, %d RPC errors\n",
-		sc.label, *conc, r.rate(), fmtDur(r.p50), fmtDur(r.p99), r.unexpected, r.rpcErrors)
+	r := c.drive(ctx, sc.work(*keys), cell{conc: *conc, rate: *rate, window: *dur, maxCount: *maxCount, rpcTimeout: 5 * time.Second})
+	load := fmt.Sprintf("concurrency %d", *conc)
+	if *rate > 0 {
+		load = fmt.Sprintf("%.0f/s offered open-loop, at most %d in flight", *rate, *conc)
+	}
+	fmt.Fprintf(stdout, "%s at %s: %.0f decisions/s, p50 %s, p99 %s, %d unexpected, %d RPC errors\n",
+		sc.label, load, r.rate(), fmtDur(r.p50), fmtDur(r.p99), r.unexpected, r.rpcErrors)
 	if r.firstErr != nil && !errors.Is(r.firstErr, context.Canceled) {
 		fmt.Fprintln(stdout, "first error:", r.firstErr)
 	}
