@@ -125,10 +125,7 @@ func TestAPanickingShadowTakeIsAnErrorNotACrash(t *testing.T) {
 // is a dead Redis answers by its enforced policies, counts a store error,
 // and counts no shadow decision.
 func TestAShadowStoreThatCannotDecideNeverDenies(t *testing.T) {
-	srv := redistest.Start(t)
-	srv.Kill()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer c.Close()
+	c := unreachableRedis(t)
 	eng, _ := decidePlan(t)
 	s := NewServer(eng, storetest.Memory(nil), ServerOptions{ShadowStore: redisstore.New(c, "")})
 	req := checkRequest("198.51.100.7", map[string]string{"x-api-key": "k1"})
@@ -148,4 +145,14 @@ func TestAShadowStoreThatCannotDecideNeverDenies(t *testing.T) {
 	if n := testutil.ToFloat64(m.Decisions.WithLabelValues("per-key", "denied")); n != 1 {
 		t.Errorf("per-key denied = %v, want 1", n)
 	}
+}
+
+// unreachableRedis is a client of a Redis address that refuses every
+// connection (redistest.RefusedAddr: no other test's server can take it),
+// closed when t ends.
+func unreachableRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate/floodgate/limiter/redisstore"
-	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
 // A gRPC downstream caller never sees the 429: Envoy turns a local reply to
@@ -115,10 +112,7 @@ func TestOnlyEnvoysGRPCContentTypesAreGRPC(t *testing.T) {
 
 // The failure mode's denial tells a gRPC caller the same.
 func TestAFailClosedDenialTellsAGRPCCallerWhenToRetry(t *testing.T) {
-	srv := redistest.Start(t)
-	srv.Kill()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer c.Close()
+	c := unreachableRedis(t)
 	r := newRig(t, []PolicySpec{apiPolicy}, Options{}, redisstore.New(c, ""), ServerOptions{OnError: FailClosed, ErrorRetryAfter: 2 * time.Second})
 	req := fixture(t, "checkrequest-get-apikey.json")
 	req.Attributes.Request.Http.Headers["content-type"] = "application/grpc"

@@ -13,14 +13,12 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
-	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -270,10 +268,7 @@ func TestShadowPoliciesCountButNeverDeny(t *testing.T) {
 }
 
 func TestAnUnreachableStoreAnswersByTheFailureMode(t *testing.T) {
-	srv := redistest.Start(t)
-	srv.Kill()
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer c.Close()
+	c := unreachableRedis(t)
 	store := redisstore.New(c, "")
 
 	open := newRig(t, []PolicySpec{apiPolicy}, Options{}, store, ServerOptions{OnError: FailOpen})
