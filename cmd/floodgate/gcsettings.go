@@ -99,7 +99,7 @@ func storeBytes(cfg *config.Config) int64 {
 	if cfg.Store.Backend == "redis" && cfg.Store.OnFailure != "local" {
 		return 0
 	}
-	return memory.MaxTableBytes(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets, Shards: config.MemoryShards})
+	return memory.MaxTableBytes(cfg.Store.Memory.Options())
 }
 
 // cgroupMemoryLimit is the memory limit of this process's cgroup in bytes,

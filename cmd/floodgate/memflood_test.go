@@ -101,7 +101,7 @@ func TestAKeyFloodStaysWithinTheMemoryLimit(t *testing.T) {
 		t.Fatalf("no memory limit set: %v", gc)
 	}
 	if cgroupMemoryLimit() == 0 {
-		if want := memory.MaxTableBytes(memory.Options{MaxBuckets: maxBuckets, Shards: config.MemoryShards}) + heapHeadroom; limit != want {
+		if want := memory.MaxTableBytes(config.Memory{MaxBuckets: maxBuckets}.Options()) + heapHeadroom; limit != want {
 			t.Fatalf("memory limit %d, want the tables' bound + headroom, %d (%v)", limit, want, gc)
 		}
 	}

@@ -433,7 +433,7 @@ func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 // newMemoryStore is the in-memory store (the memory backend, or Redis'
 // local fallback) with its idle buckets reclaimed; the func stops that.
 func newMemoryStore(cfg *config.Config) (*memory.Store, func()) {
-	m := memory.New(memory.Options{MaxBuckets: cfg.Store.Memory.MaxBuckets, Shards: config.MemoryShards})
+	m := memory.New(cfg.Store.Memory.Options())
 	return m, reclaimEvery(m, config.ReclaimInterval)
 }
 

@@ -26,6 +26,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
@@ -221,6 +222,12 @@ type Redis struct {
 // Memory tunes the in-memory store.
 type Memory struct {
 	MaxBuckets int `yaml:"max_buckets"` // default DefaultMaxBuckets
+}
+
+// Options are the in-memory store's options for these settings, sharded
+// as serve shards it (MemoryShards).
+func (m Memory) Options() memory.Options {
+	return memory.Options{MaxBuckets: m.MaxBuckets, Shards: MemoryShards}
 }
 
 // Identity keys the hash that turns identities (API keys, IPs) into bucket

@@ -420,7 +420,9 @@ func (d *sequencer) decide(e *entry) {
 	d.count(e)
 	d.clock.us = e.at
 	if d.store == nil {
-		d.store = memory.New(memory.Options{Clock: &d.clock, MaxBuckets: d.o.MaxBuckets, Shards: config.MemoryShards}) // as serve shards it, so it forgets as serve would
+		o := config.Memory{MaxBuckets: d.o.MaxBuckets}.Options() // sharded as serve shards it, so it forgets as serve would
+		o.Clock = &d.clock
+		d.store = memory.New(o)
 		d.dec.Store = d.store
 	}
 	if cap(d.res) < len(e.plan) {

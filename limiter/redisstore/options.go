@@ -45,8 +45,8 @@ type Options struct {
 	// Timeout bounds each decision's Redis work (the resilience layer also
 	// applies it as a context deadline); Dial uses it for socket reads and
 	// writes and the wait for a pooled connection. DialTimeout bounds a new
-	// connection. Both must be positive. PoolSize and MinIdleConns size the pool per node (0: go-redis'
-	// defaults).
+	// connection. Both must be positive. PoolSize and MinIdleConns size the
+	// pool per node (0: go-redis' defaults).
 	Timeout      time.Duration `yaml:"timeout"`
 	DialTimeout  time.Duration `yaml:"dial_timeout"`
 	PoolSize     int           `yaml:"pool_size"`
