@@ -15,32 +15,31 @@ import (
 // --pprof, for d rounded up to whole seconds, into dir/NAME.cpu.pprof and
 // dir/NAME.allocs.pprof. The returned func waits for both.
 func startProfile(ctx context.Context, p *proc, dir, name string, d time.Duration) func() error {
+	secs := int((d + time.Second - 1) / time.Second)
+	cpu := startFetch(ctx, p, fmt.Sprintf("profile?seconds=%d", secs), filepath.Join(dir, name+".cpu.pprof"), d)
+	allocs := startFetch(ctx, p, fmt.Sprintf("allocs?seconds=%d", secs), filepath.Join(dir, name+".allocs.pprof"), d)
+	return func() error {
+		err := cpu()
+		if aerr := allocs(); err == nil {
+			err = aerr
+		}
+		return err
+	}
+}
+
+// startFetch fetches /debug/pprof/PATH from a floodgate started with
+// --pprof into file, in the background, for a window of d. The returned
+// func waits for it.
+func startFetch(ctx context.Context, p *proc, path, file string, d time.Duration) func() error {
 	p.mu.Lock()
 	addr := p.pprof
 	p.mu.Unlock()
 	if addr == "" {
 		return func() error { return fmt.Errorf("%s has no pprof address (started without --pprof?)", p.name) }
 	}
-	secs := int((d + time.Second - 1) / time.Second)
-	errc := make(chan error, 2)
-	for _, kind := range []string{"profile", "allocs"} {
-		go func(kind string) {
-			file := filepath.Join(dir, name+".cpu.pprof")
-			if kind == "allocs" {
-				file = filepath.Join(dir, name+".allocs.pprof")
-			}
-			errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, secs), file, d+30*time.Second)
-		}(kind)
-	}
-	return func() error {
-		var first error
-		for i := 0; i < 2; i++ {
-			if err := <-errc; err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
+	errc := make(chan error, 1)
+	go func() { errc <- fetch(ctx, "http://"+addr+"/debug/pprof/"+path, file, d+30*time.Second) }()
+	return func() error { return <-errc }
 }
 
 func fetch(ctx context.Context, url, file string, timeout time.Duration) error {

@@ -39,20 +39,9 @@ type tracedCell struct {
 // for d into dir/NAME.trace. The returned func waits for it and returns the
 // file.
 func startTrace(ctx context.Context, p *proc, dir, name string, d time.Duration) func() (string, error) {
-	p.mu.Lock()
-	addr := p.pprof
-	p.mu.Unlock()
 	file := filepath.Join(dir, name+".trace")
-	if addr == "" {
-		return func() (string, error) {
-			return "", fmt.Errorf("%s has no pprof address (started without --pprof?)", p.name)
-		}
-	}
-	errc := make(chan error, 1)
-	go func() {
-		errc <- fetch(ctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%g", addr, d.Seconds()), file, d+30*time.Second)
-	}()
-	return func() (string, error) { return file, <-errc }
+	wait := startFetch(ctx, p, fmt.Sprintf("trace?seconds=%g", d.Seconds()), file, d)
+	return func() (string, error) { return file, wait() }
 }
 
 // wakeups is what a trace holds, counted over its decisions.
