@@ -95,23 +95,25 @@ func countWakeups(r io.Reader) (wakeups, error) {
 			from, to := st.Goroutine()
 			id := st.Resource.Goroutine()
 			g := calls[id]
-			switch {
-			case to == trace.GoRunnable && dispatches(ev.Stack()):
-				// A call starts: on a goroutine of its own, or on a stream
-				// worker woken for it.
-				w.decisions++
-				calls[id] = &callGoroutine{start: ev.Time()}
+			if to == trace.GoRunnable {
+				site := firstOutsideRuntime(ev.Stack())
 				if from == trace.GoWaiting {
 					w.goWakes++
-					w.wakers[firstOutsideRuntime(ev.Stack())]++
+					w.wakers[site]++
 				}
-			case from == trace.GoWaiting && to == trace.GoRunnable:
-				w.goWakes++
-				w.wakers[firstOutsideRuntime(ev.Stack())]++
-				if g != nil && g.parked != 0 {
+				switch {
+				case strings.HasPrefix(site, serveStreams):
+					// A call starts: on a goroutine of its own, or on a
+					// stream worker woken for it.
+					w.decisions++
+					calls[id] = &callGoroutine{start: ev.Time()}
+				case g != nil && g.parked != 0:
 					g.netWait += time.Duration(ev.Time() - g.parked)
 					g.parked = 0
 				}
+				continue
+			}
+			switch {
 			case to == trace.GoSyscall:
 				w.syscalls++
 			case to == trace.GoWaiting && st.Reason == "network":
@@ -143,12 +145,6 @@ const (
 	serveStreams = "grpc.(*Server).serveStreams"
 	serverWorker = "grpc.(*Server).serverWorker"
 )
-
-// dispatches reports whether a goroutine made runnable at stack s is gRPC
-// handing it a call.
-func dispatches(s trace.Stack) bool {
-	return strings.HasPrefix(firstOutsideRuntime(s), serveStreams)
-}
 
 // firstOutsideRuntime names a wake-up's site: the first function of its
 // stack outside the runtime, without its package path; "netpoller" when the
