@@ -535,12 +535,9 @@ func dialRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (redis.
 func newRedisStore(cfg *config.Config, client redis.UniversalClient, prefix string, reg prometheus.Registerer) *redisstore.Store {
 	var rstore *redisstore.Store
 	if *cfg.Store.Redis.Pipeline {
-		rstore = redisstore.NewPipelined(client, prefix, redisstore.PipelineOptions{
-			MaxBatch: cfg.Store.Redis.PipelineMaxBatch,
-			Flushers: cfg.Store.Redis.PipelineFlushers,
-			Wait:     cfg.Store.Redis.PipelineWait.Duration,
-			OnBatch:  pipelineMetrics(reg),
-		})
+		o := cfg.Store.Redis.PipelineOptions()
+		o.OnBatch = pipelineMetrics(reg)
+		rstore = redisstore.NewPipelined(client, prefix, o)
 	} else {
 		rstore = redisstore.New(client, prefix)
 	}

@@ -219,6 +219,12 @@ type Redis struct {
 	PipelineWait     Duration `yaml:"pipeline_wait"`
 }
 
+// PipelineOptions are redisstore's pipelining options for these settings
+// (store.redis.pipeline_*); the caller adds its OnBatch.
+func (r Redis) PipelineOptions() redisstore.PipelineOptions {
+	return redisstore.PipelineOptions{MaxBatch: r.PipelineMaxBatch, Flushers: r.PipelineFlushers, Wait: r.PipelineWait.Duration}
+}
+
 // Memory tunes the in-memory store.
 type Memory struct {
 	MaxBuckets int `yaml:"max_buckets"` // default DefaultMaxBuckets

@@ -213,10 +213,9 @@ func (d *batchDepth) options() redisstore.PipelineOptions {
 	return o
 }
 
-// servePipeline is how floodgate serve pipelines by default
-// (internal/config's defaults).
+// servePipeline is how floodgate serve pipelines by default.
 func servePipeline() redisstore.PipelineOptions {
-	return redisstore.PipelineOptions{MaxBatch: config.DefaultPipelineMaxBatch, Flushers: config.DefaultPipelineFlushers, Wait: config.DefaultPipelineWait}
+	return config.Default().Store.Redis.PipelineOptions()
 }
 
 func (d *batchDepth) report(b *testing.B) {

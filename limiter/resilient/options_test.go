@@ -7,7 +7,6 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/resilient"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
@@ -17,7 +16,7 @@ import (
 // on_failure: local by default, the whole limit.
 var (
 	serveBreaker  = resilient.BreakerOptions{Failures: config.DefaultBreakerFailures, OpenFor: config.DefaultBreakerOpenFor}
-	servePipeline = redisstore.PipelineOptions{MaxBatch: config.DefaultPipelineMaxBatch, Flushers: config.DefaultPipelineFlushers, Wait: config.DefaultPipelineWait}
+	servePipeline = config.Default().Store.Redis.PipelineOptions()
 	whole         = limiter.MustLimit(1, "1").Rate
 )
 
