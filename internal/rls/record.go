@@ -51,8 +51,9 @@ func newTallies(r *limited.Recorder, c *Config) *tallies {
 }
 
 // record tells the recorder how each descriptor of the answered plan fared
-// (at the time of the first one it records): denied, when its status is over the limit (for a shadow
-// limit: when its bucket was short, or it allows no request at all);
+// (at the time of the first one it records): denied, when its status is
+// over the limit (for a shadow limit: when its bucket was short, or it
+// allows no request at all);
 // allowed, when the answer is OK (for a shadow limit: when every shadow
 // bucket could pay). The other limits of a denied answer are not counted,
 // as Check counts the policies of a denied request; nor are shadow limits

@@ -147,7 +147,7 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if n, d := o.FallbackShare.Fraction(); n > d || (o.Fallback != nil && (o.FallbackShare.IsZero() || n <= 0)) {
+	if n, d := o.FallbackShare.Fraction(); n > d || (o.Fallback != nil && n <= 0) { // a zero Rate is 0/0
 		return nil, fmt.Errorf("resilient: fallback share must be in (0, 1] (1: the fallback applies whole limits), got %v", o.FallbackShare)
 	}
 	s := &Store{primary: primary, fallback: o.Fallback, opts: o, clock: o.Clock, log: o.Logger}
