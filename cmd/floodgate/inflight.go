@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/encoding"
@@ -14,6 +15,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/inflight"
+	"github.com/floodgate/floodgate/internal/rls"
 )
 
 // Sizing listen.max_request_bytes_in_flight when the file leaves it 0
@@ -48,15 +50,16 @@ func requestBytesInFlight(set int, memLimit, storeBytes int64) (int64, string) {
 }
 
 // newRequestGate is the gate every gRPC request is read through: within
-// the budget of request bytes in flight, a Check that finds no room in
-// time answered by the failure mode (store.on_failure), as when the store
-// cannot decide, never with an RPC error that Envoy would turn into its own
+// the budget of request bytes in flight, a Check or a rate limit request
+// that finds no room in time answered by its service's failure mode
+// (store.on_failure; rls.on_failure for the rate limit service), as when
+// the store cannot decide, never with an RPC error that Envoy would turn into its own
 // failure_mode_allow or status_on_error. Such an answer leaves the rest of
 // the request unread: gRPC ends the stream after it (RST_STREAM NO_ERROR),
 // and Envoy's router takes a complete answer to a request it is still
 // sending as the answer, resetting its side itself (Filter::
 // onUpstreamComplete, source/common/router/router.cc).
-func newRequestGate(cfg *config.Config, authz *extauthz.Server, reg prometheus.Registerer, log *zap.Logger) *inflight.Gate {
+func newRequestGate(cfg *config.Config, authz *extauthz.Server, rs *rls.Service, reg prometheus.Registerer, log *zap.Logger) *inflight.Gate {
 	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), storeBytes(cfg))
 	if limit < int64(cfg.Listen.MaxRequestBytes) {
 		from += fmt.Sprintf("; below listen.max_request_bytes (%d): a larger request waits until it is read alone", cfg.Listen.MaxRequestBytes)
@@ -67,8 +70,11 @@ func newRequestGate(cfg *config.Config, authz *extauthz.Server, reg prometheus.R
 		MaxMessage: cfg.Listen.MaxRequestBytes,
 		Codec:      gateCodec(cfg.Listen.Decoder),
 		Wait:       inflight.DefaultWait,
-		Unread: map[string]func(context.Context) any{
-			"/" + authv3.Authorization_ServiceDesc.ServiceName + "/Check": func(context.Context) any { return authz.Unread() },
+		Unread: map[string]func(context.Context) (any, error){
+			"/" + authv3.Authorization_ServiceDesc.ServiceName + "/Check": func(context.Context) (any, error) { return authz.Unread(), nil },
+			"/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit": func(context.Context) (any, error) {
+				return rs.Unread()
+			},
 		},
 		Registerer: reg,
 	})

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
@@ -202,5 +205,81 @@ policies:
 	}
 	if m := scrape(t, "http://"+p.Admin+"/metrics"); !strings.Contains(m, "floodgate_request_bytes_in_flight_limit "+strconv.FormatFloat(float64(want), 'g', -1, 64)+"\n") {
 		t.Errorf("floodgate_request_bytes_in_flight_limit is not %d", want)
+	}
+}
+
+// TestRateLimitRequestsThatFindNoRoomAreAnsweredByTheFailureMode: 32
+// concurrent 900 KiB ShouldRateLimit calls, three rounds, against a budget
+// of 1 MiB of request bytes in flight. Most wait for room and some wait past
+// the gate's wait; those must be answered by the rate limit service's own
+// failure mode (store.on_failure: allow here, so OK), never with an RPC
+// error: Envoy's rate limit filter takes any error for a failure of the
+// service and, with its shipped failure_mode_deny: false, lets the request
+// through unlimited (Filter::complete, source/extensions/filters/http/
+// ratelimit/ratelimit.cc: RateLimitStatus::Error).
+func TestRateLimitRequestsThatFindNoRoomAreAnsweredByTheFailureMode(t *testing.T) {
+	cfgPath, _ := rlsFloodgate(t, rlsLimits("1000000"), "")
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(data), "listen: {", "listen: {max_request_bytes_in_flight: 1048576, ", 1)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startCommand(t, "serve", "--config", cfgPath)
+	const (
+		calls  = 32
+		rounds = 3
+		size   = 900 << 10
+	)
+	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "api_key", Value: strings.Repeat("k", size)}}}}}
+	raw, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(passthroughCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var mu sync.Mutex
+	var errs []error
+	answered := 0
+	for range rounds {
+		var wg sync.WaitGroup
+		for range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				var resp rlsv3.RateLimitResponse
+				err := conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", marshalled(raw), &resp)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case resp.GetOverallCode() != rlsv3.RateLimitResponse_OK:
+					errs = append(errs, fmt.Errorf("answered %v, want OK (a limit of a million a minute, or on_failure: allow)", resp.GetOverallCode()))
+				default:
+					answered++
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	unread := 0
+	for _, line := range strings.Split(scrape(t, "http://"+p.Admin+"/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(line, `floodgate_requests_unread_total{method="/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"} `); ok {
+			unread, _ = strconv.Atoi(v)
+		}
+	}
+	t.Logf("%d of %d answered without an RPC error, %d of them unread", answered, calls*rounds, unread)
+	for _, err := range errs {
+		t.Errorf("a rate limit request: %v", err)
 	}
 }

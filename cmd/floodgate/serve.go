@@ -243,7 +243,7 @@ func (s *server) listen() error {
 	if err != nil {
 		return err
 	}
-	gate := newRequestGate(cfg, s.authz, s.reg, s.log) // inflight.go: bounds the request bytes in flight
+	gate := newRequestGate(cfg, s.authz, s.rls, s.reg, s.log) // inflight.go: bounds the request bytes in flight
 	serverOpts = append(serverOpts, gate.ServerOptions()...)
 	s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {

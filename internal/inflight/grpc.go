@@ -45,8 +45,9 @@ type Options struct {
 	Wait time.Duration
 	// Unread answers, by full method name ("/package.Service/Method"), a
 	// unary RPC whose request did not fit in the budget in time, without
-	// reading it. Other methods answer RESOURCE_EXHAUSTED.
-	Unread map[string]func(ctx context.Context) any
+	// reading it: each front end by its own failure mode. Other methods
+	// answer RESOURCE_EXHAUSTED.
+	Unread map[string]func(ctx context.Context) (any, error)
 	// Registerer, if set, gets the budget's metrics.
 	Registerer prometheus.Registerer
 }
@@ -252,7 +253,7 @@ func (g *Gate) unary(method string, h grpc.MethodHandler) grpc.MethodHandler {
 func (g *Gate) answerUnread(ctx context.Context, method string) (any, error) {
 	g.unread.WithLabelValues(method).Inc()
 	if f := g.o.Unread[method]; f != nil {
-		return f(ctx), nil
+		return f(ctx)
 	}
 	return nil, status.Error(codes.ResourceExhausted, "the server is reading as many request bytes as it may hold: try again")
 }

@@ -101,10 +101,10 @@ func TestAGatedServerReadsWithinTheBudget(t *testing.T) {
 		MaxMessage: 4 << 20,
 		Codec:      encoding.GetCodecV2("proto"),
 		Wait:       50 * time.Millisecond,
-		Unread: map[string]func(context.Context) any{method: func(context.Context) any {
+		Unread: map[string]func(context.Context) (any, error){method: func(context.Context) (any, error) {
 			return &authv3.CheckResponse{HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
 				ResponseHeadersToAdd: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "path", Value: "unread"}}},
-			}}}
+			}}}, nil
 		}},
 		Registerer: reg,
 	})

@@ -116,6 +116,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
+// Unread answers, by the failure mode, a request that was not read (the
+// server had no memory to spare for it in time), as when the store cannot
+// decide: it has no descriptor statuses, since its descriptors are unknown.
+func (s *Service) Unread() (*rlsv3.RateLimitResponse, error) {
+	return s.failed(&Plan{})
+}
+
 // failed answers by the failure mode when the store could not decide.
 func (s *Service) failed(plan *Plan) (*rlsv3.RateLimitResponse, error) {
 	switch s.opts.OnFailure {
