@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
@@ -113,7 +114,7 @@ func TestOnlyEnvoysGRPCContentTypesAreGRPC(t *testing.T) {
 // The failure mode's denial tells a gRPC caller the same.
 func TestAFailClosedDenialTellsAGRPCCallerWhenToRetry(t *testing.T) {
 	c := unreachableRedis(t)
-	r := newRig(t, []PolicySpec{apiPolicy}, Options{}, redisstore.New(c, ""), ServerOptions{OnError: FailClosed, ErrorRetryAfter: 2 * time.Second})
+	r := newRig(t, []PolicySpec{apiPolicy}, Options{}, redisstore.New(c, ""), ServerOptions{OnFailure: decide.Deny, FailureRetryAfter: 2 * time.Second})
 	req := fixture(t, "checkrequest-get-apikey.json")
 	req.Attributes.Request.Http.Headers["content-type"] = "application/grpc"
 	resp := r.check(t, req)

@@ -184,3 +184,37 @@ func (h *hasher) sum(st *hmacState) string {
 // (the rate limit service's descriptors) uses, so that no value reaches the
 // store or the logs in the clear.
 func (e *Engine) HashIdentity(source, value string) string { return e.hasher.id(source, value) }
+
+// Caller names the caller of v under p in the clear, for an operator's
+// report on their own traffic (floodgate replay): the key source that
+// decided the bucket (the one identity chose) and its value. source is ""
+// for the shared bucket of requests without a key.
+func (e *Engine) Caller(p *Policy, v *View) (source, value string) { return e.caller(p, v, true) }
+
+// caller names the key source that decided p's bucket for v and a label
+// for its value: for client_ip the bucket's network (the address, or its
+// prefix when ipv4_prefix/ipv6_prefix group several); for a fingerprint, a
+// digest of headers with no clear form, the bucket identity (a keyed
+// hash); for a header, its value when inClear, else the bucket identity
+// too, since headers hold API keys and tokens; for context, metadata and
+// source_principal, which Envoy sets and the client does not hold as a
+// secret, the value. ("", "") for the shared bucket. The values are
+// keyValue's, as identity reads them.
+func (e *Engine) caller(p *Policy, v *View, inClear bool) (source, value string) {
+	for i := range p.keys {
+		k := &p.keys[i]
+		switch val, ip := e.keyValue(p, k, v); {
+		case ip.IsValid() && ip.IsSingleIP():
+			return k.tag, ip.Addr().String()
+		case ip.IsValid():
+			return k.tag, ip.String()
+		case val == "":
+			continue
+		case k.kind == srcFingerprint || (k.kind == srcHeader && !inClear):
+			return k.tag, e.hasher.id(k.tag, val)
+		default:
+			return k.tag, val
+		}
+	}
+	return "", ""
+}

@@ -26,10 +26,9 @@ type missingReporter struct {
 
 // noteMissing records every policy of plan whose identity is the shared
 // bucket.
-func (s *Server) noteMissing(st *serverState, plan []Bucket, v *View) {
-	for i := range plan {
-		if plan[i].Request.ID == sharedID {
-			p := plan[i].Policy
+func (s *Server) noteMissing(st *serverState, plan *Plan, v *View) {
+	for i, p := range plan.Policies {
+		if plan.Buckets[i].Request.ID == sharedID {
 			st.counters[p].identityMissing.Inc()
 			if s.missing.due(p.Name) {
 				s.log.Warn("a policy's key sources were all empty: the request used the policy's shared bucket (logged at most once a minute per policy; floodgate_identity_missing_total counts every one)",

@@ -286,6 +286,16 @@ func (p *Policy) render() {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
+// KeyedByClientIP reports whether p's key list names client_ip.
+func (p *Policy) KeyedByClientIP() bool {
+	for _, k := range p.keys {
+		if k.kind == srcClientIP {
+			return true
+		}
+	}
+	return false
+}
+
 // costOf returns the tokens a request takes under p.
 func (p *Policy) costOf(v *View) int64 {
 	if p.costHeader == "" {

@@ -12,18 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
-)
-
-// FailureMode is what a Check answers when the store cannot decide.
-type FailureMode int
-
-const (
-	// FailOpen allows the request, marked with x-ratelimit-degraded.
-	FailOpen FailureMode = iota
-	// FailClosed denies it with 429 and a short Retry-After.
-	FailClosed
+	"github.com/floodgate/floodgate/limiter/decide"
 )
 
 // ServerOptions configure a Server. The zero value works: no logs, no
@@ -31,17 +21,21 @@ const (
 type ServerOptions struct {
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
-	OnError    FailureMode
-	// ErrorRetryAfter is the Retry-After of a FailClosed denial, positive
-	// with FailClosed (serve passes store.failure_retry_after).
-	ErrorRetryAfter time.Duration
+	// OnFailure is what a Check answers when the store cannot decide:
+	// decide.Allow (marked x-ratelimit-degraded) or decide.Deny (429 with
+	// FailureRetryAfter). Never decide.Error: Envoy's ext_authz filter
+	// takes an RPC error for an outage, not a decision.
+	OnFailure decide.OnFailure
+	// FailureRetryAfter is the Retry-After of a decide.Deny answer, positive
+	// with it (serve passes store.failure_retry_after).
+	FailureRetryAfter time.Duration
 	// ShadowStore decides shadow policies (default: the main store). The
 	// resilient store offers an uncached view for it, so an over-limit
 	// cache does not hide would-be denials.
 	ShadowStore limiter.Store
-	// Limited, when set, hears every policy's decision, for the report of
+	// Recorder, when set, hears every policy's decision, for the report of
 	// who is being limited (record.go).
-	Limited *limited.Recorder
+	Recorder decide.Recorder
 }
 
 // Server implements Envoy's Authorization service. It never answers with an
@@ -70,8 +64,14 @@ func NewServer(e *Engine, store limiter.Store, o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.OnError == FailClosed && o.ErrorRetryAfter <= 0 {
-		panic(fmt.Sprintf("extauthz: a FailClosed server needs a positive ErrorRetryAfter (got %v)", o.ErrorRetryAfter))
+	switch o.OnFailure {
+	case decide.Allow:
+	case decide.Deny:
+		if o.FailureRetryAfter <= 0 {
+			panic(fmt.Sprintf("extauthz: a server that denies on failure needs a positive FailureRetryAfter (got %v)", o.FailureRetryAfter))
+		}
+	default:
+		panic(fmt.Sprintf("extauthz: OnFailure %v: a Check answers by allow or deny, never an RPC error", o.OnFailure))
 	}
 	if o.ShadowStore == nil {
 		o.ShadowStore = store
@@ -84,7 +84,7 @@ func NewServer(e *Engine, store limiter.Store, o ServerOptions) *Server {
 // SetEngine switches to a new engine atomically: Checks in flight finish on
 // the old one, new Checks use the new one.
 func (s *Server) SetEngine(e *Engine) {
-	st := &serverState{engine: e, counters: make(map[*Policy]policyCounters, len(e.Policies)), tallies: newTallies(s.opts.Limited, e)}
+	st := &serverState{engine: e, counters: make(map[*Policy]policyCounters, len(e.Policies)), tallies: newTallies(s.opts.Recorder, e)}
 	for _, p := range e.Policies {
 		st.counters[p] = s.metrics.forPolicy(p.Name)
 	}
@@ -105,17 +105,18 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // shared, never the slices) and the response is rendered from copies.
 type scratch struct {
 	view     View
-	plan     []Bucket
-	dec      Decider
-	planArr  [2 * maxInline]Bucket
-	resArr   [2 * maxInline]limiter.Result
-	policies [maxInline]*Policy
-	results  [maxInline]limiter.Result
+	plan     Plan
+	dec      decide.Decider
+	bktArr   [2 * decide.MaxInline]decide.Bucket
+	polArr   [2 * decide.MaxInline]*Policy
+	resArr   [2 * decide.MaxInline]limiter.Result
+	policies [decide.MaxInline]*Policy
+	results  [decide.MaxInline]limiter.Result
 	name     callerName // the caller's label for the recorder (record.go)
 }
 
 var scratchPool = sync.Pool{New: func() any {
-	sc := &scratch{dec: Decider{Concurrent: true}}
+	sc := &scratch{dec: decide.Decider{Concurrent: true}}
 	sc.reset()
 	return sc
 }}
@@ -124,8 +125,8 @@ var scratchPool = sync.Pool{New: func() any {
 // request or store alive.
 func (sc *scratch) reset() {
 	sc.view = View{}
-	clear(sc.plan)
-	sc.plan = sc.planArr[:0]
+	sc.plan.Reset()
+	sc.plan = Plan{Buckets: sc.bktArr[:0], Policies: sc.polArr[:0]}
 	clear(sc.policies[:])
 	sc.dec.Store, sc.dec.Shadow = nil, nil
 }
@@ -140,11 +141,11 @@ func (sc *scratch) resultsFor(n int) []limiter.Result {
 
 // enforced gathers the enforced buckets' policies and results, in plan
 // order, for the response.
-func (sc *scratch) enforced(plan []Bucket, res []limiter.Result) ([]*Policy, []limiter.Result) {
+func (sc *scratch) enforced(plan *Plan, res []limiter.Result) ([]*Policy, []limiter.Result) {
 	policies, results := sc.policies[:0], sc.results[:0]
-	for i := range plan {
-		if !plan[i].Policy.Shadow {
-			policies, results = append(policies, plan[i].Policy), append(results, res[i])
+	for i, p := range plan.Policies {
+		if !p.Shadow {
+			policies, results = append(policies, p), append(results, res[i])
 		}
 	}
 	return policies, results
@@ -168,9 +169,9 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	}()
 	v := &sc.view
 	v.Reset(req)
-	sc.plan = st.engine.Plan(v, sc.plan)
-	plan := sc.plan
-	if len(plan) == 0 {
+	plan := &sc.plan
+	st.engine.Plan(v, plan)
+	if len(plan.Buckets) == 0 {
 		s.metrics.outcomes.unmatched.Inc()
 		return plainOK(), nil
 	}
@@ -178,12 +179,12 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 
 	// Enforced policies decide together; shadow policies decide on their
 	// own, beside them, and never deny.
-	res := sc.resultsFor(len(plan))
+	res := sc.resultsFor(len(plan.Buckets))
 	sc.dec.Store, sc.dec.Shadow = s.store, s.opts.ShadowStore
-	d := sc.dec.Decide(ctx, plan, res)
+	d := sc.dec.Decide(ctx, plan.Buckets, res)
 	s.countShadow(st, plan, res, &d, v)
 	st.tallies.record(start, st.engine, plan, res, &d, v, &sc.name)
-	o := outcome{allowed: d.Allowed, grpc: v.GRPC}
+	o := outcome{allowed: d.Allowed, degraded: d.Degraded, grpc: v.GRPC}
 	o.policies, o.results = sc.enforced(plan, res)
 	if len(o.policies) == 0 {
 		s.metrics.outcomes.allowed.Inc()
@@ -195,7 +196,6 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		return s.failed(st.engine, &outcome{grpc: v.GRPC}), nil
 	}
 	for i, p := range o.policies {
-		o.degraded = o.degraded || o.results[i].Degraded
 		c := st.counters[p]
 		if o.allowed {
 			c.allowed.Inc()
@@ -225,19 +225,19 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 }
 
 // identityOf is the bucket identity plan gives p.
-func identityOf(plan []Bucket, p *Policy) string {
-	for i := range plan {
-		if plan[i].Policy == p {
-			return plan[i].Request.ID
+func identityOf(plan *Plan, p *Policy) string {
+	for i, q := range plan.Policies {
+		if q == p {
+			return plan.Buckets[i].Request.ID
 		}
 	}
 	return ""
 }
 
 // countShadow records what the shadow policies of plan would have done.
-func (s *Server) countShadow(st *serverState, plan []Bucket, res []limiter.Result, d *Decision, v *View) {
+func (s *Server) countShadow(st *serverState, plan *Plan, res []limiter.Result, d *decide.Decision, v *View) {
 	if d.ShadowErr != nil {
-		var p *ShadowPanic
+		var p *decide.ShadowPanic
 		if errors.As(d.ShadowErr, &p) {
 			s.log.Error("shadow decision panicked", zap.Any("panic", p.Value), zap.ByteString("stack", p.Stack))
 		} else {
@@ -245,8 +245,7 @@ func (s *Server) countShadow(st *serverState, plan []Bucket, res []limiter.Resul
 		}
 		return
 	}
-	for i := range plan {
-		p := plan[i].Policy
+	for i, p := range plan.Policies {
 		if !p.Shadow {
 			continue
 		}
@@ -258,14 +257,14 @@ func (s *Server) countShadow(st *serverState, plan []Bucket, res []limiter.Resul
 		c.shadowDenied.Inc()
 		if !res[i].Allowed {
 			s.log.Info("shadow policy would deny", zap.String("policy", p.Name),
-				zap.String("identity", plan[i].Request.ID), zap.Duration("retry_after", res[i].RetryAfter), zap.String("path", v.Path))
+				zap.String("identity", plan.Buckets[i].Request.ID), zap.Duration("retry_after", res[i].RetryAfter), zap.String("path", v.Path))
 		}
 	}
 }
 
 // Unread answers, by the failure mode, a Check whose request was not read
 // (the server had no memory to spare for it in time): as when the store
-// cannot decide, allowed marked degraded, or denied with ErrorRetryAfter.
+// cannot decide, allowed marked degraded, or denied with FailureRetryAfter.
 func (s *Server) Unread() *authv3.CheckResponse {
 	return s.failed(s.state.Load().engine, nil)
 }
@@ -276,9 +275,9 @@ func (s *Server) failed(e *Engine, o *outcome) *authv3.CheckResponse {
 		o = &outcome{}
 	}
 	o.policies, o.results, o.degraded = nil, nil, true
-	if s.opts.OnError == FailClosed {
+	if s.opts.OnFailure == decide.Deny {
 		s.metrics.outcomes.degradedDenied.Inc()
-		return e.denyResponse(o, s.opts.ErrorRetryAfter)
+		return e.denyResponse(o, s.opts.FailureRetryAfter)
 	}
 	s.metrics.outcomes.degradedAllowed.Inc()
 	return e.okResponse(o)

@@ -13,12 +13,15 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -271,12 +274,12 @@ func TestAnUnreachableStoreAnswersByTheFailureMode(t *testing.T) {
 	c := unreachableRedis(t)
 	store := redisstore.New(c, "")
 
-	open := newRig(t, []PolicySpec{apiPolicy}, Options{}, store, ServerOptions{OnError: FailOpen})
+	open := newRig(t, []PolicySpec{apiPolicy}, Options{}, store, ServerOptions{OnFailure: decide.Allow})
 	resp := open.check(t, fixture(t, "checkrequest-get-apikey.json"))
 	if !allowed(resp) || headerOf(resp, HeaderDegraded) != "true" {
 		t.Errorf("fail open: %v", resp)
 	}
-	closed := newRig(t, []PolicySpec{apiPolicy}, Options{}, store, ServerOptions{OnError: FailClosed, ErrorRetryAfter: 2 * time.Second})
+	closed := newRig(t, []PolicySpec{apiPolicy}, Options{}, store, ServerOptions{OnFailure: decide.Deny, FailureRetryAfter: 2 * time.Second})
 	resp = closed.check(t, fixture(t, "checkrequest-get-apikey.json"))
 	if allowed(resp) || resp.GetDeniedResponse().GetStatus().GetCode() != 429 || headerOf(resp, HeaderRetryAfter) != "2" || headerOf(resp, HeaderDegraded) != "true" {
 		t.Errorf("fail closed: %v", resp)
@@ -311,11 +314,50 @@ func TestAFailClosedServerNeedsItsRetryAfter(t *testing.T) {
 	eng := mustCompile(t, apiPolicy)
 	func() {
 		defer func() {
-			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "positive ErrorRetryAfter") {
-				t.Errorf("recovered %v, want a panic naming ErrorRetryAfter", r)
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "positive FailureRetryAfter") {
+				t.Errorf("recovered %v, want a panic naming FailureRetryAfter", r)
 			}
 		}()
-		NewServer(eng, storetest.Memory(nil), ServerOptions{OnError: FailClosed})
+		NewServer(eng, storetest.Memory(nil), ServerOptions{OnFailure: decide.Deny})
 	}()
 	NewServer(eng, storetest.Memory(nil), ServerOptions{}) // fail open: no Retry-After to give
+}
+
+// TestAShadowStoreThatCannotDecideNeverDenies: a Check whose shadow store
+// is a dead Redis answers by its enforced policies, counts a store error,
+// and counts no shadow decision.
+func TestAShadowStoreThatCannotDecideNeverDenies(t *testing.T) {
+	c := unreachableRedis(t)
+	eng := mustCompile(t,
+		PolicySpec{Name: "shadow-ip", Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/60", Mode: "shadow"},
+		PolicySpec{Name: "per-key", Key: []string{"header:x-api-key"}, Capacity: 2, RefillPerSecond: "1/60"},
+		PolicySpec{Name: "per-ip", Key: []string{"client_ip"}, Capacity: 5, RefillPerSecond: "1/60"})
+	s := NewServer(eng, storetest.Memory(nil), ServerOptions{ShadowStore: redisstore.New(c, "")})
+	req := checkRequest("198.51.100.7", map[string]string{"x-api-key": "k1"})
+	for i, want := range []bool{true, true, false} {
+		resp, err := s.Check(context.Background(), req)
+		if err != nil || allowed(resp) != want || headerOf(resp, HeaderDegraded) != "" {
+			t.Fatalf("check %d: %v, %v; want allowed %v, not degraded", i+1, resp, err, want)
+		}
+	}
+	m := s.Metrics()
+	if n := testutil.ToFloat64(m.StoreErrors); n != 3 {
+		t.Errorf("store errors = %v, want 3", n)
+	}
+	if n := testutil.ToFloat64(m.Decisions.WithLabelValues("shadow-ip", "shadow_allowed")) + testutil.ToFloat64(m.Decisions.WithLabelValues("shadow-ip", "shadow_denied")); n != 0 {
+		t.Errorf("%v shadow decisions counted without a shadow store", n)
+	}
+	if n := testutil.ToFloat64(m.Decisions.WithLabelValues("per-key", "denied")); n != 1 {
+		t.Errorf("per-key denied = %v, want 1", n)
+	}
+}
+
+// unreachableRedis is a client of a Redis address that refuses every
+// connection (redistest.RefusedAddr: no other test's server can take it),
+// closed when t ends.
+func unreachableRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/resilient"
@@ -187,22 +188,15 @@ func newServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 // without rls.config) in store, through the decide step Check uses, with
 // descriptor values hashed under the identity secret the policies use,
 // telling who (when not nil) whom each limit limits.
-func newRLSService(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who *limited.Recorder) *rls.Service {
+func newRLSService(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who decide.Recorder) *rls.Service {
 	rules := cfg.RLS.Rules
 	if rules == nil {
 		rules = rls.Empty()
 	}
-	onFailure := rls.FailAllow
-	switch {
-	case cfg.RLS.OnFailure == "error":
-		onFailure = rls.FailError
-	case cfg.Store.OnFailure == "deny":
-		onFailure = rls.FailDeny
-	}
 	return rls.NewService(rules, rls.ServiceOptions{
-		Hash: cfg.Engine.HashIdentity, Store: store.main, ShadowStore: store.shadow, OnFailure: onFailure,
+		Hash: cfg.Engine.HashIdentity, Store: store.main, ShadowStore: store.shadow, OnFailure: cfg.OnFailure(true),
 		Response: rls.ResponseOptions{Headers: cfg.RLS.Headers}, Logger: log.Named("rls"), Registerer: reg,
-		Limited: who,
+		Recorder: who,
 	})
 }
 
@@ -337,14 +331,10 @@ func (s *server) drain() {
 // newAuthzServer is the ext_authz server deciding with cfg's policies in
 // store, answering by cfg's failure mode when the store cannot decide, and
 // telling who (when not nil) whom it limits.
-func newAuthzServer(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who *limited.Recorder) *extauthz.Server {
-	onError := extauthz.FailOpen
-	if cfg.Store.OnFailure == "deny" {
-		onError = extauthz.FailClosed
-	}
+func newAuthzServer(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who decide.Recorder) *extauthz.Server {
 	return extauthz.NewServer(cfg.Engine, store.main, extauthz.ServerOptions{
-		Logger: log, Registerer: reg, OnError: onError,
-		ErrorRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow, Limited: who,
+		Logger: log, Registerer: reg, OnFailure: cfg.OnFailure(false),
+		FailureRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow, Recorder: who,
 	})
 }
 

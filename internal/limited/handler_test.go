@@ -33,7 +33,7 @@ func serveLimited(t *testing.T, r *Recorder, adminAddr, method, query, accept st
 func testRecorder() *Recorder {
 	c := newClock()
 	r := New(withDefaults(Options{Now: c.Now}))
-	p := r.Policy("per-key", false)
+	p := r.tally("per-key", false)
 	for _, id := range []string{"a", "a", "a", "b", "<script>"} {
 		p.Record(c.Now(), id, Label{"header:x-api-key", id}, true)
 	}

@@ -69,7 +69,7 @@ func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // record counts n decisions of caller id (labelled by id) under p.
-func record(p *Policy, id string, n int, denied bool) {
+func record(p *Tally, id string, n int, denied bool) {
 	for range n {
 		p.Record(p.r.now(), id, Label{"header:x-api-key", id}, denied)
 	}
@@ -78,7 +78,7 @@ func record(p *Policy, id string, n int, denied bool) {
 func TestCountsAreExactWhileTheCallersFitTheSketch(t *testing.T) {
 	c := newClock()
 	r := New(withDefaults(Options{Size: 4, Now: c.Now}))
-	p := r.Policy("per-key", false)
+	p := r.tally("per-key", false)
 	record(p, "a", 3, false)
 	record(p, "a", 7, true)
 	record(p, "b", 2, true)
@@ -86,8 +86,8 @@ func TestCountsAreExactWhileTheCallersFitTheSketch(t *testing.T) {
 	c.Advance(25 * time.Second)
 	record(p, "b", 4, true)
 	record(p, "a", 1, false)
-	r.Policy("quiet", false).Record(c.Now(), "z", Label{"client_ip", "192.0.2.1"}, false)
-	r.Policy("trial", true).Record(c.Now(), "q", Label{"client_ip", "192.0.2.9"}, true)
+	r.tally("quiet", false).Record(c.Now(), "z", Label{"client_ip", "192.0.2.1"}, false)
+	r.tally("trial", true).Record(c.Now(), "q", Label{"client_ip", "192.0.2.9"}, true)
 
 	got := r.Snapshot(0)
 	want := Report{WindowSeconds: 60,
@@ -111,7 +111,7 @@ func TestCountsAreExactWhileTheCallersFitTheSketch(t *testing.T) {
 func TestTheWindowSlidesIntervalByInterval(t *testing.T) {
 	c := newClock()
 	r := New(withDefaults(Options{Window: 60 * time.Second, Intervals: 6, Now: c.Now}))
-	p := r.Policy("p", false)
+	p := r.tally("p", false)
 	c.ns.Store(c.ns.Load() / int64(10*time.Second) * int64(10*time.Second)) // the start of an interval
 	record(p, "old", 5, true)
 	c.Advance(30 * time.Second)
@@ -155,7 +155,7 @@ func TestTheWindowSlidesIntervalByInterval(t *testing.T) {
 func TestHeavyHittersSurviveAFloodOfDistinctCallers(t *testing.T) {
 	c := newClock()
 	r := New(withDefaults(Options{Size: 32, Now: c.Now})) // total/Size = 813, below every heavy caller's count
-	p := r.Policy("p", false)
+	p := r.tally("p", false)
 	heavy := map[string]int64{"h1": 3000, "h2": 2000, "h3": 1000}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var stream []string
@@ -189,7 +189,7 @@ func TestHeavyHittersSurviveAFloodOfDistinctCallers(t *testing.T) {
 
 func TestAllowedCallersNeverDisplaceDeniedOnes(t *testing.T) {
 	r := New(withDefaults(Options{Size: 2, Now: newClock().Now}))
-	p := r.Policy("p", false)
+	p := r.tally("p", false)
 	record(p, "d1", 1, true)
 	record(p, "d2", 1, true)
 	for i := range 100 {
@@ -264,7 +264,7 @@ func TestMergeAddsReplicasCounts(t *testing.T) {
 
 func TestConcurrentRecordsLoseNothing(t *testing.T) {
 	r := New(withDefaults(Options{Now: newClock().Now}))
-	p := r.Policy("p", false)
+	p := r.tally("p", false)
 	const workers, each = 8, 2000
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -292,7 +292,7 @@ func TestConcurrentRecordsLoseNothing(t *testing.T) {
 func TestLongLabelsAreCut(t *testing.T) {
 	r := New(withDefaults(Options{Now: newClock().Now}))
 	long := "é" + string(make([]byte, 300))
-	r.Policy("p", false).Record(r.now(), "id", Label{"context:tenant", long}, true)
+	r.tally("p", false).Record(r.now(), "id", Label{"context:tenant", long}, true)
 	got := r.Snapshot(0).Policies[0].Top[0].Caller
 	if len(got) > MaxLabelBytes || got[len(got)-len("…"):] != "…" {
 		t.Fatalf("label of %d bytes kept as %d bytes: %q", len(long), len(got), got)
@@ -304,9 +304,9 @@ func TestLongLabelsAreCut(t *testing.T) {
 // recorder holding no more live heap than MemoryBytes states, and no more
 // after the flood than halfway through it.
 func TestMemoryStaysFixedUnderAFloodOfDistinctCallers(t *testing.T) {
-	if unsafe.Sizeof(sketch{}) != sketchBytes || unsafe.Sizeof(entry{}) != entryBytes || unsafe.Sizeof(Policy{}) != policyBytes {
-		t.Fatalf("sizes changed: sketch %d, entry %d, Policy %d: update MemoryBytes' constants and docs/limited.md",
-			unsafe.Sizeof(sketch{}), unsafe.Sizeof(entry{}), unsafe.Sizeof(Policy{}))
+	if unsafe.Sizeof(sketch{}) != sketchBytes || unsafe.Sizeof(entry{}) != entryBytes || unsafe.Sizeof(Tally{}) != policyBytes {
+		t.Fatalf("sizes changed: sketch %d, entry %d, Tally %d: update MemoryBytes' constants and docs/limited.md",
+			unsafe.Sizeof(sketch{}), unsafe.Sizeof(entry{}), unsafe.Sizeof(Tally{}))
 	}
 	const policies = 4
 	c := newClock()
@@ -319,9 +319,9 @@ func TestMemoryStaysFixedUnderAFloodOfDistinctCallers(t *testing.T) {
 	}
 	before := live()
 	r := New(o)
-	ps := make([]*Policy, policies)
+	ps := make([]*Tally, policies)
 	for i := range ps {
-		ps[i] = r.Policy("p"+strconv.Itoa(i), i%2 == 1)
+		ps[i] = r.tally("p"+strconv.Itoa(i), i%2 == 1)
 	}
 	flood := func(from, to int) {
 		for i := from; i < to; i++ {
@@ -355,7 +355,7 @@ func TestMemoryStaysFixedUnderAFloodOfDistinctCallers(t *testing.T) {
 func BenchmarkRecord(b *testing.B) {
 	for _, callers := range []int{1, 64, 4096} {
 		b.Run(strconv.Itoa(callers)+"-callers", func(b *testing.B) {
-			p := New(withDefaults(Options{})).Policy("p", false)
+			p := New(withDefaults(Options{})).tally("p", false)
 			ids := make([]string, callers)
 			labels := make([]Label, callers)
 			for i := range ids {

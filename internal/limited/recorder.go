@@ -3,13 +3,13 @@
 // with their denied and allowed counts, kept in memory of a fixed size per
 // policy, whatever the number of distinct callers.
 //
-// A front end (the ext_authz server) hands each decided policy to a Policy
-// handle it got from the Recorder once, when its configuration was
-// installed. The handle keeps a ring of per-interval heavy-hitters sketches
+// Recorder is the decide.Recorder every front end reports to: a front end
+// hands each decided policy to the Tally it got from the Recorder once,
+// when its configuration was installed. A Tally keeps a ring of per-interval heavy-hitters sketches
 // (space-saving top-k, sketch.go) merged when read; Snapshot is that merge,
 // and Handler serves it on the admin port as JSON or a small HTML page.
 //
-// The rate limit service (internal/rls) reports the same way: a Policy per
+// The rate limit service (internal/rls) reports the same way: a Tally per
 // configured limit (rls:DOMAIN/LIMIT), a descriptor's bucket identity as
 // the id, and a Namer that shows an address as itself and anything else a
 // client sends only hashed.
@@ -20,6 +20,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/floodgate/floodgate/limiter/decide"
 )
 
 // Options size a Recorder. DefaultOptions are what serve runs with.
@@ -35,7 +37,7 @@ type Options struct {
 	// callers were seen in each interval.
 	Size int
 	// Now is the clock a report reads (default time.Now); tests inject
-	// one. Decisions bring their own time (Policy.Record).
+	// one. Decisions bring their own time (Tally.Record).
 	Now func() time.Time
 }
 
@@ -50,7 +52,7 @@ type Recorder struct {
 	seed      maphash.Seed
 
 	mu       sync.Mutex
-	policies map[policyKey]*Policy
+	policies map[policyKey]*Tally
 }
 
 type policyKey struct {
@@ -79,36 +81,36 @@ func New(o Options) *Recorder {
 		step = 1
 	}
 	return &Recorder{window: o.Window, step: step, intervals: o.Intervals, size: o.Size, now: o.Now,
-		seed: maphash.MakeSeed(), policies: map[policyKey]*Policy{}}
+		seed: maphash.MakeSeed(), policies: map[policyKey]*Tally{}}
 }
 
-// Policy returns the handle that records the decisions of the named
-// policy; shadow policies (which only say what they would have denied) are
-// reported apart from enforced ones of the same name. Asking again for the
-// same name and mode returns the same handle, so a reloaded configuration
-// keeps its window. A front end asks when it installs a configuration, not
-// per decision.
-func (r *Recorder) Policy(name string, shadow bool) *Policy {
+var _ decide.Recorder = (*Recorder)(nil)
+
+// Tally returns the tally of the named policy (or rate limit), as
+// decide.Recorder asks for it; shadow ones (which only say what they would
+// have denied) are reported apart from enforced ones of the same name.
+// Asking again for the same name and mode returns the same tally, so a
+// reloaded configuration keeps its window. A front end asks when it
+// installs a configuration, not per decision.
+func (r *Recorder) Tally(name string, shadow bool) decide.Tally { return r.tally(name, shadow) }
+
+func (r *Recorder) tally(name string, shadow bool) *Tally {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := policyKey{name, shadow}
 	p := r.policies[k]
 	if p == nil {
-		p = &Policy{r: r, name: name, shadow: shadow}
+		p = &Tally{r: r, name: name, shadow: shadow}
 		r.policies[k] = p
 	}
 	return p
 }
 
-// Namer names a caller for a report. Record calls it only when a sketch
-// starts following the caller, so a front end can build the label lazily;
-// the label must be safe to show an operator (a hashed identity in place
-// of an API key).
-type Namer interface {
-	// Name returns the key source that identified the caller (such as
-	// header:x-api-key or client_ip) and the caller's label.
-	Name() (key, caller string)
-}
+// Namer names a caller for a report (decide.Namer). Record calls it only
+// when a sketch starts following the caller, so a front end can build the
+// label lazily; the label must be safe to show an operator (a hashed
+// identity in place of an API key).
+type Namer = decide.Namer
 
 // Label is a Namer of labels known in advance.
 type Label struct{ Key, Caller string }
@@ -116,11 +118,11 @@ type Label struct{ Key, Caller string }
 // Name returns l's key and caller.
 func (l Label) Name() (key, caller string) { return l.Key, l.Caller }
 
-// Policy records one policy's decisions. Its lock is its own: decisions of
+// Tally records one policy's decisions. Its lock is its own: decisions of
 // different policies never wait on each other, and a decision holds it for
 // a hash-table lookup and an increment (a scan of Size entries when a new
 // caller displaces another).
-type Policy struct {
+type Tally struct {
 	r      *Recorder
 	name   string
 	shadow bool
@@ -135,7 +137,7 @@ type Policy struct {
 // the same caller); name labels it when a sketch starts following it. The
 // time is the front end's (the one it read for the decision): reading the
 // clock again would cost more than the rest of Record.
-func (p *Policy) Record(now time.Time, id string, name Namer, denied bool) {
+func (p *Tally) Record(now time.Time, id string, name Namer, denied bool) {
 	epoch := now.UnixNano() / p.r.step
 	h := maphash.String(p.r.seed, id)
 	p.mu.Lock()
@@ -145,7 +147,7 @@ func (p *Policy) Record(now time.Time, id string, name Namer, denied bool) {
 
 // current is the sketch of interval epoch, emptied if it last held an
 // older one. p.mu is held.
-func (p *Policy) current(epoch int64) *sketch {
+func (p *Tally) current(epoch int64) *sketch {
 	if p.ring == nil {
 		p.ring = make([]*sketch, p.r.intervals)
 	}
@@ -162,7 +164,7 @@ func (p *Policy) current(epoch int64) *sketch {
 }
 
 // live reports whether s holds an interval of the window ending at epoch.
-func (p *Policy) live(s *sketch, epoch int64) bool {
+func (p *Tally) live(s *sketch, epoch int64) bool {
 	return s != nil && s.epoch <= epoch && s.epoch > epoch-int64(len(p.ring))
 }
 

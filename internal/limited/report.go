@@ -45,7 +45,7 @@ func (r *Recorder) Snapshot(top int) Report {
 	epoch := r.now().UnixNano() / r.step
 	rep := Report{WindowSeconds: int64((r.window + 999_999_999) / 1_000_000_000), Policies: []PolicyReport{}, Shadow: []PolicyReport{}}
 	r.mu.Lock()
-	ps := make([]*Policy, 0, len(r.policies))
+	ps := make([]*Tally, 0, len(r.policies))
 	for _, p := range r.policies {
 		ps = append(ps, p)
 	}
@@ -67,7 +67,7 @@ func (r *Recorder) Snapshot(top int) Report {
 }
 
 // snapshot merges p's live sketches; false when none decided anything.
-func (p *Policy) snapshot(epoch int64) (PolicyReport, bool) {
+func (p *Tally) snapshot(epoch int64) (PolicyReport, bool) {
 	pr := PolicyReport{Name: p.name, Top: []Caller{}}
 	byID := map[string]int{}
 	any := false

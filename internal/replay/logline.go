@@ -23,10 +23,11 @@ type entry struct {
 	at   int64  // start_time, microseconds since the Unix epoch
 	err  string // why the line was skipped; "" for a good line
 	// plan is the buckets the request draws from (extauthz.Engine.Plan);
-	// callers[i] names plan[i]'s caller in the clear ("client_ip 203.0.113.5").
-	plan    []extauthz.Bucket
+	// callers[i] names the caller of plan's bucket i in the clear
+	// ("client_ip 203.0.113.5").
+	plan    extauthz.Plan
 	callers []caller
-	// ids[i] is a 64-bit keyed hash of plan[i]'s bucket identity: the
+	// ids[i] is a 64-bit keyed hash of bucket i's identity: the
 	// caller tables' key (a collision among n callers has probability about
 	// n²/2⁶⁵, as for limiter/memory's own keys).
 	ids     []uint64
@@ -52,7 +53,7 @@ type parser struct {
 	sock    corev3.SocketAddress
 	headers map[string]string
 	view    extauthz.View
-	plan    []extauthz.Bucket
+	plan    extauthz.Plan
 	// names caches the callers this parser has named, by identity hash:
 	// a caller is named once, not on each of its lines.
 	names map[uint64]caller
@@ -79,9 +80,10 @@ func (ps *parser) parse(b []byte, e *entry, st *batchStore) {
 		return
 	}
 	ps.view.Reset(&ps.req)
-	ps.plan = ps.engine.Plan(&ps.view, ps.plan[:0])
-	start := len(st.plan)
-	for _, bk := range ps.plan {
+	ps.plan.Reset()
+	ps.engine.Plan(&ps.view, &ps.plan)
+	start := len(st.plan.Buckets)
+	for i, bk := range ps.plan.Buckets {
 		// The identity is a keyed hash of the key source and its value, so
 		// one identity has one name, whichever policy it is in.
 		id := maphash.String(ps.seed, bk.Request.ID)
@@ -90,17 +92,19 @@ func (ps *parser) parse(b []byte, e *entry, st *batchStore) {
 			if len(ps.names) >= maxNames {
 				clear(ps.names) // a cache: bounded, so MaxCallers bounds memory
 			}
-			src, val := ps.engine.Caller(bk.Policy, &ps.view)
+			src, val := ps.engine.Caller(ps.plan.Policies[i], &ps.view)
 			name = caller{source: src, value: strings.Clone(val)}
 			ps.names[id] = name
 		}
-		st.plan = append(st.plan, bk)
+		st.plan.Buckets = append(st.plan.Buckets, bk)
+		st.plan.Policies = append(st.plan.Policies, ps.plan.Policies[i])
 		st.callers = append(st.callers, name)
 		st.ids = append(st.ids, id)
 	}
-	end := len(st.plan)
-	e.plan, e.callers, e.ids = st.plan[start:end:end], st.callers[start:end:end], st.ids[start:end:end]
-	if len(e.plan) > 0 {
+	end := len(st.plan.Buckets)
+	e.plan = extauthz.Plan{Buckets: st.plan.Buckets[start:end:end], Policies: st.plan.Policies[start:end:end]}
+	e.callers, e.ids = st.callers[start:end:end], st.ids[start:end:end]
+	if len(e.plan.Buckets) > 0 {
 		if ua, ok := ps.view.Header("user-agent"); ok {
 			e.ua = maphash.String(ps.seed, ua) | 1
 		}
@@ -113,9 +117,9 @@ func (ps *parser) parse(b []byte, e *entry, st *batchStore) {
 	}
 }
 
-// batchStore holds a batch's plans, callers and ids in three allocations.
+// batchStore holds a batch's plans, callers and ids in four allocations.
 type batchStore struct {
-	plan    []extauthz.Bucket
+	plan    extauthz.Plan
 	callers []caller
 	ids     []uint64
 }

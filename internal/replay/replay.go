@@ -32,6 +32,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
 
@@ -246,7 +247,8 @@ const tooLongMark = "\x00too long"
 func parseBatch(ps *parser, b *batch) {
 	b.entries = make([]entry, len(b.ends))
 	n := len(b.ends) * len(ps.engine.Policies) // at most a bucket per policy a line
-	st := batchStore{plan: make([]extauthz.Bucket, 0, n), callers: make([]caller, 0, n), ids: make([]uint64, 0, n)}
+	st := batchStore{plan: extauthz.Plan{Buckets: make([]decide.Bucket, 0, n), Policies: make([]*extauthz.Policy, 0, n)},
+		callers: make([]caller, 0, n), ids: make([]uint64, 0, n)}
 	start := 0
 	for i, end := range b.ends {
 		e := &b.entries[i]
@@ -289,13 +291,13 @@ type virtualClock struct{ us int64 }
 func (c *virtualClock) Now() time.Time { return time.UnixMicro(c.us) }
 
 // sequencer is the in-order stage: the reorder window, the store, the
-// decisions (extauthz.Decider, as Check decides) and the counts.
+// decisions (decide.Decider, as Check decides) and the counts.
 type sequencer struct {
 	o       Options
 	window  int64 // µs
 	clock   virtualClock
 	store   *memory.Store
-	dec     extauthz.Decider
+	dec     decide.Decider
 	res     []limiter.Result
 	pending entryHeap
 	maxSeen int64
@@ -383,7 +385,7 @@ func (d *sequencer) admit(e *entry) {
 	if !d.seen || e.at > d.maxSeen {
 		d.maxSeen, d.seen = e.at, true
 	}
-	if len(e.plan) == 0 {
+	if len(e.plan.Buckets) == 0 {
 		d.count(e) // no bucket: its place in the order changes nothing
 		if d.o.OnDecision != nil {
 			d.o.OnDecision(e.line, true)
@@ -425,12 +427,13 @@ func (d *sequencer) decide(e *entry) {
 		d.store = memory.New(o)
 		d.dec.Store = d.store
 	}
-	if cap(d.res) < len(e.plan) {
-		d.res = make([]limiter.Result, len(e.plan))
+	n := len(e.plan.Buckets)
+	if cap(d.res) < n {
+		d.res = make([]limiter.Result, n)
 	}
-	res := d.res[:len(e.plan)]
+	res := d.res[:n]
 	clear(res)
-	dec := d.dec.Decide(context.Background(), e.plan, res)
+	dec := d.dec.Decide(context.Background(), e.plan.Buckets, res)
 	allowed, shadowAllowed, err := dec.Allowed, dec.ShadowAllowed, dec.Err
 	if err != nil {
 		// The in-memory store refuses only malformed requests, which Plan
@@ -447,10 +450,9 @@ func (d *sequencer) decide(e *entry) {
 		d.o.OnDecision(e.line, allowed)
 	}
 	g, last, counted := int32(-1), uint64(0), false
-	for i := range e.plan {
-		b := &e.plan[i]
+	for i, p := range e.plan.Policies {
 		ok := allowed
-		if b.Policy.Shadow {
+		if p.Shadow {
 			ok = shadowAllowed
 		}
 		// A line's buckets often share an identity (per key, per address):
@@ -458,7 +460,7 @@ func (d *sequencer) decide(e *entry) {
 		if g < 0 || e.ids[i] != last {
 			g, last = d.callers.of(e, i), e.ids[i]
 		}
-		s := d.statsOf(b.Policy)
+		s := d.statsOf(p)
 		s.record(e, i, g, ok, !ok && !res[i].Allowed)
 		if s.collateral && !counted && e.callers[i].source == "client_ip" {
 			d.callers.behind(g, e.ua, e.key) // once a line, whichever policies count it

@@ -33,7 +33,7 @@ func (t *callerTable) of(e *entry, i int) int32 {
 		g = int32(len(t.names))
 		t.index[e.ids[i]] = g
 		t.names = append(t.names, e.callers[i])
-		t.ids = append(t.ids, e.plan[i].Request.ID)
+		t.ids = append(t.ids, e.plan.Buckets[i].Request.ID)
 		t.sets = append(t.sets, 0)
 	}
 	return g
@@ -106,7 +106,7 @@ func (s *policyStats) record(e *entry, i int, g int32, allowed, short bool) {
 	}
 	// Exact, as the store's own arithmetic: units and microseconds.
 	c.backlog = s.p.Limit.Refill(c.backlog, e.at-c.last)
-	c.backlog = satAdd(c.backlog, satMul(e.plan[i].Request.Cost, s.unitsPerToken))
+	c.backlog = satAdd(c.backlog, satMul(e.plan.Buckets[i].Request.Cost, s.unitsPerToken))
 	c.last = e.at
 	c.peak = max(c.peak, c.backlog)
 }

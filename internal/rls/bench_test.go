@@ -26,7 +26,7 @@ func BenchmarkDeniedWithRecorder(b *testing.B) {
 			}
 			o := ServiceOptions{Hash: digest, Store: storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))}
 			if withRecorder {
-				o.Limited = limited.New(limited.DefaultOptions())
+				o.Recorder = limited.New(limited.DefaultOptions())
 			}
 			s := NewService(cfg, o)
 			req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("generic_key", "api", "api_key", "k")}}

@@ -3,6 +3,9 @@ package rls
 import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 )
 
 // metrics are the rate limit service's counters. Their labels name
@@ -36,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) metrics {
 }
 
 // count records one answered request and its decision.
-func (m metrics) count(p *Plan, resp *rlsv3.RateLimitResponse, d *Decision) {
+func (m metrics) count(p *Plan, resp *rlsv3.RateLimitResponse, res []limiter.Result, d *decide.Decision) {
 	outcome := "allowed"
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		outcome = "denied"
@@ -50,7 +53,7 @@ func (m metrics) count(p *Plan, resp *rlsv3.RateLimitResponse, d *Decision) {
 		if it.Limit == nil || (it.Kind != Bucketed && it.Kind != Never) {
 			continue
 		}
-		short := it.Kind == Never || !d.Results[it.Bucket].Allowed
+		short := it.Kind == Never || !res[it.Bucket].Allowed
 		result := "allowed"
 		switch {
 		case it.Shadow && short:

@@ -8,8 +8,8 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 )
 
 // Kind is what one descriptor of a request meets.
@@ -55,27 +55,11 @@ type Item struct {
 // enforced buckets) and one of their own (the shadow buckets).
 type Plan struct {
 	Items []Item
-	// Buckets are handed to Floodgate's one decide step
-	// (extauthz.Decider), as a Check's are: their Policy says only whether
-	// they are shadow buckets.
-	Buckets []extauthz.Bucket
+	// Buckets are handed to Floodgate's one decide step (decide.Decider),
+	// as a Check's are.
+	Buckets []decide.Bucket
 	// Entries are the request's descriptors' entries, in order.
 	Entries [][]Entry
-}
-
-// enforced and shadow stand for every enforced and every shadow limit in
-// a plan's buckets: the decide step reads a bucket's policy only for its
-// mode.
-var (
-	enforced = &extauthz.Policy{Name: "rls"}
-	shadow   = &extauthz.Policy{Name: "rls", Shadow: true}
-)
-
-func policyFor(isShadow bool) *extauthz.Policy {
-	if isShadow {
-		return shadow
-	}
-	return enforced
 }
 
 // Hasher turns a request's descriptor into a bucket identity: the same
@@ -161,7 +145,7 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
 			name += "/override/" + strconv.FormatUint(uint64(it.RequestsPerUnit), 10) + "/" + it.Unit.Name
 		}
 		it.Kind = Bucketed
-		it.Bucket = p.add(extauthz.Bucket{Policy: policyFor(it.Shadow), Request: limiter.Request{Name: name, ID: id, Limit: lim, Cost: cost}})
+		it.Bucket = p.add(decide.Bucket{Shadow: it.Shadow, Request: limiter.Request{Name: name, ID: id, Limit: lim, Cost: cost}})
 	}
 	p.lookOnlyWhenNeverPasses()
 	return p
@@ -175,7 +159,7 @@ func (p *Plan) lookOnlyWhenNeverPasses() {
 	for i := range p.Items {
 		if p.Items[i].Kind == Never && !p.Items[i].Shadow {
 			for j := range p.Buckets {
-				if !p.Buckets[j].Policy.Shadow {
+				if !p.Buckets[j].Shadow {
 					p.Buckets[j].Request.Cost = 0
 				}
 			}
@@ -187,12 +171,12 @@ func (p *Plan) lookOnlyWhenNeverPasses() {
 // add appends b, or adds its cost to the bucket already planned under the
 // same name and identity (the same descriptor twice in one request counts
 // twice, as it does in envoyproxy/ratelimit), and returns its index.
-func (p *Plan) add(b extauthz.Bucket) int {
+func (p *Plan) add(b decide.Bucket) int {
 	for j := range p.Buckets {
 		r := &p.Buckets[j].Request
 		if r.Name == b.Request.Name && r.ID == b.Request.ID {
 			r.Cost += b.Request.Cost
-			p.Buckets[j].Policy = policyFor(p.Buckets[j].Policy.Shadow && b.Policy.Shadow)
+			p.Buckets[j].Shadow = p.Buckets[j].Shadow && b.Shadow
 			return j
 		}
 	}

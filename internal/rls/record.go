@@ -6,22 +6,22 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/internal/limited"
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 )
 
-// Recording who is limited (internal/limited, served as /debug/limited):
+// Recording who is limited (decide.Recorder, served as /debug/limited):
 // after a request is answered, record hands each descriptor's outcome to
-// the handle of the limit it met, resolved once per configuration
+// the tally of the limit it met, resolved once per configuration
 // (tallies), as Check does for its policies. It is a single call beside
 // the metrics, so the decision path does not depend on it.
 
-// tallies are a configuration's handles in the recorder: one per
+// tallies are a configuration's tallies in the recorder: one per
 // configured limit, and one per domain for the limits requests bring
 // themselves (a descriptor's `limit` override). nil: no recorder.
 type tallies struct {
-	limits    map[*Limit]*limited.Policy
-	overrides map[string]*limited.Policy // by domain
+	limits    map[*Limit]decide.Tally
+	overrides map[string]decide.Tally // by domain
 }
 
 // ReportName is the name a limit's decisions are reported under in
@@ -34,18 +34,18 @@ func ReportName(lim *Limit) string { return "rls:" + lim.Domain + "/" + metricNa
 // domain are reported under.
 func overrideName(domain string) string { return "rls:" + domain + "/override" }
 
-func newTallies(r *limited.Recorder, c *Config) *tallies {
+func newTallies(r decide.Recorder, c *Config) *tallies {
 	if r == nil {
 		return nil
 	}
-	t := &tallies{limits: make(map[*Limit]*limited.Policy, len(c.limits)), overrides: make(map[string]*limited.Policy, len(c.domains))}
+	t := &tallies{limits: make(map[*Limit]decide.Tally, len(c.limits)), overrides: make(map[string]decide.Tally, len(c.domains))}
 	for _, lim := range c.limits {
 		if !lim.Unlimited {
-			t.limits[lim] = r.Policy(ReportName(lim), lim.ShadowMode)
+			t.limits[lim] = r.Tally(ReportName(lim), lim.ShadowMode)
 		}
 	}
 	for d := range c.domains {
-		t.overrides[d] = r.Policy(overrideName(d), false)
+		t.overrides[d] = r.Tally(overrideName(d), false)
 	}
 	return t
 }
@@ -57,9 +57,9 @@ func newTallies(r *limited.Recorder, c *Config) *tallies {
 // allowed, when the answer is OK (for a shadow limit: when every shadow
 // bucket could pay). The other limits of a denied answer are not counted,
 // as Check counts the policies of a denied request; nor are shadow limits
-// whose store failed. d holds the buckets' results, x the decide step's
+// whose store failed. res holds the buckets' results, x the decide step's
 // outcome.
-func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, d *Decision, x *extauthz.Decision) {
+func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, res []limiter.Result, x *decide.Decision) {
 	if t == nil {
 		return
 	}
@@ -71,7 +71,7 @@ func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, 
 			continue
 		}
 		var denied bool
-		switch short := it.Kind == Never || !d.Results[it.Bucket].Allowed; {
+		switch short := it.Kind == Never || !res[it.Bucket].Allowed; {
 		case it.Shadow && it.Kind == Bucketed && x.ShadowErr != nil:
 			continue
 		case it.Shadow && short:
@@ -100,7 +100,7 @@ func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, 
 }
 
 // callerName labels a descriptor for the report, only when the recorder
-// starts following it (limited.Namer), in a form safe to show an
+// starts following it (decide.Namer), in a form safe to show an
 // operator.
 type callerName struct {
 	entries []Entry

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -60,7 +61,7 @@ func digest(tag, val string) string {
 func TestTheRecorderHearsEveryLimitByDomainAndDescriptor(t *testing.T) {
 	rec := limited.New(limited.DefaultOptions())
 	store := storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))
-	c := serve(t, NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: store, Limited: rec}))
+	c := serve(t, NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: store, Recorder: rec}))
 
 	for range 3 { // 2 allowed, 1 denied
 		ask(t, c, desc("remote_address", "192.0.2.7"))
@@ -150,7 +151,7 @@ func reportText(r limited.Report) string {
 func TestAReloadKeepsTheWindowOfTheLimitsItKeeps(t *testing.T) {
 	rec := limited.New(limited.DefaultOptions())
 	store := storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))
-	s := NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: store, Limited: rec})
+	s := NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: store, Recorder: rec})
 	c := serve(t, s)
 	for range 3 {
 		ask(t, c, desc("remote_address", "192.0.2.7"))
@@ -163,7 +164,7 @@ func TestAReloadKeepsTheWindowOfTheLimitsItKeeps(t *testing.T) {
 	}
 
 	down := limited.New(limited.DefaultOptions())
-	c = serve(t, NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: failingStore{}, OnFailure: FailDeny, Limited: down}))
+	c = serve(t, NewService(mustConfig(t, recordConfig), ServiceOptions{Hash: digest, Store: failingStore{}, OnFailure: decide.Deny, Recorder: down}))
 	if r := ask(t, c, desc("remote_address", "192.0.2.7")); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("store down, on_failure deny: %v", r)
 	}

@@ -11,17 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 )
-
-// Decision is what the store made of a plan: each bucket's result (in the
-// plan's bucket order) and whether the enforced buckets could all pay.
-type Decision struct {
-	Results []limiter.Result
-	Allowed bool
-	// Degraded marks a decision made without the shared store (the
-	// per-replica fallback while Redis is unreachable).
-	Degraded bool
-}
 
 // ResponseOptions shape the answer beyond what Envoy requires.
 type ResponseOptions struct {
@@ -37,8 +28,10 @@ type ResponseOptions struct {
 // status per descriptor in the request's order, each with its current
 // limit, the whole tokens left and how long until the bucket is full
 // (allowed) or until its cost fits (over the limit). A denial also carries
-// a JSON raw_body with its content-type, as a denied Check does.
-func (p *Plan) Respond(d Decision, o ResponseOptions) *rlsv3.RateLimitResponse {
+// a JSON raw_body with its content-type, as a denied Check does. res holds
+// each bucket's result, in the plan's bucket order; d is the decide step's
+// outcome.
+func (p *Plan) Respond(res []limiter.Result, d *decide.Decision, o ResponseOptions) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Items)),
@@ -64,7 +57,7 @@ func (p *Plan) Respond(d Decision, o ResponseOptions) *rlsv3.RateLimitResponse {
 		if it.Kind == Never {
 			over, wait = true, time.Duration(it.Unit.Seconds)*time.Second
 		} else {
-			r := &d.Results[it.Bucket]
+			r := &res[it.Bucket]
 			st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 			wait = r.ResetAfter
 			if !r.Allowed {

@@ -11,22 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter"
-)
-
-// OnFailure is what ShouldRateLimit answers when the store cannot decide.
-type OnFailure int
-
-const (
-	// FailAllow answers OK: the request passes.
-	FailAllow OnFailure = iota
-	// FailDeny answers OVER_LIMIT.
-	FailDeny
-	// FailError answers the RPC with UNAVAILABLE, so that Envoy's own
-	// failure_mode_deny setting of its rate limit filter decides.
-	FailError
+	"github.com/floodgate/floodgate/limiter/decide"
 )
 
 // ServiceOptions configure a Service.
@@ -34,29 +20,33 @@ type ServiceOptions struct {
 	Hash Hasher
 	// Store decides the enforced limits; ShadowStore the shadow ones
 	// (default: Store), through the decide step every front end shares
-	// (extauthz.Decider).
+	// (decide.Decider).
 	Store, ShadowStore limiter.Store
-	OnFailure          OnFailure
-	Response           ResponseOptions
-	Logger             *zap.Logger
+	// OnFailure is what a request answers when the store cannot decide:
+	// decide.Allow (OK), decide.Deny (OVER_LIMIT) or decide.Error (the
+	// RPC fails with UNAVAILABLE, so that the failure_mode_deny of Envoy's
+	// rate limit filter decides).
+	OnFailure decide.OnFailure
+	Response  ResponseOptions
+	Logger    *zap.Logger
 	// Registerer receives the service's metrics (nil: none).
 	Registerer prometheus.Registerer
-	// Limited, when set, hears every configured limit's decisions, for
-	// the report of who is being limited (/debug/limited): one policy per
+	// Recorder, when set, hears every configured limit's decisions, for
+	// the report of who is being limited (/debug/limited): one tally per
 	// limit, named by ReportName.
-	Limited *limited.Recorder
+	Recorder decide.Recorder
 }
 
 // Service answers Envoy's rate limit service API
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) from a
 // configuration in envoyproxy/ratelimit's format. A decision is never an RPC
-// error, unless OnFailure is FailError and the store could not decide.
+// error, unless OnFailure is decide.Error and the store could not decide.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	state    atomic.Pointer[serving]
 	opts     ServiceOptions
 	metrics  metrics
-	deciders sync.Pool // *extauthz.Decider: each keeps buffers for one goroutine
+	deciders sync.Pool // *decide.Decider: each keeps buffers for one goroutine
 }
 
 // NewService returns a service deciding with cfg.
@@ -68,7 +58,7 @@ func NewService(cfg *Config, o ServiceOptions) *Service {
 		o.ShadowStore = o.Store
 	}
 	s := &Service{opts: o, metrics: newMetrics(o.Registerer)}
-	s.deciders.New = func() any { return &extauthz.Decider{Store: o.Store, Shadow: o.ShadowStore, Concurrent: true} }
+	s.deciders.New = func() any { return &decide.Decider{Store: o.Store, Shadow: o.ShadowStore, Concurrent: true} }
 	s.SetConfig(cfg)
 	return s
 }
@@ -83,7 +73,7 @@ type serving struct {
 // SetConfig swaps in a new configuration: requests in flight finish on the
 // old one.
 func (s *Service) SetConfig(cfg *Config) {
-	s.state.Store(&serving{cfg: cfg, tallies: newTallies(s.opts.Limited, cfg)})
+	s.state.Store(&serving{cfg: cfg, tallies: newTallies(s.opts.Recorder, cfg)})
 }
 
 // Config returns the configuration in use.
@@ -93,26 +83,22 @@ func (s *Service) Config() *Config { return s.state.Load().cfg }
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
 	st := s.state.Load()
 	plan := st.cfg.Plan(req, s.opts.Hash)
-	var decision extauthz.Decision
-	d := Decision{Allowed: true}
+	d := decide.Decision{Allowed: true, ShadowAllowed: true}
+	var res []limiter.Result
 	if len(plan.Buckets) > 0 {
-		d.Results = make([]limiter.Result, len(plan.Buckets))
-		dec := s.deciders.Get().(*extauthz.Decider)
-		decision = dec.Decide(ctx, plan.Buckets, d.Results)
+		res = make([]limiter.Result, len(plan.Buckets))
+		dec := s.deciders.Get().(*decide.Decider)
+		d = dec.Decide(ctx, plan.Buckets, res)
 		s.deciders.Put(dec)
-		if decision.Err != nil {
-			s.opts.Logger.Warn("store could not decide; failure mode answers", zap.Error(decision.Err), zap.String("domain", req.GetDomain()))
+		if d.Err != nil {
+			s.opts.Logger.Warn("store could not decide; failure mode answers", zap.Error(d.Err), zap.String("domain", req.GetDomain()))
 			s.metrics.storeErrors.Inc()
 			return s.failed(&plan)
 		}
-		d.Allowed = decision.Allowed
-		for i := range d.Results {
-			d.Degraded = d.Degraded || d.Results[i].Degraded
-		}
 	}
-	resp = plan.Respond(d, s.opts.Response)
-	s.metrics.count(&plan, resp, &d)
-	st.tallies.record(req.GetDomain(), &plan, resp, &d, &decision)
+	resp = plan.Respond(res, &d, s.opts.Response)
+	s.metrics.count(&plan, resp, res, &d)
+	st.tallies.record(req.GetDomain(), &plan, resp, res, &d)
 	return resp, nil
 }
 
@@ -126,10 +112,10 @@ func (s *Service) Unread() (*rlsv3.RateLimitResponse, error) {
 // failed answers by the failure mode when the store could not decide.
 func (s *Service) failed(plan *Plan) (*rlsv3.RateLimitResponse, error) {
 	switch s.opts.OnFailure {
-	case FailError:
+	case decide.Error:
 		s.metrics.requests.WithLabelValues("error").Inc()
 		return nil, status.Error(codes.Unavailable, "floodgate: the rate limit store could not decide")
-	case FailDeny:
+	case decide.Deny:
 		s.metrics.requests.WithLabelValues("degraded_denied").Inc()
 		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: allStatuses(plan, rlsv3.RateLimitResponse_OVER_LIMIT)}, nil
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -205,13 +206,13 @@ func (failingStore) Take(context.Context, []limiter.Request, []limiter.Result) (
 
 func TestTheFailureModeAnswersWhenTheStoreCannotDecide(t *testing.T) {
 	for _, c := range []struct {
-		mode OnFailure
+		mode decide.OnFailure
 		code rlsv3.RateLimitResponse_Code
 		rpc  codes.Code
 	}{
-		{FailAllow, rlsv3.RateLimitResponse_OK, codes.OK},
-		{FailDeny, rlsv3.RateLimitResponse_OVER_LIMIT, codes.OK},
-		{FailError, 0, codes.Unavailable},
+		{decide.Allow, rlsv3.RateLimitResponse_OK, codes.OK},
+		{decide.Deny, rlsv3.RateLimitResponse_OVER_LIMIT, codes.OK},
+		{decide.Error, 0, codes.Unavailable},
 	} {
 		client := serve(t, NewService(mustConfig(t, testConfig), ServiceOptions{Hash: plainHash, Store: failingStore{}, OnFailure: c.mode}))
 		resp, err := client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{desc("api_key", "k")}})

@@ -1,4 +1,12 @@
-package extauthz
+// Package decide is the decide step every front end shares: the ext_authz
+// server's Check, its HTTP door, the rate limit service and floodgate
+// replay each turn a request into a plan of buckets (which bucket, which
+// limit, what it costs, whether it is shadow) and hand it to a Decider,
+// which takes the enforced buckets from the store all or nothing and the
+// shadow buckets on their own, never denying. What a front end answers when
+// the store cannot decide is its OnFailure; who it limited, it tells a
+// Recorder.
+package decide
 
 import (
 	"context"
@@ -9,47 +17,11 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// The decide path, one for every front end: Plan turns a request into the
-// buckets it draws from (match, identity, cost), Decider.Decide takes from
-// them (all or nothing across the enforced policies, the shadow policies on
-// their own, never denying). Server.Check serves with them, floodgate replay
-// (internal/replay) decides logged requests with them, and any other front
-// end that knows its buckets — several descriptors with their own costs and
-// modes, say — hands Decide a plan of its own.
-
-// Bucket is one matched policy's share of a request: the policy and the
-// bucket request the store is handed for it.
+// Bucket is one bucket of a plan: the request the store is handed for it,
+// and whether it is a shadow bucket (decided and counted, never denying).
 type Bucket struct {
-	Policy  *Policy
 	Request limiter.Request
-}
-
-// Plan appends to out the buckets the request in v draws from, in policy
-// order: every policy whose match fits and that found a key for it (or fell
-// back to its shared bucket).
-func (e *Engine) Plan(v *View, out []Bucket) []Bucket {
-	if !v.HTTP && !e.anyTCP {
-		return out
-	}
-	for _, p := range e.Policies {
-		if r, ok := e.request(p, v); ok {
-			out = append(out, Bucket{Policy: p, Request: r})
-		}
-	}
-	return out
-}
-
-// request is p's bucket request for v: false when p does not match v or
-// finds no key for it.
-func (e *Engine) request(p *Policy, v *View) (limiter.Request, bool) {
-	if !p.match.matches(v) {
-		return limiter.Request{}, false
-	}
-	id, ok := e.identity(p, v)
-	if !ok {
-		return limiter.Request{}, false
-	}
-	return limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v)}, true
+	Shadow  bool
 }
 
 // Decision is what Decide made of a plan.
@@ -67,6 +39,10 @@ type Decision struct {
 	// ShadowErr is the shadow store's error, or a *ShadowPanic: the shadow
 	// buckets' results are zero. It never changes Allowed.
 	ShadowErr error
+	// Degraded: an enforced bucket was decided without the shared store
+	// (the per-replica fallback while Redis is unreachable): the answer is
+	// right in shape, not exact across replicas.
+	Degraded bool
 }
 
 // ShadowPanic is the ShadowErr of a shadow decision that panicked on a
@@ -81,12 +57,12 @@ func (p *ShadowPanic) Error() string { return fmt.Sprintf("shadow decision panic
 
 // Decider takes a plan from the stores: the enforced buckets in one
 // all-or-nothing Take, the shadow buckets in another of their own. Its
-// working memory is reused, and holds up to maxInline buckets of each kind
+// working memory is reused, and holds up to MaxInline buckets of each kind
 // without allocating, so a Decider is for one decision at a time: keep one
 // per goroutine, or pool them.
 type Decider struct {
 	Store limiter.Store
-	// Shadow decides shadow policies (default: Store).
+	// Shadow decides the shadow buckets (default: Store).
 	Shadow limiter.Store
 	// Concurrent decides the shadow buckets on a goroutine of their own
 	// while the enforced ones are decided, so that a decision waits for at
@@ -116,16 +92,17 @@ type take struct {
 	err     error
 }
 
-// takeArrays back a take's slices for up to maxInline buckets.
+// takeArrays back a take's slices for up to MaxInline buckets.
 type takeArrays struct {
-	reqs [maxInline]limiter.Request
-	res  [maxInline]limiter.Result
-	at   [maxInline]int
+	reqs [MaxInline]limiter.Request
+	res  [MaxInline]limiter.Result
+	at   [MaxInline]int
 }
 
-// maxInline is how many buckets of each kind a decision handles in memory
-// it already has.
-const maxInline = 8
+// MaxInline is how many buckets of each kind (enforced, shadow) a Decider
+// decides in memory it already has; a front end sizes its own inline
+// arrays by it.
+const MaxInline = 8
 
 // Decide decides plan and writes each bucket's result to res (len(plan)),
 // in plan order. The enforced and the shadow buckets are decided whatever
@@ -144,6 +121,7 @@ func (d *Decider) Decide(ctx context.Context, plan []Bucket, res []limiter.Resul
 		for j, i := range t.at {
 			if t.err == nil {
 				res[i] = t.res[j]
+				dec.Degraded = dec.Degraded || (t == &d.enforced && res[i].Degraded)
 			} else {
 				res[i] = limiter.Result{}
 			}
@@ -161,7 +139,7 @@ func (d *Decider) split(plan []Bucket) {
 	}
 	for i := range plan {
 		t := &d.enforced
-		if plan[i].Policy.Shadow {
+		if plan[i].Shadow {
 			t = &d.shadow
 		}
 		t.reqs, t.at = append(t.reqs, plan[i].Request), append(t.at, i)

@@ -5,44 +5,6 @@ import (
 	"strings"
 )
 
-// What floodgate replay (internal/replay) needs beyond the decide path
-// (decide.go) to report on a log: the callers in the clear, and what the
-// policies read, so that it can tell an operator which log fields to add.
-
-// Caller names the caller of v under p in the clear, for an operator's
-// report on their own traffic: the key source that decided the bucket (the
-// one identity chose) and its value. A client_ip value is the bucket's
-// network: the address, or its prefix when ipv4_prefix/ipv6_prefix group
-// several. source is "" for the shared bucket of requests without a key. A
-// fingerprint, a digest of headers with no clear form, reads as its bucket
-// identity (a hash). The values are keyValue's, as identity reads them.
-func (e *Engine) Caller(p *Policy, v *View) (source, value string) {
-	for i := range p.keys {
-		k := &p.keys[i]
-		switch val, ip := e.keyValue(p, k, v); {
-		case ip.IsValid() && ip.IsSingleIP():
-			return k.tag, ip.Addr().String()
-		case ip.IsValid():
-			return k.tag, ip.String()
-		case val != "" && k.kind == srcFingerprint: // a digest of headers: no clear form
-			return k.tag, e.hasher.id(k.tag, val)
-		case val != "":
-			return k.tag, val
-		}
-	}
-	return "", ""
-}
-
-// KeyedByClientIP reports whether p's key list names client_ip.
-func (p *Policy) KeyedByClientIP() bool {
-	for _, k := range p.keys {
-		if k.kind == srcClientIP {
-			return true
-		}
-	}
-	return false
-}
-
 // Inputs is what an engine's policies read from a request beyond its
 // method, path, host and source address.
 type Inputs struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -29,7 +30,7 @@ func TestPlanAndDecideAreWhatCheckDecides(t *testing.T) {
 	}
 	clock := limiter.NewManualClock(time.Unix(1_796_040_000, 0))
 	srv := NewServer(eng, storetest.Memory(clock), ServerOptions{})
-	dec := Decider{Store: storetest.Memory(clock)}
+	dec := decide.Decider{Store: storetest.Memory(clock)}
 	rng := rand.New(rand.NewPCG(16, 16))
 	denied := 0
 	for i := range 3000 {
@@ -47,9 +48,10 @@ func TestPlanAndDecideAreWhatCheckDecides(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan := eng.Plan(NewView(req), nil)
-		res := make([]limiter.Result, len(plan))
-		d := dec.Decide(context.Background(), plan, res)
+		var plan Plan
+		eng.Plan(NewView(req), &plan)
+		res := make([]limiter.Result, len(plan.Buckets))
+		d := dec.Decide(context.Background(), plan.Buckets, res)
 		if d.Err != nil {
 			t.Fatal(d.Err)
 		}

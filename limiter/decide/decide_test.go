@@ -1,4 +1,4 @@
-package extauthz
+package decide
 
 import (
 	"context"
@@ -6,12 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/redisstore"
-	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -40,24 +35,22 @@ func (panickyStore) Take(context.Context, []limiter.Request, []limiter.Result) (
 	panic("a bug in the shadow store")
 }
 
-func decidePlan(t *testing.T) (*Engine, []Bucket) {
-	t.Helper()
-	eng := mustCompile(t,
-		PolicySpec{Name: "shadow-ip", Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/60", Mode: "shadow"},
-		PolicySpec{Name: "per-key", Key: []string{"header:x-api-key"}, Capacity: 2, RefillPerSecond: "1/60"},
-		PolicySpec{Name: "per-ip", Key: []string{"client_ip"}, Capacity: 5, RefillPerSecond: "1/60"})
-	plan := eng.Plan(NewView(checkRequest("198.51.100.7", map[string]string{"x-api-key": "k1"})), nil)
-	if len(plan) != 3 || !plan[0].Policy.Shadow || plan[1].Policy.Shadow || plan[2].Policy.Shadow {
-		t.Fatalf("plan: %+v", plan)
+// decidePlan is a request's plan as a front end makes it: a shadow bucket
+// of capacity 1 first, then two enforced ones, per key (capacity 2) and
+// per address (capacity 5), all refilling one token a minute.
+func decidePlan() []Bucket {
+	return []Bucket{
+		{Request: limiter.Request{Name: "shadow-ip", ID: "198.51.100.7", Limit: limiter.MustLimit(1, "1/60"), Cost: 1}, Shadow: true},
+		{Request: limiter.Request{Name: "per-key", ID: "k1", Limit: limiter.MustLimit(2, "1/60"), Cost: 1}},
+		{Request: limiter.Request{Name: "per-ip", ID: "198.51.100.7", Limit: limiter.MustLimit(5, "1/60"), Cost: 1}},
 	}
-	return eng, plan
 }
 
 // TestDecideIsAllOrNothingWithTheShadowOnItsOwn: results come back in plan
 // order; the enforced buckets pay together or not at all; the shadow
 // bucket's denial never denies.
 func TestDecideIsAllOrNothingWithTheShadowOnItsOwn(t *testing.T) {
-	_, plan := decidePlan(t)
+	plan := decidePlan()
 	for _, concurrent := range []bool{false, true} {
 		d := Decider{Store: storetest.Memory(limiter.NewManualClock(time.Unix(1_800_000_000, 0))), Concurrent: concurrent}
 		res := make([]limiter.Result, len(plan))
@@ -89,7 +82,7 @@ func TestDecideIsAllOrNothingWithTheShadowOnItsOwn(t *testing.T) {
 // Concurrent, the two Takes run at the same time (each waits for the other
 // to begin), so a decision waits for one store round trip, not two.
 func TestAConcurrentDeciderTakesTheShadowBucketsBesideTheEnforcedOnes(t *testing.T) {
-	_, plan := decidePlan(t)
+	plan := decidePlan()
 	a, b := make(chan struct{}), make(chan struct{})
 	d := Decider{
 		Store:      meetingStore{Store: storetest.Memory(nil), here: a, there: b},
@@ -108,7 +101,7 @@ func TestAConcurrentDeciderTakesTheShadowBucketsBesideTheEnforcedOnes(t *testing
 // its own goroutine would take the process down; it becomes ShadowErr, and
 // the enforced decision stands.
 func TestAPanickingShadowTakeIsAnErrorNotACrash(t *testing.T) {
-	_, plan := decidePlan(t)
+	plan := decidePlan()
 	d := Decider{Store: storetest.Memory(nil), Shadow: panickyStore{}, Concurrent: true}
 	res := make([]limiter.Result, len(plan))
 	got := d.Decide(context.Background(), plan, res)
@@ -121,38 +114,3 @@ func TestAPanickingShadowTakeIsAnErrorNotACrash(t *testing.T) {
 	}
 }
 
-// TestAShadowStoreThatCannotDecideNeverDenies: a Check whose shadow store
-// is a dead Redis answers by its enforced policies, counts a store error,
-// and counts no shadow decision.
-func TestAShadowStoreThatCannotDecideNeverDenies(t *testing.T) {
-	c := unreachableRedis(t)
-	eng, _ := decidePlan(t)
-	s := NewServer(eng, storetest.Memory(nil), ServerOptions{ShadowStore: redisstore.New(c, "")})
-	req := checkRequest("198.51.100.7", map[string]string{"x-api-key": "k1"})
-	for i, want := range []bool{true, true, false} {
-		resp, err := s.Check(context.Background(), req)
-		if err != nil || allowed(resp) != want || headerOf(resp, HeaderDegraded) != "" {
-			t.Fatalf("check %d: %v, %v; want allowed %v, not degraded", i+1, resp, err, want)
-		}
-	}
-	m := s.Metrics()
-	if n := testutil.ToFloat64(m.StoreErrors); n != 3 {
-		t.Errorf("store errors = %v, want 3", n)
-	}
-	if n := testutil.ToFloat64(m.Decisions.WithLabelValues("shadow-ip", "shadow_allowed")) + testutil.ToFloat64(m.Decisions.WithLabelValues("shadow-ip", "shadow_denied")); n != 0 {
-		t.Errorf("%v shadow decisions counted without a shadow store", n)
-	}
-	if n := testutil.ToFloat64(m.Decisions.WithLabelValues("per-key", "denied")); n != 1 {
-		t.Errorf("per-key denied = %v, want 1", n)
-	}
-}
-
-// unreachableRedis is a client of a Redis address that refuses every
-// connection (redistest.RefusedAddr: no other test's server can take it),
-// closed when t ends.
-func unreachableRedis(t *testing.T) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: redistest.RefusedAddr(t), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { c.Close() })
-	return c
-}

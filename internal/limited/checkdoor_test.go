@@ -1,4 +1,4 @@
-package extauthz
+package limited_test
 
 import (
 	"context"
@@ -6,37 +6,60 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
+// checkServer is an ext_authz server on eng's policies, in memory, telling
+// rec who it limits, served over a real gRPC connection.
+func checkServer(t *testing.T, policies []extauthz.PolicySpec, opts extauthz.Options, so extauthz.ServerOptions) (*extauthz.Server, authv3.AuthorizationClient) {
+	t.Helper()
+	eng, err := extauthz.Compile(policies, opts)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	s := extauthz.NewServer(eng, storetest.Memory(nil), so)
+	return s, authv3.NewAuthorizationClient(extauthztest.Serve(t, s))
+}
+
 // TestTheRecorderHearsEachPolicysDecisionWithASafeLabel drives decisions
-// over gRPC into a server with a recorder and reads who it says was
-// limited: API keys only as the hashed identity the denial's log line
+// over gRPC into an ext_authz server with a recorder and reads who it says
+// was limited: API keys only as the hashed identity the denial's log line
 // carries, client addresses as their bucket (the /64 of an IPv6 client),
 // the shared bucket as "-", a context value in the clear, shadow policies
 // apart, and a denied request not counted against the policy that had room.
 func TestTheRecorderHearsEachPolicysDecisionWithASafeLabel(t *testing.T) {
 	rec := limited.New(limited.DefaultOptions()) // decisions are recorded at the time Check read; the test takes far less than the window
 	core, logs := observer.New(zapcore.DebugLevel)
-	r := newRig(t, []PolicySpec{
-		{Name: "keys", Match: MatchSpec{PathPrefix: "/v1/"}, Key: []string{"header:x-api-key", "client_ip"}, Capacity: 2, RefillPerSecond: "1/3600"},
-		{Name: "tenants", Match: MatchSpec{PathPrefix: "/t/"}, Key: []string{"context:tenant", "header:x-tenant"}, Capacity: 1, RefillPerSecond: "1/3600"},
-		{Name: "trial", Match: MatchSpec{PathPrefix: "/v1/"}, Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/3600", Mode: "shadow"},
-		{Name: "both-key", Match: MatchSpec{PathPrefix: "/both/"}, Key: []string{"header:x-api-key"}, Capacity: 5, RefillPerSecond: "1/3600"},
-		{Name: "both-ip", Match: MatchSpec{PathPrefix: "/both/"}, Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/3600"},
-	}, Options{HashSecret: []byte("test-secret")}, nil, ServerOptions{Limited: rec, Logger: zap.New(core)})
+	server, client := checkServer(t, []extauthz.PolicySpec{
+		{Name: "keys", Match: extauthz.MatchSpec{PathPrefix: "/v1/"}, Key: []string{"header:x-api-key", "client_ip"}, Capacity: 2, RefillPerSecond: "1/3600"},
+		{Name: "tenants", Match: extauthz.MatchSpec{PathPrefix: "/t/"}, Key: []string{"context:tenant", "header:x-tenant"}, Capacity: 1, RefillPerSecond: "1/3600"},
+		{Name: "trial", Match: extauthz.MatchSpec{PathPrefix: "/v1/"}, Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/3600", Mode: "shadow"},
+		{Name: "both-key", Match: extauthz.MatchSpec{PathPrefix: "/both/"}, Key: []string{"header:x-api-key"}, Capacity: 5, RefillPerSecond: "1/3600"},
+		{Name: "both-ip", Match: extauthz.MatchSpec{PathPrefix: "/both/"}, Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/3600"},
+	}, extauthz.Options{HashSecret: []byte("test-secret")}, extauthz.ServerOptions{Recorder: rec, Logger: zap.New(core)})
 
 	send := func(n int, path, source string, h map[string]string, ctx map[string]string) {
 		for range n {
-			req := checkRequest(source, withHeaders(h, map[string]string{":path": path}))
+			req := extauthztest.CheckRequest(source, withHeaders(h, map[string]string{":path": path}))
+			req.Attributes.Request.Http.Path = path
 			req.Attributes.ContextExtensions = ctx
-			r.check(t, req)
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := client.Check(cctx, req)
+			cancel()
+			if err != nil {
+				t.Fatalf("Check: %v", err)
+			}
 		}
 	}
 	send(5, "/v1/a", "192.0.2.7", map[string]string{"x-api-key": "k_live_secret"}, nil)
@@ -53,7 +76,7 @@ func TestTheRecorderHearsEachPolicysDecisionWithASafeLabel(t *testing.T) {
 			keyID = e.ContextMap()["identity"].(string)
 		}
 	}
-	if keyID == "" || keyID != r.server.Engine().hasher.id("header:x-api-key", "k_live_secret") {
+	if keyID == "" || keyID != server.Engine().HashIdentity("header:x-api-key", "k_live_secret") {
 		t.Fatalf("no denial of the API key logged with its identity (got %q)", keyID)
 	}
 	got := rec.Snapshot(0)
@@ -94,7 +117,7 @@ func withHeaders(a, b map[string]string) map[string]string {
 }
 
 // BenchmarkDeniedWithRecorder is the cost the recorder adds to a denied
-// decision, in-process on the in-memory store, from every CPU at once
+// Check, in-process on the in-memory store, from every CPU at once
 // (run with -cpu=2 to contend): without it, with it for callers cycling
 // through 1024 API keys (more than a sketch follows, so new callers keep
 // displacing others), and with it for one key (an over-limit flood, every
@@ -105,22 +128,24 @@ func BenchmarkDeniedWithRecorder(b *testing.B) {
 		recorder bool
 		keys     int
 	}{
-		{"no-recorder/1024-keys", false, benchKeys},
-		{"recorder/1024-keys", true, benchKeys},
+		{"no-recorder/1024-keys", false, 1024},
+		{"recorder/1024-keys", true, 1024},
 		{"no-recorder/one-key", false, 1},
 		{"recorder/one-key", true, 1},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			eng, err := Compile([]PolicySpec{benchTight}, Options{HashSecret: []byte("benchmark-secret-0123456789")})
+			tight := extauthz.PolicySpec{Name: "tight", Match: extauthz.MatchSpec{PathPrefix: "/v1/"}, Key: []string{"header:x-api-key"},
+				Capacity: 1, RefillPerSecond: "1/3600"}
+			eng, err := extauthz.Compile([]extauthz.PolicySpec{tight}, extauthz.Options{HashSecret: []byte("benchmark-secret-0123456789")})
 			if err != nil {
 				b.Fatal(err)
 			}
-			so := ServerOptions{Registerer: prometheus.NewRegistry()}
+			so := extauthz.ServerOptions{Registerer: prometheus.NewRegistry()}
 			if tc.recorder {
-				so.Limited = limited.New(limited.DefaultOptions())
+				so.Recorder = limited.New(limited.DefaultOptions())
 			}
-			s := NewServer(eng, storetest.Memory(nil), so)
-			reqs := benchRequests(tc.keys)
+			s := extauthz.NewServer(eng, storetest.Memory(nil), so)
+			reqs := extauthztest.EnvoyRequests(tc.keys)
 			ctx := context.Background()
 			for _, r := range reqs {
 				s.Check(ctx, r) // the one token each bucket holds
@@ -131,7 +156,7 @@ func BenchmarkDeniedWithRecorder(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(worker.Add(1)) * 101
 				for pb.Next() {
-					if resp, _ := s.Check(ctx, reqs[i%len(reqs)]); allowed(resp) {
+					if resp, _ := s.Check(ctx, reqs[i%len(reqs)]); resp.GetStatus().GetCode() == 0 {
 						b.Error("allowed: every bucket is empty")
 						return
 					}
