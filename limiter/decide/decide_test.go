@@ -113,4 +113,3 @@ func TestAPanickingShadowTakeIsAnErrorNotACrash(t *testing.T) {
 		t.Errorf("results: %+v", res)
 	}
 }
-
