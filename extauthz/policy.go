@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/respond"
 )
 
 // Policy is a compiled PolicySpec: what it matches, how it names a caller's
@@ -278,13 +279,10 @@ func checkTCP(p *Policy, s *PolicySpec, at string, el *errorList) {
 // render fills what the response headers repeat for p: its capacity and
 // window as text, and its RateLimit-Policy member.
 func (p *Policy) render() {
-	num, den := p.Limit.Rate.Fraction()
-	p.window = ceilDiv(p.Limit.Capacity*den, num)
+	p.window = respond.Window(p.Limit)
 	p.capacity = strconv.FormatInt(p.Limit.Capacity, 10)
-	p.policyMember = `"` + p.Name + `";q=` + p.capacity + ";w=" + strconv.FormatInt(p.window, 10)
+	p.policyMember = string(respond.AppendPolicy(nil, p.Name, p.Limit.Capacity, p.window))
 }
-
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // KeyedByClientIP reports whether p's key list names client_ip.
 func (p *Policy) KeyedByClientIP() bool {

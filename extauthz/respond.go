@@ -12,27 +12,23 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/respond"
 )
 
 // Header names Floodgate sets. Envoy lower-cases header names anyway; HTTP/2
-// requires it.
+// requires it. The RateLimit fields are every front end's (limiter/respond).
 const (
-	HeaderLimit      = "ratelimit-limit"
-	HeaderRemaining  = "ratelimit-remaining"
-	HeaderReset      = "ratelimit-reset"
-	HeaderPolicy     = "ratelimit-policy"
-	HeaderRateLimit  = "ratelimit"
-	HeaderRetryAfter = "retry-after"
-	HeaderDegraded   = "x-ratelimit-degraded"
+	HeaderLimit      = respond.HeaderLimit
+	HeaderRemaining  = respond.HeaderRemaining
+	HeaderReset      = respond.HeaderReset
+	HeaderPolicy     = respond.HeaderPolicy
+	HeaderRateLimit  = respond.HeaderRateLimit
+	HeaderRetryAfter = respond.HeaderRetryAfter
+	HeaderDegraded   = respond.HeaderDegraded
 	// For gRPC callers (see denyResponse).
 	HeaderGRPCStatus   = "grpc-status"
 	HeaderGRPCPushback = "grpc-retry-pushback-ms"
 )
-
-// seconds rounds a wait up to whole seconds, as headers carry it.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
-}
 
 // outcome is a decision ready to render: the enforced policies that took
 // part and their results.
@@ -144,13 +140,7 @@ func (e *Engine) rateLimitHeaders(o *outcome, deny int, r *renderer) {
 	if e.legacy {
 		i := deny
 		if i < 0 {
-			i = 0
-			for j := range o.results {
-				r, best := &o.results[j], &o.results[i]
-				if r.Remaining < best.Remaining || (r.Remaining == best.Remaining && r.ResetAfter > best.ResetAfter) {
-					i = j
-				}
-			}
+			i = respond.Tightest(o.results)
 		}
 		res := &o.results[i]
 		if p := o.policies[i]; res.Limit == p.Limit.Capacity {
@@ -159,7 +149,7 @@ func (e *Engine) rateLimitHeaders(o *outcome, deny int, r *renderer) {
 			r.int(HeaderLimit, res.Limit) // a degraded decision's scaled limit
 		}
 		r.int(HeaderRemaining, res.Remaining)
-		r.int(HeaderReset, seconds(res.ResetAfter))
+		r.int(HeaderReset, respond.Seconds(res.ResetAfter))
 	}
 	if e.structured {
 		if p := o.policies[0]; len(o.policies) == 1 && o.results[0].Limit == p.Limit.Capacity {
@@ -173,12 +163,7 @@ func (e *Engine) rateLimitHeaders(o *outcome, deny int, r *renderer) {
 				if q := o.results[j].Limit; q != p.Limit.Capacity {
 					// A degraded decision's local bucket: its capacity,
 					// refilling from empty in the policy's window.
-					r.buf = append(r.buf, '"')
-					r.buf = append(r.buf, p.Name...)
-					r.buf = append(r.buf, `";q=`...)
-					r.buf = strconv.AppendInt(r.buf, q, 10)
-					r.buf = append(r.buf, ";w="...)
-					r.buf = strconv.AppendInt(r.buf, p.window, 10)
+					r.buf = respond.AppendPolicy(r.buf, p.Name, q, p.window)
 					continue
 				}
 				r.buf = append(r.buf, p.policyMember...)
@@ -191,12 +176,7 @@ func (e *Engine) rateLimitHeaders(o *outcome, deny int, r *renderer) {
 				r.buf = append(r.buf, ", "...)
 			}
 			res := &o.results[j]
-			r.buf = append(r.buf, '"')
-			r.buf = append(r.buf, p.Name...)
-			r.buf = append(r.buf, `";r=`...)
-			r.buf = strconv.AppendInt(r.buf, res.Remaining, 10)
-			r.buf = append(r.buf, ";t="...)
-			r.buf = strconv.AppendInt(r.buf, seconds(res.ResetAfter), 10)
+			r.buf = respond.AppendRateLimit(r.buf, p.Name, res.Remaining, respond.Seconds(res.ResetAfter))
 		}
 		r.done(HeaderRateLimit, start)
 	}
@@ -228,22 +208,6 @@ func (e *Engine) okResponse(o *outcome) *authv3.CheckResponse {
 	return &b.resp
 }
 
-// denying returns the index of the policy a deny names: one whose cost can
-// never fit, else the one with the longest wait.
-func denying(o *outcome) int {
-	d := -1
-	for i := range o.results {
-		r := &o.results[i]
-		if r.ExceedsCapacity {
-			return i
-		}
-		if !r.Allowed && (d < 0 || r.RetryAfter > o.results[d].RetryAfter) {
-			d = i
-		}
-	}
-	return d
-}
-
 // denyBlock is every object of a deny response, allocated together.
 type denyBlock struct {
 	resp   authv3.CheckResponse
@@ -269,12 +233,12 @@ type denyBlock struct {
 // milliseconds, which a gRPC client's retry policy waits for (gRFC A6); a
 // request that can never pass gets a negative pushback: do not retry.
 func (e *Engine) denyResponse(o *outcome, retryAfter time.Duration) *authv3.CheckResponse {
-	d := denying(o)
+	d := respond.Denying(o.results)
 	r := getRenderer()
 	defer r.release()
 	e.rateLimitHeaders(o, d, r)
 	exceeds := d >= 0 && o.results[d].ExceedsCapacity
-	n := max(1, seconds(retryAfter))
+	n := respond.RetryAfter(retryAfter)
 	if !exceeds {
 		r.int(HeaderRetryAfter, n)
 	}
@@ -289,25 +253,14 @@ func (e *Engine) denyResponse(o *outcome, retryAfter time.Duration) *authv3.Chec
 			r.int(HeaderGRPCPushback, n*1000)
 		}
 	}
-	r.fixed("content-type", "application/json")
+	r.fixed("content-type", respond.ContentTypeJSON)
 	// The body goes last in the buffer.
 	bodyStart := r.mark()
-	r.buf = append(r.buf, `{"error":"rate_limited"`...)
+	body := respond.Body{RetryAfter: n, Never: exceeds, Degraded: o.degraded}
 	if d >= 0 {
-		r.buf = append(r.buf, `,"policy":"`...)
-		r.buf = append(r.buf, o.policies[d].Name...) // names are [A-Za-z0-9_.-]: no escaping needed
-		r.buf = append(r.buf, '"')
+		body.Limit = o.policies[d].Name
 	}
-	if exceeds {
-		r.buf = append(r.buf, `,"reason":"the request costs more tokens than the policy's capacity: it can never pass"`...)
-	} else {
-		r.buf = append(r.buf, `,"retry_after":`...)
-		r.buf = strconv.AppendInt(r.buf, n, 10)
-	}
-	if o.degraded {
-		r.buf = append(r.buf, `,"degraded":true`...)
-	}
-	r.buf = append(r.buf, '}')
+	r.buf = respond.AppendBody(r.buf, body)
 	text := string(r.buf)
 
 	b := &denyBlock{}

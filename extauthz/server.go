@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/respond"
 )
 
 // ServerOptions configure a Server. The zero value works: no logs, no
@@ -217,7 +218,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	}
 	pickCounter(o.degraded, oc.degradedDenied, oc.denied).Inc()
 	retryAfter := limiter.RetryAfter(o.results)
-	if i := denying(&o); i >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
+	if i := respond.Denying(o.results); i >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
 		s.log.Debug("denied", zap.String("policy", o.policies[i].Name), zap.String("identity", identityOf(plan, o.policies[i])),
 			zap.Duration("retry_after", retryAfter), zap.String("path", v.Path))
 	}

@@ -2,8 +2,6 @@ package rls
 
 import (
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/respond"
 )
 
 // ResponseOptions shape the answer beyond what Envoy requires.
@@ -67,7 +66,7 @@ func (p *Plan) Respond(res []limiter.Result, d *decide.Decision, o ResponseOptio
 				}
 			}
 		}
-		st.DurationUntilReset = durationpb.New(ceilSeconds(wait))
+		st.DurationUntilReset = &durationpb.Duration{Seconds: respond.Seconds(wait)}
 		if over && !it.Shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -78,24 +77,18 @@ func (p *Plan) Respond(res []limiter.Result, d *decide.Decision, o ResponseOptio
 		resp.ResponseHeadersToAdd = p.headers(resp)
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		secs := max(int64(ceilSeconds(retryAfter)/time.Second), 1)
-		resp.RawBody = []byte(`{"error":"rate_limited","retry_after":` + strconv.FormatInt(secs, 10) + `}`)
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("content-type", "application/json"))
+		resp.RawBody = respond.AppendBody(nil, respond.Body{RetryAfter: respond.RetryAfter(retryAfter)})
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("content-type", respond.ContentTypeJSON))
 	}
 	return resp
 }
 
-// ceilSeconds rounds d up to whole seconds, so that a client told to wait
-// N seconds finds its tokens there (Envoy reads whole seconds from it).
-func ceilSeconds(d time.Duration) time.Duration {
-	return (d + time.Second - 1).Truncate(time.Second)
-}
-
 // headers renders draft-ietf-httpapi-ratelimit-headers (draft 11)
 // RateLimit-Policy and RateLimit, one member per counted descriptor, named
-// by the limit's name or, unnamed, by its place in the tree.
+// by the limit's name or, unnamed, by its place in the tree. Durations are
+// whole seconds, as every status's duration_until_reset already is.
 func (p *Plan) headers(resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
-	var pol, cur []string
+	var pol, cur []byte
 	for i := range p.Items {
 		it, st := &p.Items[i], resp.Statuses[i]
 		if st.CurrentLimit == nil {
@@ -108,14 +101,16 @@ func (p *Plan) headers(resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
 		if name == "" {
 			name = "override"
 		}
-		q := strconv.Quote(name)
-		pol = append(pol, q+";q="+strconv.FormatUint(uint64(it.RequestsPerUnit), 10)+";w="+strconv.FormatInt(it.Unit.Seconds, 10))
-		cur = append(cur, q+";r="+strconv.FormatUint(uint64(st.LimitRemaining), 10)+";t="+strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10))
+		if len(pol) > 0 {
+			pol, cur = append(pol, ", "...), append(cur, ", "...)
+		}
+		pol = respond.AppendPolicy(pol, name, int64(it.RequestsPerUnit), it.Unit.Seconds)
+		cur = respond.AppendRateLimit(cur, name, int64(st.LimitRemaining), st.DurationUntilReset.GetSeconds())
 	}
 	if len(pol) == 0 {
 		return nil
 	}
-	return []*corev3.HeaderValue{header("ratelimit-policy", strings.Join(pol, ", ")), header("ratelimit", strings.Join(cur, ", "))}
+	return []*corev3.HeaderValue{header(respond.HeaderPolicy, string(pol)), header(respond.HeaderRateLimit, string(cur))}
 }
 
 // header is one response header. The rate limit API carries plain
