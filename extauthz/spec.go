@@ -1,6 +1,6 @@
 package extauthz
 
-import "github.com/floodgate/floodgate/internal/fielderr"
+import "github.com/floodgate/floodgate/limiter/fielderr"
 
 // PolicySpec is one policy as configured (the `policies:` list of the YAML
 // configuration). Compile checks it and turns it into a Policy.

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // validate checks a configuration file: exit 0, or 1 with one

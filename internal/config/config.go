@@ -25,7 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 const goodPolicy = `

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // problemsFor parses and resolves y and returns its problems, failing

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // FuzzParse: any bytes give either a compiled configuration or a fielderr.List,

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/floodgate/floodgate/internal/fielderr"
 	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // RLS serves Envoy's rate limit service API

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // Set is one what-if: policy settings that override the configuration's

@@ -29,7 +29,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // Unit is a rate limit's unit as ratelimit's YAML names it.

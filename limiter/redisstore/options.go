@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/fielderr"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // Options describe how to reach Redis: standalone, Redis Cluster or Sentinel,

@@ -2,7 +2,9 @@
 // named by its path ("policies[2].capacity", "addresses[1]"), and where a
 // file set it. The configuration loader, the policy compiler and the Redis
 // store's option check all report with it, so a problem found by a library
-// reaches the user at its file and line without being translated.
+// reaches the user at its file and line without being translated. It lives
+// on the lowest floor (limiter/) because the libraries there and above
+// (limiter/redisstore, extauthz) return it from their exported API.
 package fielderr
 
 import (
