@@ -30,6 +30,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter"
@@ -234,7 +235,7 @@ func composeProblems(t *testing.T, c *compose) []string {
 	}
 
 	// Floodgate services: the image's config path is mounted, Redis is the compose service.
-	floodgateConfigs := map[string]*config.Config{}
+	floodgateConfigs := map[string]*door.Config{}
 	for _, name := range []string{"floodgate", "floodgate-jwt", "floodgate-rls"} {
 		s := c.Services[name]
 		if s.Build == nil {
@@ -283,7 +284,7 @@ func composeProblems(t *testing.T, c *compose) []string {
 	}
 
 	// The rate limit service's Floodgate serves it: rls.config names limits it finds in the container.
-	if cfg := floodgateConfigs["floodgate-rls"]; cfg != nil && cfg.RLS.Rules == nil {
+	if cfg := floodgateConfigs["floodgate-rls"]; cfg != nil && cfg.Limits == nil {
 		bad("floodgate-rls: %s sets no rls.config: Envoy's rate limit filter would find no rate limit service", c.Services["floodgate-rls"].mount(configInImage))
 	}
 
@@ -345,12 +346,12 @@ func composeProblems(t *testing.T, c *compose) []string {
 // its container: rls.config, relative to the container's working directory (compose working_dir,
 // else the image's: /) or absolute, must lie in a directory or file s mounts, and the limits are
 // read from that mount's host side.
-func loadInContainer(s *composeService, src string) (*config.Config, error) {
+func loadInContainer(s *composeService, src string) (*door.Config, error) {
 	data, err := config.ReadFile(src)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := config.Parse(src, data)
+	cfg, err := door.Parse(src, data)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +374,7 @@ func loadInContainer(s *composeService, src string) (*config.Config, error) {
 		return nil, fmt.Errorf("rls.config %s is %s in the container, which no volume mounts (volumes %v)", cfg.RLS.Config, inContainer, s.Volumes)
 	}
 	cfg.RLS.Config = host
-	if err := cfg.LoadRLS(); err != nil {
+	if err := cfg.ReadLimits(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -524,7 +525,7 @@ func TestRunScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := rcfg.RLS.Rules.Select("edge", []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "rls-key"}})
+	lim := rcfg.Limits.Select("edge", []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "rls-key"}})
 	if lim == nil || lim.Name != vars["RLS_LIMIT"] || strconv.FormatInt(lim.Burst, 10) != vars["RLS_BURST"] {
 		t.Errorf("RLS_LIMIT=%s RLS_BURST=%s, but an API key on /v1/ selects %+v", vars["RLS_LIMIT"], vars["RLS_BURST"], lim)
 	} else if lim.Unit.Seconds < 60 {
@@ -536,7 +537,7 @@ func TestRunScript(t *testing.T) {
 		{"SEARCH_POLICY", "SEARCH_CAPACITY", "../envoy/floodgate.yaml"},
 		{"JWT_POLICY", "JWT_CAPACITY", "../envoy/jwt/floodgate.yaml"},
 	} {
-		cfg, err := config.Load(tc.cfg)
+		cfg, err := door.Load(tc.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -295,7 +295,7 @@ func subset(want, have map[string]string) bool {
 
 // consistency lists every way the Envoy configuration and the Floodgate configuration beside it
 // disagree; empty means they fit.
-func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
+func consistency(ec *envoyConfig, cfg *door.Config, service string) []string {
 	var p []string
 	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
 
@@ -547,7 +547,7 @@ func consistency(ec *envoyConfig, cfg *config.Config, service string) []string {
 	return p
 }
 
-func readExample(t *testing.T, ex example) (*envoyConfig, *config.Config) {
+func readExample(t *testing.T, ex example) (*envoyConfig, *door.Config) {
 	t.Helper()
 	data, err := os.ReadFile(ex.envoy)
 	if err != nil {
@@ -566,9 +566,9 @@ func readExample(t *testing.T, ex example) (*envoyConfig, *config.Config) {
 	if err != nil {
 		t.Fatalf("%s: %v", ex.envoy, err)
 	}
-	cfg, err := config.Load(ex.floodgate)
+	cfg, err := door.Load(ex.floodgate)
 	if err != nil {
-		t.Fatalf("config.Load(%s): %v", ex.floodgate, err)
+		t.Fatalf("door.Load(%s): %v", ex.floodgate, err)
 	}
 	return ec, cfg
 }
@@ -819,7 +819,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 	}
 
 	t.Run("floodgate config typo", func(t *testing.T) {
-		_, err := config.Parse("floodgate.yaml", mutate(t, fgYAML, "capacity: 5", "capacty: 5"))
+		_, err := door.Parse("floodgate.yaml", mutate(t, fgYAML, "capacity: 5", "capacty: 5"))
 		if err == nil || !strings.Contains(err.Error(), "capacty") {
 			t.Fatalf("config.Parse accepted a typo: %v", err)
 		}
@@ -835,7 +835,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 	}
 	for _, tc := range pairs {
 		t.Run("pair/"+tc.name, func(t *testing.T) {
-			cfg, err := config.Parse("floodgate.yaml", mutate(t, fgYAML, tc.old, tc.new))
+			cfg, err := door.Parse("floodgate.yaml", mutate(t, fgYAML, tc.old, tc.new))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -851,7 +851,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"health check slower than the drain", "unhealthy_threshold: 2", "unhealthy_threshold: 3", "listen.drain_delay"},
 		{"route metadata differs from context_extensions", "floodgate: { route: search }", "floodgate: { route: api }", "differs from its context_extensions"},
 	}
-	cfg, err := config.Parse("floodgate.yaml", fgYAML)
+	cfg, err := door.Parse("floodgate.yaml", fgYAML)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -870,7 +870,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := config.Load("jwt/floodgate.yaml")
+		cfg, err := door.Load("jwt/floodgate.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -905,7 +905,7 @@ func mustInspect(t *testing.T, src []byte) *envoyConfig {
 // requireReported loads the Envoy bootstrap envoySrc and requires the
 // consistency check against cfg (served as the compose service) to report a
 // problem containing want.
-func requireReported(t *testing.T, envoySrc []byte, cfg *config.Config, service, want string) {
+func requireReported(t *testing.T, envoySrc []byte, cfg *door.Config, service, want string) {
 	t.Helper()
 	if p := consistency(mustInspect(t, envoySrc), cfg, service); !slices.ContainsFunc(p, func(s string) bool { return strings.Contains(s, want) }) {
 		t.Fatalf("not reported: %v (want %q)", p, want)
@@ -958,7 +958,7 @@ func TestFingerprintComesFromEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(ex.floodgate)
+	cfg, err := door.Load(ex.floodgate)
 	if err != nil {
 		t.Fatal(err)
 	}

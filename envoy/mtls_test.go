@@ -34,7 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/storetest"
@@ -66,7 +66,7 @@ func upstreamTLS(ec *envoyConfig) (*tlsv3.UpstreamTlsContext, error) {
 // mtlsProblems lists what keeps the pair from mutual TLS: Envoy must present a certificate, verify
 // Floodgate's against a CA and a SAN, and offer ALPN h2; Floodgate must require a client
 // certificate from a CA and name the identities it answers.
-func mtlsProblems(ec *envoyConfig, cfg *config.Config) []string {
+func mtlsProblems(ec *envoyConfig, cfg *door.Config) []string {
 	var p []string
 	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
 	up, err := upstreamTLS(ec)
@@ -294,7 +294,7 @@ func readMTLSExample(t *testing.T, dir string) (*bootstrapv3.Bootstrap, *envoyCo
 func TestMTLSExampleIsTheEdgeWithMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	bs, ec, _, fgSrc, _ := readMTLSExample(t, dir)
-	cfg, err := config.Parse(mtlsExample.floodgate, []byte(fgSrc))
+	cfg, err := door.Parse(mtlsExample.floodgate, []byte(fgSrc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +373,7 @@ func TestMTLSExampleIsTheEdgeWithMutualTLS(t *testing.T) {
 			if tc.name == "no client CA" {
 				src = mutate(t, src, "    allowed_sans:\n      - spiffe://floodgate.example/envoy/edge    # Envoy's client certificate's URI SAN\n", "")
 			}
-			cfg, err := config.Parse(mtlsExample.floodgate, src)
+			cfg, err := door.Parse(mtlsExample.floodgate, src)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -464,7 +464,7 @@ func TestMTLSExampleRefusesStrangersAndDecidesAsBefore(t *testing.T) {
 
 	// Envoy's certificate: the decisions of the plaintext example, Check by Check, and the
 	// strangers above spent nothing of the victim's bucket.
-	edge, err := config.Load("floodgate.yaml")
+	edge, err := door.Load("floodgate.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,14 +13,14 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwapiv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 )
 
 // gatewayProblems checks manifests/gateway against Floodgate's Service and configuration: the
 // SecurityPolicy reaches the grpc port (allowed across namespaces by a ReferenceGrant), sends the
 // headers the policies read, times out after Floodgate's own Redis timeout and fails open; the
 // ClientTrafficPolicy counts the same trusted hops as client_ip.trusted_hops; the targets exist.
-func gatewayProblems(b *bundle, cfg *config.Config, fs *corev1.Service, grpcSvc corev1.ServicePort, checkTimeout func(string, time.Duration)) []string {
+func gatewayProblems(b *bundle, cfg *door.Config, fs *corev1.Service, grpcSvc corev1.ServicePort, checkTimeout func(string, time.Duration)) []string {
 	var p []string
 	bad := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
 	gateways, routes := all[*gwapiv1.Gateway](b), all[*gwapiv1.HTTPRoute](b)

@@ -264,10 +264,10 @@ func TestFloodgateReadsTheRateLimitConfigMap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.LoadRLS(); err != nil {
+		if err := c.ReadLimits(); err != nil {
 			t.Fatalf("with %d files mounted: %v", len(files), err)
 		}
-		got := c.RLS.Rules.Domains()
+		got := c.Limits.Domains()
 		if files == nil && len(got) != 0 {
 			t.Errorf("an empty directory serves domains %v", got)
 		}

@@ -35,7 +35,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 )
 
 const (
@@ -272,7 +272,7 @@ func portOf(hostport string) int32 {
 
 // floodgateConfig parses the floodgate.yaml of a ConfigMap with Floodgate's own parser; its
 // identity.hash_secret_file (a Secret the cluster holds) is read from a stand-in file instead.
-func floodgateConfig(data string) (*config.Config, string, error) {
+func floodgateConfig(data string) (*door.Config, string, error) {
 	var id struct {
 		Identity struct {
 			HashSecretFile string `json:"hash_secret_file"`
@@ -292,7 +292,7 @@ func floodgateConfig(data string) (*config.Config, string, error) {
 		}
 		data = strings.ReplaceAll(data, secretPath, standIn)
 	}
-	cfg, err := config.Parse("configmap.yaml:floodgate.yaml", []byte(data))
+	cfg, err := door.Parse("configmap.yaml:floodgate.yaml", []byte(data))
 	return cfg, secretPath, err
 }
 

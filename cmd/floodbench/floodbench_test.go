@@ -22,6 +22,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/rls"
 )
@@ -215,7 +216,7 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.server, err)
 		}
-		c, err := config.Parse(tc.server+".yaml", []byte(y))
+		c, err := door.Parse(tc.server+".yaml", []byte(y))
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", tc.server, err, y)
 		}
@@ -250,14 +251,14 @@ func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := config.Parse("redis-rls.yaml", []byte(y))
+	c, err := door.Parse("redis-rls.yaml", []byte(y))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, y)
 	}
 	if c.RLS.Config != path || c.Store.Backend != "redis" || !*c.Store.Redis.Pipeline || !slices.Equal(c.Store.Redis.Addresses, one) {
 		t.Fatalf("rls.config %q, store %s %v pipeline %v; want %q on redis %v with pipelining, as (b)", c.RLS.Config, c.Store.Backend, c.Store.Redis.Addresses, *c.Store.Redis.Pipeline, path, one)
 	}
-	if err := c.LoadRLS(); err != nil {
+	if err := c.ReadLimits(); err != nil {
 		t.Fatal(err)
 	}
 	w := distinctRLS(50)
@@ -271,7 +272,7 @@ func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
 			for _, e := range d.GetEntries() {
 				entries = append(entries, rls.Entry{Key: e.GetKey(), Value: e.GetValue()})
 			}
-			l := c.RLS.Rules.Select(r.GetDomain(), entries)
+			l := c.Limits.Select(r.GetDomain(), entries)
 			if l == nil || l.RequestsPerUnit != 1_000_000 || l.Unit.Seconds != 1 || l.Unlimited {
 				t.Fatalf("%v selects %+v, want (r)'s 1000000 a second", &r, l)
 			}
@@ -286,7 +287,7 @@ func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := config.Parse("redis.yaml", []byte(y)); err != nil || c.RLS.Config != "" {
+	if c, err := door.Parse("redis.yaml", []byte(y)); err != nil || c.RLS.Config != "" {
 		t.Errorf("(b)'s instance: rls.config %q, err %v; want none", c.RLS.Config, err)
 	}
 }

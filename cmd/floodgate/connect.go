@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
@@ -48,7 +49,7 @@ func connectCheck(cfg *config.Config, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "store: %v\n", err)
 		return 1
 	}
-	redis.SetLogger(redisLog{zap.NewNop()}) // failures are reported below, once
+	redis.SetLogger(store.RedisLogger(zap.NewNop())) // failures are reported below, once
 	client, err := redisstore.Dial(ro)
 	if err != nil {
 		fmt.Fprintf(stderr, "store: %v\n", err)
@@ -61,18 +62,18 @@ func connectCheck(cfg *config.Config, stdout, stderr io.Writer) int {
 		return fail("cannot use the server", err)
 	}
 	fmt.Fprintf(stdout, "store: %s: answers, Redis >= %s\n", where, redisstore.MinVersion)
-	if ws, err := evictionWarnings(ctx, client); err != nil { // eviction.go
+	if ws, err := store.EvictionWarnings(ctx, client); err != nil {
 		fmt.Fprintf(stderr, "store: %s: warning: cannot read maxmemory-policy (%v): make sure it is noeviction, or a full Redis forgets rate-limit buckets\n", where, err)
 	} else {
 		for _, w := range ws {
 			fmt.Fprintf(stderr, "store: warning: %s\n", w)
 		}
 	}
-	store := redisstore.New(client, ro.Prefix)
+	rs := redisstore.New(client, ro.Prefix)
 	var res [1]limiter.Result
-	if _, err := store.Take(ctx, []limiter.Request{connectRequest}, res[:]); err != nil {
+	if _, err := rs.Take(ctx, []limiter.Request{connectRequest}, res[:]); err != nil {
 		return fail("the token-bucket script failed", err)
 	}
-	fmt.Fprintf(stdout, "store: %s: the token-bucket script ran (one decision on scratch key %s)\n", where, store.Key(connectRequest.Name, connectRequest.ID))
+	fmt.Fprintf(stdout, "store: %s: the token-bucket script ran (one decision on scratch key %s)\n", where, rs.Key(connectRequest.Name, connectRequest.ID))
 	return 0
 }

@@ -15,12 +15,13 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
 // These tests drive the whole decision path in-process, wired as serve
-// wires it (buildStore, newAuthzServer): an ext_authz server over a real
+// wires it (store.Build, door.Build): an ext_authz server over a real
 // gRPC connection → the resilient store (deadline, breaker, failure mode,
 // over-limit cache, background probe) → the pipelined Redis store →
 // go-redis → a real redis-server that the test pauses, slows, kills and
@@ -69,7 +70,8 @@ store:
   over_limit_cache: {max_entries: 1000}
 policies:%s`, srv.Addr, store, onFailure, extra, policies)
 	cfg, bs, reg := storeFrom(t, "faults.yaml", yaml)
-	conn := extauthztest.Serve(t, newAuthzServer(cfg, bs, zap.NewNop(), reg, nil))
+	doors := door.Build(cfg, door.Env{Store: bs, Log: zap.NewNop(), Registerer: reg})
+	conn := extauthztest.Serve(t, door.CheckServer(doors))
 	return &faultRig{t: t, redis: srv, client: authv3.NewAuthorizationClient(conn), mode: onFailure, envoyTimeout: 250 * time.Millisecond}
 }
 
@@ -77,18 +79,18 @@ policies:%s`, srv.Addr, store, onFailure, extra, policies)
 // registering its metrics on a registry of its own; the store is closed
 // when the test ends (after the servers that use it, which stop first:
 // cleanups run last first).
-func storeFrom(t *testing.T, file, yaml string) (*config.Config, *builtStore, *prometheus.Registry) {
+func storeFrom(t *testing.T, file, yaml string) (*door.Config, *store.Store, *prometheus.Registry) {
 	t.Helper()
-	cfg, err := config.Parse(file, []byte(yaml))
+	cfg, err := door.Parse(file, []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	bs, err := buildStore(context.Background(), cfg, zap.NewNop(), reg, nil)
+	bs, err := store.Build(context.Background(), cfg.Config, zap.NewNop(), reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(bs.close)
+	t.Cleanup(bs.Close)
 	return cfg, bs, reg
 }
 

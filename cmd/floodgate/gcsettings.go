@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/limiter/memory"
 )
 
 // gcPlan is what serve does to Go's collector at start, and why: the
@@ -34,7 +33,7 @@ const heapHeadroom = 64 << 20
 
 // planGC decides from the configuration, the environment (getenv), the
 // container's memory limit (cgroupLimit, 0 when there is none) and the most
-// the in-memory buckets can hold (storeBytes, 0 without an in-memory store).
+// the in-memory buckets can hold (store.MemoryBytes, 0 without an in-memory store).
 //
 // The memory limit is what holds the process: GOGC lets the heap grow to
 // several times what is live, and under a flood of distinct callers what is
@@ -91,16 +90,6 @@ func (p gcPlan) apply() {
 // unlimited is where cgroup v1 reports "no limit" (a page-rounded
 // MaxInt64); anything this large is no limit.
 const unlimited = 1 << 60
-
-// storeBytes is the most the configuration's in-memory buckets can hold:
-// those of the memory store, or of the per-replica fallback of on_failure:
-// local; 0 when there are none.
-func storeBytes(cfg *config.Config) int64 {
-	if cfg.Store.Backend == "redis" && cfg.Store.OnFailure != "local" {
-		return 0
-	}
-	return memory.MaxTableBytes(cfg.Store.Memory.Options())
-}
 
 // cgroupMemoryLimit is the memory limit of this process's cgroup in bytes,
 // 0 when there is none or it cannot be read. cgroup v2: memory.max under the

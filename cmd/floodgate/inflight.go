@@ -3,19 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"runtime/debug"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/encoding"
 
-	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/codec"
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/inflight"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/store"
 )
 
 // Sizing listen.max_request_bytes_in_flight when the file leaves it 0
@@ -36,7 +34,8 @@ const (
 
 // requestBytesInFlight is the budget of request bytes in flight and where
 // it comes from: the file's, or sized from memLimit (the Go memory limit in
-// force, math.MaxInt64 for none) less storeBytes.
+// force, math.MaxInt64 for none) less storeBytes, what the in-memory
+// buckets may hold.
 func requestBytesInFlight(set int, memLimit, storeBytes int64) (int64, string) {
 	switch {
 	case set > 0:
@@ -50,32 +49,31 @@ func requestBytesInFlight(set int, memLimit, storeBytes int64) (int64, string) {
 }
 
 // newRequestGate is the gate every gRPC request is read through: within
-// the budget of request bytes in flight, a Check or a rate limit request
-// that finds no room in time answered by its service's failure mode
-// (store.on_failure; rls.on_failure for the rate limit service), as when
-// the store cannot decide, never with an RPC error that Envoy would turn into its own
-// failure_mode_allow or status_on_error. Such an answer leaves the rest of
-// the request unread: gRPC ends the stream after it (RST_STREAM NO_ERROR),
-// and Envoy's router takes a complete answer to a request it is still
-// sending as the answer, resetting its side itself (Filter::
-// onUpstreamComplete, source/common/router/router.cc).
-func newRequestGate(cfg *config.Config, authz *extauthz.Server, rs *rls.Service, reg prometheus.Registerer, log *zap.Logger) *inflight.Gate {
-	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), storeBytes(cfg))
+// the budget of request bytes in flight, a request that finds no room in
+// time is answered by its door's failure mode (door.Door.Unread), as when
+// the store cannot decide, never with an RPC error that Envoy would turn
+// into its own failure mode (failure_mode_allow, status_on_error, the rate
+// limit filter's failure_mode_deny). Such an answer leaves the rest of the
+// request unread: gRPC ends the stream after it (RST_STREAM NO_ERROR), and
+// Envoy's router takes a complete answer to a request it is still sending
+// as the answer, resetting its side itself (Filter::onUpstreamComplete,
+// source/common/router/router.cc).
+func newRequestGate(cfg *door.Config, doors []door.Door, reg prometheus.Registerer, log *zap.Logger) *inflight.Gate {
+	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), store.MemoryBytes(cfg.Config))
 	if limit < int64(cfg.Listen.MaxRequestBytes) {
 		from += fmt.Sprintf("; below listen.max_request_bytes (%d): a larger request waits until it is read alone", cfg.Listen.MaxRequestBytes)
 	}
 	log.Info("request bytes in flight", zap.Int64("limit", limit), zap.String("limit_from", from))
+	unread := map[string]func(context.Context) (any, error){}
+	for _, d := range doors {
+		maps.Copy(unread, d.Unread())
+	}
 	return inflight.New(inflight.Options{
 		Budget:     inflight.NewBudget(limit),
 		MaxMessage: cfg.Listen.MaxRequestBytes,
 		Codec:      gateCodec(cfg.Listen.Decoder),
 		Wait:       inflight.DefaultWait,
-		Unread: map[string]func(context.Context) (any, error){
-			"/" + authv3.Authorization_ServiceDesc.ServiceName + "/Check": func(context.Context) (any, error) { return authz.Unread(), nil },
-			"/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit": func(context.Context) (any, error) {
-				return rs.Unread()
-			},
-		},
+		Unread:     unread,
 		Registerer: reg,
 	})
 }

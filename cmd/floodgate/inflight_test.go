@@ -20,7 +20,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/store"
 )
 
 // marshalled is a CheckRequest already in wire form, sent as it is by
@@ -187,11 +188,11 @@ store: {backend: memory, memory: {max_buckets: 1024}}
 policies:
   - {name: api, key: [client_ip], capacity: 5, refill_per_second: 1}
 `
-	parsed, err := config.Parse("floodgate.yaml", []byte(cfg))
+	parsed, err := door.Parse("floodgate.yaml", []byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := requestBytesInFlight(0, 240<<20, storeBytes(parsed))
+	want, _ := requestBytesInFlight(0, 240<<20, store.MemoryBytes(parsed.Config))
 	if want == requestBytesUnlimited || want == requestBytesFloor {
 		t.Fatalf("the case does not tell the memory limit's share (%d) from a fixed default", want)
 	}

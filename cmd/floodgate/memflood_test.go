@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
 
@@ -101,7 +102,7 @@ func TestAKeyFloodStaysWithinTheMemoryLimit(t *testing.T) {
 		t.Fatalf("no memory limit set: %v", gc)
 	}
 	if cgroupMemoryLimit() == 0 {
-		if want := memory.MaxTableBytes(config.Memory{MaxBuckets: maxBuckets}.Options()) + heapHeadroom; limit != want {
+		if want := memory.MaxTableBytes(store.MemoryOptions(config.Memory{MaxBuckets: maxBuckets})) + heapHeadroom; limit != want {
 			t.Fatalf("memory limit %d, want the tables' bound + headroom, %d (%v)", limit, want, gc)
 		}
 	}

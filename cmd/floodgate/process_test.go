@@ -2,10 +2,11 @@ package main
 
 import (
 	"fmt"
-	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 

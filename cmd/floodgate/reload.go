@@ -9,9 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/health"
 
-	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/rls"
 )
 
@@ -28,8 +29,8 @@ import (
 // rotate it).
 type reloader struct {
 	path    string
-	server  *extauthz.Server
-	rls     *rls.Service
+	doors   []door.Door
+	health  *health.Server
 	log     *zap.Logger
 	started *config.Config // what the restart-only sections run with
 
@@ -46,8 +47,8 @@ type reloader struct {
 // newReloader starts from the configuration in use, cfg, read from path
 // ("" for the embedded default): a file changed since it was read is
 // reloaded at the first poll, however early.
-func newReloader(cfg *config.Config, path string, s *extauthz.Server, rs *rls.Service, log *zap.Logger, reg prometheus.Registerer) *reloader {
-	r := &reloader{path: path, server: s, rls: rs, log: log, started: cfg, rlsPath: cfg.RLS.Config, rlsData: rls.Snapshot(cfg.RLS.Config),
+func newReloader(cfg *door.Config, path string, doors []door.Door, hs *health.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
+	r := &reloader{path: path, doors: doors, health: hs, log: log, started: cfg.Config, rlsPath: cfg.RLS.Config, rlsData: rls.Snapshot(cfg.RLS.Config),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_config_info", Help: "The configuration in use: 1, labelled with the SHA-256 of its file (empty for the embedded default).",
 		}, []string{"sha256"}),
@@ -94,33 +95,21 @@ func (r *reloader) reload(force bool) {
 		return
 	}
 	r.data, r.rlsData = data, rlsData // a broken file is reported once, not at every poll
-	cfg, err := config.Parse(r.path, data)
+	cfg, changed, secretErr, err := r.compile(data)
 	if err != nil {
 		r.failures.Inc()
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
-	if cfg.RLS.Config != r.rlsPath {
-		r.rlsPath, r.rlsData = cfg.RLS.Config, rls.Snapshot(cfg.RLS.Config)
+	for _, d := range r.doors {
+		d.Reload(cfg)
 	}
-	if err := cfg.LoadRLS(); err != nil {
-		r.failures.Inc()
-		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
-		return
-	}
-	changed, secretErr := cfg.ResolveReload(r.started)
-	r.server.SetEngine(cfg.Engine)
-	if r.rls != nil {
-		rules := cfg.RLS.Rules
-		if rules == nil {
-			rules = rls.Empty()
-		}
-		r.rls.SetConfig(rules)
-	}
+	setDoorHealth(r.health, r.doors, cfg)
 	r.info.Reset()
 	r.info.WithLabelValues(cfg.Digest).Set(1)
 	r.reloads.Inc()
-	fields := []zap.Field{zap.String("config", r.path), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest)}
+	fields := []zap.Field{zap.String("config", r.path), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest),
+		zap.Strings("doors", door.Describe(cfg))}
 	if secretErr != nil {
 		fields = append(fields, zap.NamedError("identity_secret", secretErr))
 	}
@@ -132,6 +121,28 @@ func (r *reloader) reload(force bool) {
 		return
 	}
 	r.log.Info("reloaded", fields...)
+}
+
+// compile parses data, resolves it for the running server (the identity
+// secret it started with) and compiles every door's part, reading the rate
+// limit files it names. changed and secretErr are ResolveReload's.
+func (r *reloader) compile(data []byte) (cfg *door.Config, changed []string, secretErr error, err error) {
+	parsed, err := door.Parse(r.path, data) // every problem of the file at once
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c := parsed.Config
+	if c.RLS.Config != r.rlsPath {
+		r.rlsPath, r.rlsData = c.RLS.Config, rls.Snapshot(c.RLS.Config)
+	}
+	changed, secretErr = c.ResolveReload(r.started)
+	if cfg, err = door.Compile(c); err != nil { // keyed with the running secret
+		return nil, nil, nil, err
+	}
+	if err := cfg.ReadLimits(); err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, changed, secretErr, nil
 }
 
 // watch polls the file every interval until ctx ends.

@@ -32,7 +32,7 @@ policies:
 			take := func(id string) {
 				reqs := []limiter.Request{{Name: "p", ID: id, Limit: lim, Cost: 1}}
 				res := make([]limiter.Result, 1)
-				if _, err := bs.main.Take(context.Background(), reqs, res); err != nil {
+				if _, err := bs.Main.Take(context.Background(), reqs, res); err != nil {
 					t.Error(err)
 				}
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,12 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
@@ -27,20 +23,12 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/limited"
-	"github.com/floodgate/floodgate/internal/rls"
-	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/decide"
-	"github.com/floodgate/floodgate/limiter/memory"
-	"github.com/floodgate/floodgate/limiter/redisstore"
-	"github.com/floodgate/floodgate/limiter/resilient"
+	"github.com/floodgate/floodgate/internal/store"
 )
-
-// drainTimeout bounds how long SIGTERM waits for in-flight Checks.
-const drainTimeout = 10 * time.Second
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", stderr)
@@ -64,7 +52,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer log.Sync()
-	gc := planGC(cfg.Runtime, storeBytes(cfg), os.LookupEnv, cgroupMemoryLimit)
+	gc := planGC(cfg.Runtime, store.MemoryBytes(cfg.Config), os.LookupEnv, cgroupMemoryLimit)
 	gc.apply()
 	log.Info("garbage collector", gc.fields()...)
 	if *pprofAddr != "" {
@@ -82,11 +70,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func loadConfig(path string) (*config.Config, error) {
+func loadConfig(path string) (*door.Config, error) {
 	if path == "" {
-		return config.Default(), nil
+		return door.Default(), nil
 	}
-	return config.Load(path)
+	return door.Load(path)
 }
 
 func newLogger(l config.Log, out io.Writer) (*zap.Logger, error) {
@@ -116,12 +104,12 @@ func newLogger(l config.Log, out io.Writer) (*zap.Logger, error) {
 }
 
 // runServer serves until ctx ends, then drains.
-func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Logger) error {
+func runServer(ctx context.Context, cfg *door.Config, path string, log *zap.Logger) error {
 	s, err := newServer(ctx, cfg, path, log)
 	if err != nil {
 		return err
 	}
-	defer s.store.close()
+	defer s.store.Close()
 	if err := s.listen(); err != nil {
 		return err
 	}
@@ -140,19 +128,18 @@ func runServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	return nil
 }
 
-// server is what `floodgate serve` runs: the store, the ext_authz and
-// health services on the gRPC listener, and the admin server (metrics and
-// readiness) when listen.admin is set.
+// server is what `floodgate serve` runs: the store, every front end's
+// services and the health service on the gRPC listener, and the admin
+// server (metrics, readiness, who is limited) when listen.admin is set.
 type server struct {
-	cfg  *config.Config
+	cfg  *door.Config
 	path string // the configuration file reloads read; "" for the embedded default
 	log  *zap.Logger
 	reg  *prometheus.Registry
 
 	hs    *health.Server
-	store *builtStore
-	authz *extauthz.Server
-	rls   *rls.Service      // Envoy's rate limit service API, beside Check
+	store *store.Store
+	doors []door.Door
 	who   *limited.Recorder // who is being limited, for /debug/limited
 
 	grpcLis   net.Listener
@@ -163,9 +150,9 @@ type server struct {
 	errc      chan error  // the gRPC server's end
 }
 
-// newServer connects the store and builds the ext_authz server on it.
-// The caller closes s.store.
-func newServer(ctx context.Context, cfg *config.Config, path string, log *zap.Logger) (*server, error) {
+// newServer connects the store and builds every front end on it. The
+// caller closes s.store.
+func newServer(ctx context.Context, cfg *door.Config, path string, log *zap.Logger) (*server, error) {
 	s := &server{cfg: cfg, path: path, log: log, reg: prometheus.NewRegistry(), hs: health.NewServer(), errc: make(chan error, 1)}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -173,35 +160,18 @@ func newServer(ctx context.Context, cfg *config.Config, path string, log *zap.Lo
 	// order, through the store's callback (a start-up probe may already
 	// have found the store unusable by the time the server is listening).
 	setExact(s.hs, true)
-	store, err := buildStore(ctx, cfg, log, s.reg, func(exact bool) { setExact(s.hs, exact) })
+	st, err := store.Build(ctx, cfg.Config, log, s.reg, func(exact bool) { setExact(s.hs, exact) })
 	if err != nil {
 		return nil, err
 	}
-	s.store = store
+	s.store = st
 	s.who = limited.New(limited.DefaultOptions())
-	s.authz = newAuthzServer(cfg, store, log, s.reg, s.who)
-	s.rls = newRLSService(cfg, store, log, s.reg, s.who)
+	s.doors = door.Build(cfg, door.Env{Store: st, Log: log, Registerer: s.reg, Recorder: s.who})
 	return s, nil
 }
 
-// newRLSService is the rate limit service deciding cfg's rls limits (none
-// without rls.config) in store, through the decide step Check uses, with
-// descriptor values hashed under the identity secret the policies use,
-// telling who (when not nil) whom each limit limits.
-func newRLSService(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who decide.Recorder) *rls.Service {
-	rules := cfg.RLS.Rules
-	if rules == nil {
-		rules = rls.Empty()
-	}
-	return rls.NewService(rules, rls.ServiceOptions{
-		Hash: cfg.Engine.HashIdentity, Store: store.main, ShadowStore: store.shadow, OnFailure: cfg.OnFailure(true),
-		Response: rls.ResponseOptions{Headers: cfg.RLS.Headers}, Logger: log.Named("rls"), Registerer: reg,
-		Recorder: who,
-	})
-}
-
 // grpcServerOptions are the gRPC server's limits, codec and credentials.
-func grpcServerOptions(cfg *config.Config, log *zap.Logger) ([]grpc.ServerOption, error) {
+func grpcServerOptions(cfg *door.Config, log *zap.Logger) ([]grpc.ServerOption, error) {
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Listen.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(uint32(cfg.Listen.MaxConcurrentStreams)),
@@ -237,7 +207,7 @@ func (s *server) listen() error {
 	if err != nil {
 		return err
 	}
-	gate := newRequestGate(cfg, s.authz, s.rls, s.reg, s.log) // inflight.go: bounds the request bytes in flight
+	gate := newRequestGate(cfg, s.doors, s.reg, s.log) // inflight.go: bounds the request bytes in flight
 	serverOpts = append(serverOpts, gate.ServerOptions()...)
 	s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {
@@ -245,8 +215,9 @@ func (s *server) listen() error {
 	}
 	s.gs = grpc.NewServer(serverOpts...)
 	services := gate.Registrar(s.gs)
-	authv3.RegisterAuthorizationServer(services, s.authz)
-	rlsv3.RegisterRateLimitServiceServer(services, s.rls)
+	for _, d := range s.doors {
+		d.Register(services)
+	}
 	healthpb.RegisterHealthServer(services, s.hs)
 	reflection.Register(services)
 
@@ -257,7 +228,7 @@ func (s *server) listen() error {
 			return fmt.Errorf("listen.admin %s: %w", cfg.Listen.Admin, err)
 		}
 		s.adminAddr = adminLis.Addr().String()
-		mux := adminMux(s.reg, &s.ready, s.store.status)
+		mux := adminMux(s.reg, &s.ready, s.store.Status)
 		mux.Handle("/debug/limited", limited.Handler(s.who, s.adminAddr))
 		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go s.admin.Serve(adminLis)
@@ -270,21 +241,35 @@ func (s *server) start() {
 	cfg := s.cfg
 	go func() { s.errc <- s.gs.Serve(s.grpcLis) }()
 	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.hs.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	s.hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	setDoorHealth(s.hs, s.doors, cfg)
 	s.ready.Store(true)
 	s.log.Info("serving",
 		zap.String("grpc", s.grpcLis.Addr().String()), zap.String("admin", s.adminAddr),
 		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
-		zap.Int("policies", len(cfg.Policies)), zap.Strings("rls_domains", s.rls.Config().Domains()),
+		zap.Int("policies", len(cfg.Policies)), zap.Strings("rls_domains", cfg.Limits.Domains()),
+		zap.Strings("doors", door.Describe(cfg)),
 		zap.String("decoder", cfg.Listen.Decoder), zap.String("version", version))
+}
+
+// setDoorHealth reports each door's services SERVING while cfg turns the
+// door on, NOT_SERVING while it does not.
+func setDoorHealth(hs *health.Server, doors []door.Door, cfg *door.Config) {
+	for _, d := range doors {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if d.On(cfg) {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		for _, svc := range d.Services() {
+			hs.SetServingStatus(svc, st)
+		}
+	}
 }
 
 // serve reloads the configuration on SIGHUP (and, with reload.watch, when
 // the file changes) until ctx ends, or returns the gRPC server's error.
 func (s *server) serve(ctx context.Context, hup <-chan os.Signal) error {
 	cfg := s.cfg
-	rl := newReloader(cfg, s.path, s.authz, s.rls, s.log, s.reg)
+	rl := newReloader(cfg, s.path, s.doors, s.hs, s.log, s.reg)
 	if s.path != "" && *cfg.Reload.Watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
@@ -304,9 +289,9 @@ func (s *server) serve(ctx context.Context, hup <-chan os.Signal) error {
 
 // drain reports not ready so Envoy and Kubernetes move away (and keeps
 // answering for drain_delay while they do), finishes the Checks in flight
-// within drainTimeout, then stops.
+// within config.DrainTimeout, then stops.
 func (s *server) drain() {
-	s.log.Info("draining", zap.Duration("delay", s.cfg.Listen.DrainDelay.Duration), zap.Duration("within", drainTimeout))
+	s.log.Info("draining", zap.Duration("delay", s.cfg.Listen.DrainDelay.Duration), zap.Duration("within", config.DrainTimeout))
 	s.ready.Store(false)
 	s.hs.Shutdown()
 	if d := s.cfg.Listen.DrainDelay.Duration; d > 0 {
@@ -316,7 +301,7 @@ func (s *server) drain() {
 	go func() { s.gs.GracefulStop(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(drainTimeout):
+	case <-time.After(config.DrainTimeout):
 		s.log.Warn("drain timed out; closing remaining streams")
 		s.gs.Stop()
 	}
@@ -326,16 +311,6 @@ func (s *server) drain() {
 		cancel()
 	}
 	s.log.Info("stopped")
-}
-
-// newAuthzServer is the ext_authz server deciding with cfg's policies in
-// store, answering by cfg's failure mode when the store cannot decide, and
-// telling who (when not nil) whom it limits.
-func newAuthzServer(cfg *config.Config, store *builtStore, log *zap.Logger, reg prometheus.Registerer, who decide.Recorder) *extauthz.Server {
-	return extauthz.NewServer(cfg.Engine, store.main, extauthz.ServerOptions{
-		Logger: log, Registerer: reg, OnFailure: cfg.OnFailure(false),
-		FailureRetryAfter: cfg.Store.FailureRetryAfter.Duration, ShadowStore: store.shadow, Recorder: who,
-	})
 }
 
 // ExactService is the grpc.health.v1 service name whose status says
@@ -356,7 +331,7 @@ func setExact(hs *health.Server, exact bool) {
 // adminMux serves /metrics, /healthz (the process is alive) and /readyz
 // (serving; the body says whether decisions are exact or degraded, and
 // /readyz?exact=1 answers 503 while degraded, for monitors that want it).
-func adminMux(reg *prometheus.Registry, ready *atomic.Bool, status storeStatus) *http.ServeMux {
+func adminMux(reg *prometheus.Registry, ready *atomic.Bool, status store.Status) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -382,224 +357,4 @@ func adminMux(reg *prometheus.Registry, ready *atomic.Bool, status storeStatus) 
 		io.WriteString(w, "ready, exact\n")
 	})
 	return mux
-}
-
-// storeStatus tells readiness whether decisions are exact and, when the
-// store refuses floodgate for good (a wrong password, say), what to fix.
-type storeStatus interface {
-	Exact() bool
-	Problem() string
-}
-
-type alwaysExact struct{}
-
-func (alwaysExact) Exact() bool     { return true }
-func (alwaysExact) Problem() string { return "" }
-
-// probeInterval is how often a degraded store is probed in the background,
-// so readiness turns exact again without traffic (once the breaker's
-// open_for has passed).
-const probeInterval = 250 * time.Millisecond
-
-// builtStore is the wired store: what decides, what decides shadow
-// policies, whether decisions are exact, and how to let go.
-type builtStore struct {
-	main, shadow limiter.Store
-	status       storeStatus
-	close        func()
-}
-
-// buildStore connects the configured store. With Redis, the resilience
-// layer (deadline, breaker, failure mode, over-limit cache) wraps it.
-// onExact hears when decisions turn exact or degraded.
-func buildStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*builtStore, error) {
-	if cfg.Store.Backend != "redis" {
-		m, stop := newMemoryStore(cfg)
-		return &builtStore{main: m, shadow: m, status: alwaysExact{}, close: stop}, nil
-	}
-	return buildRedisStore(ctx, cfg, log, reg, onExact)
-}
-
-// newMemoryStore is the in-memory store (the memory backend, or Redis'
-// local fallback) with its idle buckets reclaimed; the func stops that.
-func newMemoryStore(cfg *config.Config) (*memory.Store, func()) {
-	m := memory.New(cfg.Store.Memory.Options())
-	return m, reclaimEvery(m, config.ReclaimInterval)
-}
-
-// buildRedisStore connects to Redis and wraps the store in the resilience
-// layer, with the in-memory fallback when on_failure is local.
-func buildRedisStore(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*builtStore, error) {
-	opts, err := resilientOptions(cfg, log, reg, onExact)
-	if err != nil {
-		return nil, err
-	}
-	client, prefix, err := dialRedis(ctx, cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	rstore := newRedisStore(cfg, client, prefix, reg)
-	// The pipelined store stops before the client closes (closers run in order).
-	closers := []func(){rstore.Close, func() { client.Close() }}
-	if cfg.Store.OnFailure == "local" {
-		m, stop := newMemoryStore(cfg)
-		closers = append(closers, stop)
-		opts.Fallback = m
-	}
-	rs, err := resilient.New(rstore, opts)
-	if err != nil {
-		for _, c := range closers {
-			c()
-		}
-		return nil, err
-	}
-	// The probe stops first: it decides through the pipelined store.
-	closers = append([]func(){rs.Close}, closers...)
-	return &builtStore{main: rs, shadow: rs.Uncached(), status: rs, close: func() {
-		for _, c := range closers {
-			c()
-		}
-	}}, nil
-}
-
-// resilientOptions are the resilience layer's settings (the fallback
-// store aside).
-func resilientOptions(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (resilient.Options, error) {
-	var share limiter.Rate // the fallback's share of each limit; zero (unused) without one
-	if cfg.Store.OnFailure == "local" {
-		var err error
-		if share, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
-			return resilient.Options{}, fmt.Errorf("store.local_share: %w", err)
-		}
-	}
-	opts := resilient.Options{
-		Timeout:       cfg.Store.Redis.Timeout,
-		Breaker:       resilient.BreakerOptions{Failures: cfg.Store.Breaker.Failures, OpenFor: cfg.Store.Breaker.OpenFor.Duration},
-		Logger:        log,
-		Registerer:    reg,
-		OnExactChange: onExact,
-		ProbeInterval: probeInterval,
-		Permanent:     redisstore.Permanent,
-		FallbackShare: share,
-	}
-	opts.OverLimitEntries = *cfg.Store.OverLimitCache.MaxEntries
-	return opts, nil
-}
-
-// dialRedis connects to the configured Redis and checks it once: a server
-// too old to run floodgate is an error; one unreachable or refusing
-// floodgate is logged, and the failure mode answers until it is fixed.
-// It returns the client and the key prefix.
-func dialRedis(ctx context.Context, cfg *config.Config, log *zap.Logger) (redis.UniversalClient, string, error) {
-	ro, err := cfg.RedisOptions()
-	if err != nil {
-		return nil, "", err
-	}
-	if cfg.Identity.HashSecretFile == "" && cfg.Identity.HashSecretEnv == "" {
-		log.Warn("identity.hash_secret_file/_env is not set: bucket keys in Redis are hashed without a secret, so guessable identities (IP addresses) could be confirmed from them; set the same secret on every replica")
-	}
-	redis.SetLogger(redisLog{log.Named("redis")})
-	client, err := redisstore.Dial(ro)
-	if err != nil {
-		return nil, "", err
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	err = redisstore.CheckServer(cctx, client)
-	cancel()
-	if errors.Is(err, redisstore.ErrVersion) {
-		client.Close()
-		return nil, "", err
-	}
-	if _, fix, ok := redisstore.Permanent(err); ok {
-		log.Error("redis refuses floodgate: "+fix+"; the failure mode answers until it is fixed", zap.Error(err))
-	} else if err != nil {
-		log.Warn("redis is not reachable yet; the failure mode answers until it is", zap.Error(err))
-	} else {
-		warnEviction(ctx, client, log) // eviction.go
-	}
-	return client, ro.Prefix, nil
-}
-
-// newRedisStore is the Redis store, pipelined unless
-// store.redis.pipeline is false, its script calls timed in the metrics.
-func newRedisStore(cfg *config.Config, client redis.UniversalClient, prefix string, reg prometheus.Registerer) *redisstore.Store {
-	var rstore *redisstore.Store
-	if *cfg.Store.Redis.Pipeline {
-		o := cfg.Store.Redis.PipelineOptions()
-		o.OnBatch = pipelineMetrics(reg)
-		rstore = redisstore.NewPipelined(client, prefix, o)
-	} else {
-		rstore = redisstore.New(client, prefix)
-	}
-	rstore.ObserveScripts(scriptMetrics(reg))
-	return rstore
-}
-
-// pipelineMetrics registers how deep the Redis pipelines run and returns
-// what the pipelined store reports each batch to. Decisions per batch (one
-// write and one read each) and per script call are what pipeline_flushers
-// and the Redis CPU per decision depend on.
-func pipelineMetrics(reg prometheus.Registerer) func(decisions, scriptCalls int) {
-	batches := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "floodgate_redis_batch_decisions",
-		Help:    "Decisions per pipelined batch sent to Redis (one write and one read each): _count is the batches, _sum the decisions.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 8), // 1 .. 128, the default pipeline_max_batch
-	})
-	calls := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "floodgate_redis_script_calls_total",
-		Help: "Token-bucket script calls sent by the pipeline; decisions per call = floodgate_redis_batch_decisions_sum / this.",
-	})
-	reg.MustRegister(batches, calls)
-	return func(decisions, scriptCalls int) {
-		batches.Observe(float64(decisions))
-		calls.Add(float64(scriptCalls))
-	}
-}
-
-// scriptMetrics registers the latency of the token-bucket script's calls and
-// returns what the Redis store reports each round trip of them to: every
-// call it carried is observed with the round trip's time (the calls of one
-// pipeline share it), so _count matches floodgate_redis_script_calls_total
-// when pipelining. What Redis adds to a Check, apart from the wait for a
-// batch to leave.
-func scriptMetrics(reg prometheus.Registerer) func(calls int, elapsed time.Duration) {
-	h := prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "floodgate_redis_script_duration_seconds",
-		Help:    "Time from sending a token-bucket script call to Redis to reading its reply (the round trip of the pipeline carrying it); one observation per call.",
-		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
-	})
-	reg.MustRegister(h)
-	return func(calls int, elapsed time.Duration) {
-		sec := elapsed.Seconds()
-		for range calls {
-			h.Observe(sec)
-		}
-	}
-}
-
-// redisLog sends go-redis' own messages (failed dials, pool trouble) to the
-// structured log, where the sampler keeps an outage from flooding it.
-type redisLog struct{ log *zap.Logger }
-
-func (l redisLog) Printf(_ context.Context, format string, v ...any) {
-	l.log.Warn("redis client", zap.String("detail", fmt.Sprintf(format, v...)))
-}
-
-// reclaimEvery drops a memory store's full buckets periodically, returning
-// the memory of callers that went idle; the returned func stops it.
-func reclaimEvery(m *memory.Store, every time.Duration) func() {
-	stop := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				m.Reclaim()
-			case <-stop:
-				return
-			}
-		}
-	}()
-	return func() { close(stop) }
 }

@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
@@ -31,26 +31,20 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "floodgate validate: --connect reads the Redis secrets and dials; --offline reads nothing beside the file: give one")
 		return 2
 	}
-	load, note := config.Load, ""
+	load, note := door.Load, ""
 	if *offline {
-		load, note = parseOnly, "; --offline: no secret or TLS file read"
+		load, note = door.ParseFile, "; --offline: no secret or TLS file read"
 	}
 	c, err := load(*path)
 	if err != nil {
 		printProblems(stderr, err)
 		return 1
 	}
-	n := len(c.Policies)
-	summary := fmt.Sprintf("%d %s, store %s", n, plural(n, "policy", "policies"), c.Store.Backend)
-	if c.RLS.Rules != nil {
-		d := c.RLS.Rules.Domains()
-		summary += fmt.Sprintf(", rate limit %s %s", plural(len(d), "domain", "domains"), strings.Join(d, " "))
-	}
-	summary += note
+	summary := validateSummary(c) + note
 	if *connect {
 		// The store is part of what is checked: "ok" comes last, and only
 		// when it answered.
-		if code := connectCheck(c, stdout, stderr); code != 0 { // connect.go
+		if code := connectCheck(c.Config, stdout, stderr); code != 0 { // connect.go
 			fmt.Fprintf(stderr, "%s: the file is valid (%s), but the store cannot be used: see above\n", *path, summary)
 			return code
 		}
@@ -59,15 +53,10 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// parseOnly reads and parses the file at path, resolving no secret or TLS
-// file it names; the rate limit configuration it names is checked too (it
-// holds no secret).
-func parseOnly(path string) (*config.Config, error) {
-	c, err := config.ParseFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return c, c.LoadRLS()
+// validateSummary says which front ends c turns on, by what each serves,
+// and the store: "3 policies, rate limit 1 domain edge, store redis".
+func validateSummary(c *door.Config) string {
+	return strings.Join(append(door.Describe(c), "store "+c.Store.Backend), ", ")
 }
 
 // printProblems prints a configuration error: one FILE:LINE: line per

@@ -39,7 +39,7 @@ func TestServeRefusesAnInvalidConfigAtStart(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("policies: []\n"), 0o600)
 	out, err := exec.Command(binary, "serve", "--config", bad).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), bad+":1: policies: must list at least one policy") {
+	if err == nil || !strings.Contains(string(out), bad+":1: policies: no front end is configured") {
 		t.Fatalf("serve on an invalid config: %v\n%s", err, out)
 	}
 }

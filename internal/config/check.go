@@ -9,16 +9,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/secret"
 	"github.com/floodgate/floodgate/limiter/fielderr"
-	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
-// check validates what the YAML types cannot, fills the defaults of the
+// check validates what the YAML types cannot and fills the defaults of the
 // settings the file leaves out (those handed to a library too: the
-// libraries take every value as given), and compiles the policies. A setting handed
-// to a library is checked by the library's own Validate, reported here at
-// its line.
+// libraries take every value as given). A setting handed to a library is
+// checked by the library's own Validate, reported here at its line; the
+// policies and the rate limit files are compiled by their front ends
+// (internal/door).
 func (v *validator) check(c *Config) {
 	v.checkListen(&c.Listen)
 	v.durationIn("reload.interval", &c.Reload.Interval, DefaultReloadInterval, 100*time.Millisecond, time.Hour)
@@ -43,19 +43,6 @@ func (v *validator) check(c *Config) {
 		v.at("runtime.memory_limit_ratio", "must be a fraction in [0, 1], e.g. 0.9; 0 sets no limit (got %v)", r)
 	}
 	v.oneSecret("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv)
-	if len(c.Policies) == 0 {
-		v.at("policies", "must list at least one policy")
-	}
-	eng, err := extauthz.Compile(c.Policies, c.EngineOptions())
-	var errs fielderr.List
-	if errors.As(err, &errs) {
-		for _, e := range errs {
-			v.at(e.Path, "%s", e.Msg)
-		}
-	} else if err != nil {
-		v.at("policies", "%v", err)
-	}
-	c.Engine = eng
 }
 
 func (v *validator) checkListen(l *Listen) {
@@ -191,11 +178,11 @@ func (v *validator) redisOptions(s *Store) {
 }
 
 // oneSecret reports a secret given both in a file and in an environment
-// variable, which redisstore.ReadSecret refuses: that is the file's
-// mistake, found without reading either.
+// variable, which secret.Read refuses: that is the file's mistake, found
+// without reading either.
 func (v *validator) oneSecret(base, file, env string) {
 	if file != "" && env != "" {
-		_, err := redisstore.ReadSecret(file, env)
+		_, err := secret.Read(file, env)
 		v.at(base+"_file", "%v", err)
 	}
 }

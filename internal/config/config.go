@@ -1,8 +1,16 @@
-// Package config loads and validates Floodgate's YAML configuration. Every
-// problem is reported as FILE:LINE: what is wrong, all of them at once, so
-// `floodgate validate` fixes a file in one pass: the error of Parse,
-// Resolve and Load for an invalid file is a fielderr.List, each problem
-// with its file, line and setting, in file order.
+// Package config is Floodgate's YAML configuration: its schema, the
+// reflective validator that checks a file against it, and the defaults of
+// every setting the file leaves out (the libraries the settings are handed
+// to take their values as given). Every problem is reported as FILE:LINE:
+// what is wrong, all of them at once, so `floodgate validate` fixes a file
+// in one pass: the error of Parse, Resolve and Load for an invalid file is
+// a fielderr.List, each problem with its file, line and setting, in file
+// order.
+//
+// What a section configures is compiled by the code that owns it: each
+// front end's part by internal/door (the policies by extauthz, the rate
+// limit files by internal/rls), the store by internal/store. Problems they
+// find are put at their lines here (Config.Problem).
 package config
 
 import (
@@ -11,22 +19,18 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
-	"os"
 	"reflect"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/safefile"
 	"github.com/floodgate/floodgate/limiter/fielderr"
-	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
@@ -45,19 +49,16 @@ type Config struct {
 	RLS      RLS                   `yaml:"rls"`
 	Policies []extauthz.PolicySpec `yaml:"policies"`
 
-	// Engine is the compiled policies. Parse keys it with no identity hash
-	// secret (it reads none); Resolve (and Load, which calls it) keys it
-	// with the secret the file names.
-	Engine *extauthz.Engine `yaml:"-"`
 	// Source names where the configuration came from (a path, or "embedded default").
 	Source string `yaml:"-"`
 	// Digest is the SHA-256 (hex) of the bytes it was parsed from.
 	Digest string `yaml:"-"`
 	data   []byte // those bytes
-	// lines holds the line of every path in the file, so that Resolve
-	// reports a secret it cannot read at the line that names it.
+	// lines holds the line of every path in the file, so that a problem
+	// found after Parse (a secret that cannot be read, a policy that does
+	// not compile) is reported at the line that sets it.
 	lines map[string]int
-	// hashSecret is the identity hash secret Engine was compiled with.
+	// hashSecret is the identity hash secret Resolve read (nil: none).
 	hashSecret []byte
 	// SecretReplaced, set by LoadOffline only, says why the identity hash
 	// secret could not be read and a random one was used instead ("" when
@@ -219,21 +220,9 @@ type Redis struct {
 	PipelineWait     Duration `yaml:"pipeline_wait"`
 }
 
-// PipelineOptions are redisstore's pipelining options for these settings
-// (store.redis.pipeline_*); the caller adds its OnBatch.
-func (r Redis) PipelineOptions() redisstore.PipelineOptions {
-	return redisstore.PipelineOptions{MaxBatch: r.PipelineMaxBatch, Flushers: r.PipelineFlushers, Wait: r.PipelineWait.Duration}
-}
-
 // Memory tunes the in-memory store.
 type Memory struct {
 	MaxBuckets int `yaml:"max_buckets"` // default DefaultMaxBuckets
-}
-
-// Options are the in-memory store's options for these settings, sharded
-// as serve shards it (MemoryShards).
-func (m Memory) Options() memory.Options {
-	return memory.Options{MaxBuckets: m.MaxBuckets, Shards: MemoryShards}
 }
 
 // Identity keys the hash that turns identities (API keys, IPs) into bucket
@@ -309,6 +298,14 @@ const (
 	// ReclaimInterval is how often an in-memory store drops its full
 	// buckets, returning the memory of callers that went idle.
 	ReclaimInterval = 10 * time.Second
+	// DrainTimeout bounds how long SIGTERM waits for the requests in
+	// flight (not a setting: drain_delay is the one that depends on the
+	// proxy's health checks).
+	DrainTimeout = 10 * time.Second
+	// ProbeInterval is how often a degraded store is probed in the
+	// background, so readiness turns exact again without traffic (the
+	// first probe after the breaker's open_for; not a setting).
+	ProbeInterval = 250 * time.Millisecond
 )
 
 // Defaults of the store's settings.
@@ -382,18 +379,14 @@ func Default() *Config {
 	return c
 }
 
-// Load reads, validates and compiles the configuration file at path and
-// resolves what it names outside itself (Resolve): what serve and validate
-// run with.
+// Load reads and validates the configuration file at path and resolves the
+// secrets and files it names (Resolve).
 func Load(path string) (*Config, error) {
 	c, err := ParseFile(path)
 	if err != nil {
 		return nil, err
 	}
 	if err := c.Resolve(); err != nil {
-		return nil, err
-	}
-	if err := c.LoadRLS(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -409,56 +402,45 @@ func ParseFile(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
-// EngineOptions returns the options Engine was compiled with, for a caller
-// that compiles the policies again (floodgate replay's --set).
-func (c *Config) EngineOptions() extauthz.Options {
-	return extauthz.Options{ClientIP: c.ClientIP, Headers: c.Headers, HashSecret: c.hashSecret}
-}
+// HashSecret is the identity hash secret Resolve read (nil before Resolve,
+// or when the file names none): every identity is a keyed hash under it.
+func (c *Config) HashSecret() []byte { return c.hashSecret }
 
 // MaxFileBytes bounds a configuration file: 1 MiB, what one Kubernetes
 // ConfigMap holds, and far more than any set of policies needs.
 const MaxFileBytes = 1 << 20
 
 // ReadFile reads a configuration file: a regular file (symlinks followed)
-// of at most MaxFileBytes. A device, FIFO or directory is refused without
-// reading from it, so /dev/zero or a pipe nobody writes cannot exhaust
-// memory or hang the caller (validate, serve, or a reload in a running
-// server).
-func ReadFile(path string) ([]byte, error) {
-	// O_NONBLOCK: opening a FIFO without a writer would otherwise block.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%v): a configuration is read from a file", path, fi.Mode().Type())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes (1 MiB), the most a configuration file may hold", path, MaxFileBytes)
-	}
-	return data, nil
-}
+// of at most MaxFileBytes, read as every file an operator names is
+// (safefile).
+func ReadFile(path string) ([]byte, error) { return safefile.Read(path, MaxFileBytes) }
 
-// Parse validates and compiles a configuration read from file (the name is
-// used in messages only). The shape of the file (keys, types, whole
-// numbers and their ranges, aliases, documents) is checked first; when it
-// is broken in a way that leaves parts of the file unread (a key set twice,
-// aliases expanding too far), the settings are not checked further, since
-// they would be checked against values the file does not hold.
+// Parse validates a configuration read from file (the name is used in
+// messages only). The shape of the file (keys, types, whole numbers and
+// their ranges, aliases, documents) is checked first; when it is broken in
+// a way that leaves parts of the file unread (a key set twice, aliases
+// expanding too far), the settings are not checked further, since they
+// would be checked against values the file does not hold.
 //
 // Parse reads nothing but data: secrets, password files and TLS files are
 // resolved by Resolve, a separate step, so a file can be checked where its
-// secrets do not exist (floodgate validate --offline, in CI).
+// secrets do not exist (floodgate validate --offline, in CI). What the
+// sections configure is compiled by their owners (internal/door), which
+// read Parse's problems with their own (Check).
 func Parse(file string, data []byte) (*Config, error) {
+	c, problems := Check(file, data)
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	return c, nil
+}
+
+// Check is Parse for a caller that checks more of the file than its shape
+// and settings (the front ends' compilers), so that every problem is
+// reported at once: it returns the configuration as read even when it has
+// problems, whenever the whole file was read (nil when it could not be),
+// and the problems, in line order.
+func Check(file string, data []byte) (*Config, fielderr.List) {
 	v := &validator{file: file, lines: map[string]int{}, reported: map[string]bool{}}
 	if !utf8.Valid(data) {
 		line := 1 + bytes.Count(data[:firstInvalidUTF8(data)], []byte("\n"))
@@ -468,7 +450,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && err != io.EOF {
-		return nil, fielderr.List{yamlProblem(file, err.Error())}
+		return nil, fielderr.List{fielderr.FromYAML(file, err.Error())}
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); err != io.EOF {
@@ -479,23 +461,22 @@ func Parse(file string, data []byte) (*Config, error) {
 		v.problem(line, "a second YAML document (after ---) is not read: put the whole configuration in one document")
 	}
 	if len(doc.Content) == 0 {
-		v.problem(0, "is empty: a configuration needs at least policies")
+		v.problem(0, "is empty: a configuration needs at least one front end (policies, or rls.config)")
 		return nil, v.problems
 	}
 	sum := sha256.Sum256(data)
 	c := &Config{Source: file, Digest: hex.EncodeToString(sum[:]), data: data, lines: v.lines}
 	root := doc.Content[0]
 	v.walk(root, reflect.TypeOf(c), "", nil)
-	if !v.unread {
+	if v.unread {
+		c = nil
+	} else {
 		v.decode(root, c)
 		v.check(c)
 		c.asRead = restartOnly{Listen: c.Listen, Store: c.Store, Identity: c.Identity, Log: c.Log, Runtime: c.Runtime, Reload: c.Reload}
 	}
-	if len(v.problems) > 0 {
-		sort.SliceStable(v.problems, func(i, j int) bool { return v.problems[i].Line < v.problems[j].Line })
-		return nil, v.problems
-	}
-	return c, nil
+	sort.SliceStable(v.problems, func(i, j int) bool { return v.problems[i].Line < v.problems[j].Line })
+	return c, v.problems
 }
 
 func firstInvalidUTF8(b []byte) int {
@@ -517,24 +498,11 @@ func (v *validator) decode(root *yaml.Node, c *Config) {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
 		for _, e := range te.Errors {
-			if p := yamlProblem(v.file, e); !v.lineReported(p.Line) {
+			if p := fielderr.FromYAML(v.file, e); !v.lineReported(p.Line) {
 				v.problems = append(v.problems, p)
 			}
 		}
 	} else if err != nil {
-		v.problems = append(v.problems, yamlProblem(v.file, err.Error()))
+		v.problems = append(v.problems, fielderr.FromYAML(v.file, err.Error()))
 	}
-}
-
-// yamlProblem turns yaml.v3's "line N: msg" (or "yaml: line N: msg") into a problem.
-func yamlProblem(file, msg string) *fielderr.Error {
-	msg = strings.TrimPrefix(msg, "yaml: ")
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if num, text, ok := strings.Cut(rest, ": "); ok {
-			if n, err := strconv.Atoi(num); err == nil {
-				return &fielderr.Error{File: file, Line: n, Msg: text}
-			}
-		}
-	}
-	return &fielderr.Error{File: file, Msg: msg}
 }

@@ -10,33 +10,33 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/secret"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
 // Resolve reads what a parsed configuration names outside itself: the
-// identity hash secret (Engine is compiled again, keyed with it), the Redis
-// passwords (store.backend: redis) and the TLS files of listen.tls and
-// store.redis.tls, which must exist and, for Redis, load. Every problem is
+// identity hash secret (HashSecret), the Redis passwords (store.backend:
+// redis) and the TLS files of listen.tls and store.redis.tls, which must
+// exist and, for Redis, load. Every problem is
 // reported at the line of the setting that names the file or variable, in
 // a fielderr.List. Parse reads none of them: a configuration is checked on a
 // machine that lacks the secrets, and a reload does not read again what a
 // running server read at start (ResolveReload).
 func (c *Config) Resolve() error {
 	v := c.resolver()
-	secret, err := c.Identity.hashSecret()
+	hs, err := c.Identity.hashSecret()
 	if err != nil {
 		v.at(secretPath("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv), "%v", err)
-	} else if err := c.useHashSecret(secret); err != nil {
-		v.at("policies", "%v", err)
 	}
+	c.hashSecret = hs
 	if t := c.Listen.TLS; t != nil {
 		v.filesExist("listen.tls", map[string]string{"cert_file": t.CertFile, "key_file": t.KeyFile, "client_ca_file": t.ClientCAFile})
 	}
 	if c.Store.Backend == "redis" {
 		o, err := c.RedisOptions()
-		if se, ok := err.(*settingError); ok {
-			v.at(se.path, "%v", se.err)
+		if fe, ok := err.(*fielderr.Error); ok {
+			v.at(fe.Path, "%s", fe.Msg)
 		} else if _, err := o.TLS.Config(); err != nil {
 			v.at("store.redis.tls", "%v", strings.TrimPrefix(err.Error(), redisstore.ErrOptions.Error()+": "))
 		}
@@ -53,29 +53,34 @@ func (c *Config) resolver() *validator {
 	return &validator{file: c.Source, lines: c.lines, reported: map[string]bool{}}
 }
 
-// useHashSecret keys Engine with secret (nil: none).
-func (c *Config) useHashSecret(secret []byte) error {
-	c.hashSecret = secret
-	eng, err := extauthz.Compile(c.Policies, c.EngineOptions())
-	if err != nil { // Parse compiled the same policies
-		return err
+// Problems puts problems found after Parse by the code a section is handed
+// to (a front end compiling its part, say), each naming its setting by path
+// and with no file, at the lines of c's file that set them (or the nearest
+// enclosing setting's), in line order.
+func (c *Config) Problems(ps fielderr.List) fielderr.List {
+	v := c.resolver()
+	for _, p := range ps {
+		v.at(p.Path, "%s", p.Msg)
 	}
-	c.Engine = eng
-	return nil
+	sort.SliceStable(v.problems, func(i, j int) bool { return v.problems[i].Line < v.problems[j].Line })
+	return v.problems
 }
+
+// LineOf is the line of c's file that sets path, or the nearest enclosing
+// setting's; 0 when the file sets neither.
+func (c *Config) LineOf(path string) int { return c.resolver().lineOf(path) }
 
 // ResolveReload resolves c, parsed from a changed file, for a server that
 // started with running (resolved): what a running server read at start is
-// not taken from c. The policies are keyed with running's identity hash
-// secret, so no caller's bucket changes under it; the Redis passwords and
-// TLS files are not read, so one that cannot be read now does not reject
-// new policies. It returns the sections c changes that wait for a restart
+// not taken from c. c keeps running's identity hash secret, so no caller's
+// bucket changes under it; the Redis passwords and TLS files are not read,
+// so one that cannot be read now does not reject new policies. It returns the sections c changes that wait for a restart
 // (RestartOnlyChanges), with "identity" also when the secret c names reads
 // differently from running's, or cannot be read (then secretErr says why).
 func (c *Config) ResolveReload(running *Config) (changed []string, secretErr error) {
 	changed = running.RestartOnlyChanges(c)
-	secret, err := c.Identity.hashSecret()
-	if err != nil || !bytes.Equal(secret, running.hashSecret) {
+	hs, err := c.Identity.hashSecret()
+	if err != nil || !bytes.Equal(hs, running.hashSecret) {
 		if !slices.Contains(changed, "identity") {
 			changed = insertSection(changed, "identity")
 		}
@@ -83,9 +88,7 @@ func (c *Config) ResolveReload(running *Config) (changed []string, secretErr err
 			secretErr = fmt.Errorf("%s: %w", secretPath("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv), err)
 		}
 	}
-	if err := c.useHashSecret(running.hashSecret); err != nil {
-		return changed, err
-	}
+	c.hashSecret = running.hashSecret
 	return changed, secretErr
 }
 
@@ -116,18 +119,16 @@ func LoadOffline(path string) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	secret, err := c.Identity.hashSecret()
+	hs, err := c.Identity.hashSecret()
 	if err != nil {
 		// What is missing is this machine's, not the file's: a run whose
 		// buckets are its own needs no shared secret.
 		at := secretPath("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv)
-		secret = make([]byte, 32)
-		rand.Read(secret)
+		hs = make([]byte, 32)
+		rand.Read(hs)
 		c.SecretReplaced = fmt.Sprintf("%s: %v", at, err)
 	}
-	if err := c.useHashSecret(secret); err != nil {
-		return nil, err
-	}
+	c.hashSecret = hs
 	return c, nil
 }
 
@@ -137,22 +138,14 @@ func LoadOffline(path string) (*Config, error) {
 // (Parse filled them in); redisstore takes every field as given.
 func (c *Config) RedisOptions() (redisstore.Options, error) { return c.Store.Redis.options() }
 
-// settingError is a problem with one setting, named by its path.
-type settingError struct {
-	path string
-	err  error
-}
-
-func (e *settingError) Error() string { return e.path + ": " + e.err.Error() }
-
 func (r Redis) options() (redisstore.Options, error) {
-	pw, err := redisstore.ReadSecret(r.PasswordFile, r.PasswordEnv)
+	pw, err := secret.Read(r.PasswordFile, r.PasswordEnv)
 	if err != nil {
-		return redisstore.Options{}, &settingError{secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv), err}
+		return redisstore.Options{}, &fielderr.Error{Path: secretPath("store.redis.password", r.PasswordFile, r.PasswordEnv), Msg: err.Error()}
 	}
-	spw, err := redisstore.ReadSecret(r.SentinelPasswordFile, r.SentinelPasswordEnv)
+	spw, err := secret.Read(r.SentinelPasswordFile, r.SentinelPasswordEnv)
 	if err != nil {
-		return redisstore.Options{}, &settingError{secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv), err}
+		return redisstore.Options{}, &fielderr.Error{Path: secretPath("store.redis.sentinel_password", r.SentinelPasswordFile, r.SentinelPasswordEnv), Msg: err.Error()}
 	}
 	o := r.Options
 	o.Password, o.SentinelPassword = pw, spw
@@ -172,7 +165,7 @@ func secretPath(base, file, env string) string {
 // variable; it must be long enough to resist guessing. Nil when neither is
 // set.
 func (id Identity) hashSecret() ([]byte, error) {
-	s, err := redisstore.ReadSecret(id.HashSecretFile, id.HashSecretEnv)
+	s, err := secret.Read(id.HashSecretFile, id.HashSecretEnv)
 	if err != nil || s == "" {
 		return nil, err
 	}

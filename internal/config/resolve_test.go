@@ -83,16 +83,16 @@ func TestAReloadKeepsTheSecretItStartedWith(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(running.EngineOptions().HashSecret) != "0123456789abcdef-first" {
-		t.Fatalf("Resolve keyed the policies with %q", running.EngineOptions().HashSecret)
+	if string(running.HashSecret()) != "0123456789abcdef-first" {
+		t.Fatalf("Resolve keyed the policies with %q", running.HashSecret())
 	}
 	reload := func() ([]string, error, *Config) {
 		next := mustParse(t, strings.Replace(y, "capacity: 10", "capacity: 11", 1))
 		changed, err := next.ResolveReload(running)
 		return changed, err, next
 	}
-	if changed, err, next := reload(); len(changed) != 0 || err != nil || string(next.EngineOptions().HashSecret) != "0123456789abcdef-first" {
-		t.Errorf("same secret: changed %q, %v, secret %q", changed, err, next.EngineOptions().HashSecret)
+	if changed, err, next := reload(); len(changed) != 0 || err != nil || string(next.HashSecret()) != "0123456789abcdef-first" {
+		t.Errorf("same secret: changed %q, %v, secret %q", changed, err, next.HashSecret())
 	}
 
 	os.WriteFile(secret, []byte("0123456789abcdef-second\n"), 0o600)
@@ -101,8 +101,8 @@ func TestAReloadKeepsTheSecretItStartedWith(t *testing.T) {
 	if strings.Join(changed, " ") != "identity" || err != nil {
 		t.Errorf("rotated secret: changed %q, %v; want identity named, nothing wrong", changed, err)
 	}
-	if string(next.EngineOptions().HashSecret) != "0123456789abcdef-first" || next.Engine.Policies[0].Limit.Capacity != 11 {
-		t.Errorf("the reload runs %q with capacity %d; want the secret it started with and the new capacity", next.EngineOptions().HashSecret, next.Engine.Policies[0].Limit.Capacity)
+	if string(next.HashSecret()) != "0123456789abcdef-first" || next.Policies[0].Capacity != 11 {
+		t.Errorf("the reload runs %q with capacity %d; want the secret it started with and the new capacity", next.HashSecret(), next.Policies[0].Capacity)
 	}
 
 	os.Remove(secret)
@@ -110,8 +110,8 @@ func TestAReloadKeepsTheSecretItStartedWith(t *testing.T) {
 	if strings.Join(changed, " ") != "identity" || err == nil || !strings.Contains(err.Error(), "identity.hash_secret_file: open "+secret) {
 		t.Errorf("unreadable secret: changed %q, %v", changed, err)
 	}
-	if string(next.EngineOptions().HashSecret) != "0123456789abcdef-first" {
-		t.Errorf("an unreadable secret replaced the running one: %q", next.EngineOptions().HashSecret)
+	if string(next.HashSecret()) != "0123456789abcdef-first" {
+		t.Errorf("an unreadable secret replaced the running one: %q", next.HashSecret())
 	}
 
 	other := mustParse(t, "log: {level: warn}\n"+strings.Replace(y, "hash_secret_file: "+secret, "hash_secret_env: FG_TEST_RELOAD_UNSET", 1))

@@ -1,18 +1,11 @@
 package config
 
-import (
-	"errors"
-	"fmt"
-	"sort"
-
-	"github.com/floodgate/floodgate/internal/rls"
-	"github.com/floodgate/floodgate/limiter/fielderr"
-)
+import "sort"
 
 // RLS serves Envoy's rate limit service API
 // (envoy.service.ratelimit.v3.RateLimitService) on listen.grpc beside
 // Check, from limits written in envoyproxy/ratelimit's own format
-// (docs/ratelimit.md).
+// (docs/ratelimit.md), which internal/rls reads.
 type RLS struct {
 	// Config names a file, or a directory of *.yaml files, in
 	// envoyproxy/ratelimit's format, read unchanged; "" serves no rate
@@ -33,10 +26,6 @@ type RLS struct {
 	// (edge.generic_key_api.api_key), so the shared YAML stays as
 	// envoyproxy/ratelimit reads it.
 	Burst map[string]int64 `yaml:"burst"`
-
-	// Rules are the limits Config names, read by LoadRLS; nil without
-	// rls.config.
-	Rules *rls.Config `yaml:"-"`
 }
 
 func (v *validator) checkRLS(r *RLS) {
@@ -54,36 +43,4 @@ func (v *validator) checkRLS(r *RLS) {
 	if r.Config == "" && (len(r.Burst) > 0 || r.Headers || r.OnFailure != "store") {
 		v.at("rls", "config is required: it names the limits (a file or directory in envoyproxy/ratelimit's format) the other rls settings apply to")
 	}
-}
-
-// LoadRLS reads the limits rls.config names and applies rls.burst to
-// them; a configuration without rls.config has nothing to read. Problems in
-// the limits are reported at their own files and lines; a burst naming no
-// limit at its line in this configuration.
-func (c *Config) LoadRLS() error {
-	if c.RLS.Config == "" {
-		return nil
-	}
-	v := c.resolver()
-	rules, err := rls.Load(c.RLS.Config)
-	var problems fielderr.List
-	switch {
-	case errors.As(err, &problems):
-		return fmt.Errorf("%s:%d: rls.config: %d problems in the rate limit configuration:\n%w", c.Source, v.lineOf("rls.config"), len(problems), err)
-	case err != nil:
-		v.at("rls.config", "%v", err)
-		return v.problems
-	}
-	if err := rules.SetBursts(c.RLS.Burst); err != nil {
-		var unknown rls.UnknownLimits
-		if errors.As(err, &unknown) {
-			for _, k := range unknown {
-				v.at("rls.burst."+k, "names no limit in %s (a limit is named by its domain, then each level's key or key_value, joined by dots)", c.RLS.Config)
-			}
-			return v.problems
-		}
-		return err
-	}
-	c.RLS.Rules = rules
-	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 )
 
 // Job is one `floodgate replay` as its flags ask for it: which log, which
@@ -110,11 +110,11 @@ func (j *Job) engines(specs []extauthz.PolicySpec, opts extauthz.Options) ([]*ex
 // Replay decides the log with cfg's policies, once per run, and reports
 // each run. Notes (a hash secret replaced, malformed lines and their count)
 // go to stderr once.
-func (j *Job) Replay(ctx context.Context, cfg *config.Config, stdin io.Reader, stderr io.Writer) ([]Labeled, error) {
+func (j *Job) Replay(ctx context.Context, cfg *door.Config, stdin io.Reader, stderr io.Writer) ([]Labeled, error) {
 	if cfg.SecretReplaced != "" {
 		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", j.ConfigPath, cfg.SecretReplaced)
 	}
-	engines, err := j.engines(cfg.Policies, cfg.EngineOptions())
+	engines, err := j.engines(cfg.Policies, door.EngineOptions(cfg.Config))
 	if err != nil {
 		return nil, err
 	}

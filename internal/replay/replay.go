@@ -31,6 +31,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/memory"
@@ -422,7 +423,7 @@ func (d *sequencer) decide(e *entry) {
 	d.count(e)
 	d.clock.us = e.at
 	if d.store == nil {
-		o := config.Memory{MaxBuckets: d.o.MaxBuckets}.Options() // sharded as serve shards it, so it forgets as serve would
+		o := store.MemoryOptions(config.Memory{MaxBuckets: d.o.MaxBuckets}) // sharded as serve shards it, so it forgets as serve would
 		o.Clock = &d.clock
 		d.store = memory.New(o)
 		d.dec.Store = d.store

@@ -85,3 +85,18 @@ func (l List) Err() error {
 	}
 	return l
 }
+
+// FromYAML is the problem gopkg.in/yaml.v3 reports in msg (its error's
+// text, "yaml: line N: what", or one of a TypeError's lines, "line N:
+// what"), at its line of file.
+func FromYAML(file, msg string) *Error {
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if num, text, ok := strings.Cut(rest, ": "); ok {
+			if n, err := strconv.Atoi(num); err == nil {
+				return &Error{File: file, Line: n, Msg: text}
+			}
+		}
+	}
+	return &Error{File: file, Msg: msg}
+}

@@ -27,7 +27,7 @@ import (
 
 // Options tune a Store. MaxBuckets and Shards are taken as given and must
 // be at least 1; Floodgate's configuration holds the values it runs with
-// (internal/config: store.memory.max_buckets, MemoryShards).
+// (store.memory.max_buckets, and its MemoryShards).
 type Options struct {
 	// Clock is where the store reads time (nil: the system clock); tests
 	// inject a limiter.ManualClock.

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -215,7 +216,7 @@ func (d *batchDepth) options() redisstore.PipelineOptions {
 
 // servePipeline is how floodgate serve pipelines by default.
 func servePipeline() redisstore.PipelineOptions {
-	return config.Default().Store.Redis.PipelineOptions()
+	return store.PipelineOptions(config.Default().Store.Redis)
 }
 
 func (d *batchDepth) report(b *testing.B) {

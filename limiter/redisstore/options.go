@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -34,7 +33,7 @@ type Options struct {
 	// Username and Password authenticate (ACL user, or the default user
 	// when Username is empty). SentinelPassword authenticates to the
 	// Sentinels themselves, when they require it. A configuration names
-	// the passwords' files or variables (ReadSecret), never the secrets.
+	// the passwords' files or variables, never the secrets.
 	Username         string `yaml:"username"`
 	Password         string `yaml:"-"`
 	SentinelPassword string `yaml:"-"`
@@ -146,33 +145,3 @@ func checkAddress(a string) error {
 	return nil
 }
 
-// ReadSecret returns a secret given either in a file (its content, without
-// the trailing newline) or in an environment variable; at most one of file
-// and env may be set, and "", nil when neither is. An unreadable file, an
-// unset variable or an empty secret is an error that names its source.
-func ReadSecret(file, env string) (string, error) {
-	switch {
-	case file != "" && env != "":
-		return "", fmt.Errorf("a secret is given both in file %s and in environment variable %s; give one", file, env)
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", err // it names the file
-		}
-		s := strings.TrimRight(string(b), "\r\n")
-		if s == "" {
-			return "", fmt.Errorf("secret file %s is empty", file)
-		}
-		return s, nil
-	case env != "":
-		s, ok := os.LookupEnv(env)
-		if !ok {
-			return "", fmt.Errorf("environment variable %s is not set", env)
-		}
-		if s == "" {
-			return "", fmt.Errorf("environment variable %s is empty", env)
-		}
-		return s, nil
-	}
-	return "", nil
-}

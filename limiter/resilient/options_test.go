@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/resilient"
 	"github.com/floodgate/floodgate/limiter/storetest"
@@ -16,7 +17,7 @@ import (
 // on_failure: local by default, the whole limit.
 var (
 	serveBreaker  = resilient.BreakerOptions{Failures: config.DefaultBreakerFailures, OpenFor: config.DefaultBreakerOpenFor}
-	servePipeline = config.Default().Store.Redis.PipelineOptions()
+	servePipeline = store.PipelineOptions(config.Default().Store.Redis)
 	whole         = limiter.MustLimit(1, "1").Rate
 )
 

@@ -6,10 +6,9 @@ import (
 )
 
 // Memory returns an in-memory store for a test, reading clock (nil: the
-// system clock), with room for more buckets than a test makes: 1<<20 in
-// 256 shards, the sizes Floodgate runs with by default. (Those live in
-// internal/config, DefaultMaxBuckets and MemoryShards, which this package
-// cannot import: tests of packages config itself imports use it.)
+// system clock), with room for more buckets than any test makes (1<<20)
+// in a few shards, so that the sharded code runs. A test of the store as
+// serve sizes it builds one from the configuration (internal/store).
 func Memory(clock limiter.Clock) *memory.Store {
-	return memory.New(memory.Options{Clock: clock, MaxBuckets: 1 << 20, Shards: 256})
+	return memory.New(memory.Options{Clock: clock, MaxBuckets: 1 << 20, Shards: 16})
 }

@@ -1,4 +1,4 @@
-package main
+package store
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// evictionWarnings reads maxmemory-policy from every master the client
+// EvictionWarnings reads maxmemory-policy from every master the client
 // reaches (INFO memory, which managed Redis services allow where they
 // refuse CONFIG GET) and returns one warning per master whose policy can
 // evict Floodgate's keys; none when every policy is noeviction. An error
@@ -23,7 +23,7 @@ import (
 // allkeys-* ones; an evicted bucket reads as a caller never seen, with a
 // full burst to spend. With noeviction a full Redis refuses the write
 // instead, and store.on_failure answers, visibly (degraded, counted).
-func evictionWarnings(ctx context.Context, c redis.UniversalClient) ([]string, error) {
+func EvictionWarnings(ctx context.Context, c redis.UniversalClient) ([]string, error) {
 	var (
 		mu       sync.Mutex
 		warnings []string
@@ -83,7 +83,7 @@ func infoValue(info, name string) string {
 func warnEviction(ctx context.Context, c redis.UniversalClient, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	ws, err := evictionWarnings(ctx, c)
+	ws, err := EvictionWarnings(ctx, c)
 	if err != nil {
 		log.Warn("could not read redis' maxmemory-policy: make sure it is noeviction, or a full Redis forgets rate-limit buckets", zap.Error(err))
 	}

@@ -1,4 +1,4 @@
-package main
+package store
 
 import (
 	"testing"
@@ -14,7 +14,8 @@ import (
 )
 
 // TestTheStoreRunsWithTheDocumentedDefaults: the libraries take their
-// numbers as given, so serve must hand them the values config filled in. A
+// numbers as given, so the store must be built with the values config
+// filled in. A
 // file that leaves the store's settings out runs with the documented
 // defaults (docs/configuration.md), and one that sets them with its own,
 // an empty key prefix included.
@@ -37,7 +38,7 @@ func TestTheStoreRunsWithTheDocumentedDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts, err := resilientOptions(cfg, zap.NewNop(), prometheus.NewRegistry(), nil)
+			opts, err := ResilientOptions(cfg, zap.NewNop(), prometheus.NewRegistry(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -50,12 +51,12 @@ func TestTheStoreRunsWithTheDocumentedDefaults(t *testing.T) {
 			}
 			client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled here
 			defer client.Close()
-			rstore := newRedisStore(cfg, client, ro.Prefix, prometheus.NewRegistry())
+			rstore := NewRedis(cfg.Store.Redis, client, ro.Prefix, prometheus.NewRegistry())
 			defer rstore.Close()
 			if k := rstore.Key("p", "x"); k != tc.key {
 				t.Errorf("key %q, want %q", k, tc.key)
 			}
-			m, stop := newMemoryStore(cfg)
+			m, stop := NewMemory(cfg.Store.Memory)
 			defer stop()
 			opts.Fallback = m
 			opts.ProbeInterval = 0 // nothing to probe here

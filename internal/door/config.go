@@ -1,0 +1,180 @@
+package door
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/limiter/fielderr"
+)
+
+// Config is a configuration with every front end's part compiled: what
+// serve, validate, check and replay run with. The settings are the
+// embedded *config.Config's.
+type Config struct {
+	*config.Config
+	// Engine is the policies, compiled (Check's, and the HTTP door's): an
+	// engine with no policy when the file lists none. It is keyed with the
+	// configuration's identity hash secret.
+	Engine *extauthz.Engine
+	// Limits are the rate limit service's limits, read from rls.config
+	// with rls.burst applied; nil until ReadLimits, and empty without
+	// rls.config.
+	Limits *rls.Config
+}
+
+// Load reads the configuration file at path, compiles each front end's
+// part, resolves the secrets and files it names, and reads the rate limit
+// files: what serve and validate run with.
+func Load(path string) (*Config, error) {
+	c, err := parseFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Config.Resolve(); err != nil {
+		return nil, err
+	}
+	if c, err = Compile(c.Config); err != nil { // keyed with the secret Resolve read
+		return nil, err
+	}
+	return c, c.ReadLimits()
+}
+
+// ParseFile reads and compiles the configuration file at path and the
+// rate limit files it names, reading no secret or TLS file (floodgate
+// validate --offline). Identities are keyed with no secret.
+func ParseFile(path string) (*Config, error) {
+	c, err := parseFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return c, c.ReadLimits()
+}
+
+func parseFile(path string) (*Config, error) {
+	data, err := config.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// LoadOffline is config.LoadOffline compiled, for a command that decides
+// requests without serving them (floodgate replay); the rate limit files
+// are not read.
+func LoadOffline(path string) (*Config, error) {
+	c, err := config.LoadOffline(path)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(c)
+}
+
+// Parse validates and compiles a configuration read from file, reading
+// nothing else: no secret, no rate limit file (Limits stays nil). Every
+// problem, the settings' and the front ends', is reported at once, in line
+// order.
+func Parse(file string, data []byte) (*Config, error) {
+	c, problems := config.Check(file, data)
+	if c == nil {
+		return nil, problems
+	}
+	dc, err := Compile(c)
+	var more fielderr.List
+	if errors.As(err, &more) {
+		problems = append(problems, more...)
+		sort.SliceStable(problems, func(i, j int) bool { return problems[i].Line < problems[j].Line })
+	} else if err != nil {
+		return nil, err
+	}
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	return dc, nil
+}
+
+// Compile compiles each front end's part of c, reading no file: the
+// policies, keyed with the hash secret c resolved (none before Resolve). It
+// refuses a configuration that turns no front end on. Problems are
+// reported at their lines of c's file.
+func Compile(c *config.Config) (*Config, error) {
+	var problems fielderr.List
+	if len(c.Policies) == 0 && c.RLS.Config == "" {
+		problems = append(problems, &fielderr.Error{Path: "policies", Msg: noFrontEnd})
+	}
+	eng, err := extauthz.Compile(c.Policies, EngineOptions(c))
+	var errs fielderr.List
+	switch {
+	case errors.As(err, &errs):
+		problems = append(problems, errs...)
+	case err != nil:
+		problems = append(problems, &fielderr.Error{Path: "policies", Msg: err.Error()})
+	}
+	if len(problems) > 0 {
+		return nil, c.Problems(problems)
+	}
+	return &Config{Config: c, Engine: eng}, nil
+}
+
+// noFrontEnd is the problem of a configuration that turns no front end on.
+const noFrontEnd = "no front end is configured: list at least one policy (Envoy's ext_authz Check) or set rls.config (Envoy's rate limit service)"
+
+// EngineOptions are the options the policies of c are compiled with, for
+// a caller that compiles them again (floodgate replay's --set).
+func EngineOptions(c *config.Config) extauthz.Options {
+	return extauthz.Options{ClientIP: c.ClientIP, Headers: c.Headers, HashSecret: c.HashSecret()}
+}
+
+// ReadLimits reads the limits rls.config names and applies rls.burst to
+// them (none without rls.config). Problems in the limits are reported at
+// their own files and lines; a burst naming no limit at its line in the
+// configuration.
+func (c *Config) ReadLimits() error {
+	if c.RLS.Config == "" {
+		c.Limits = rls.Empty()
+		return nil
+	}
+	at := func(path string) string { return fmt.Sprintf("%s:%d", c.Source, c.LineOf(path)) }
+	rules, err := rls.Load(c.RLS.Config)
+	var problems fielderr.List
+	switch {
+	case errors.As(err, &problems):
+		return fmt.Errorf("%s: rls.config: %d %s in the rate limit configuration:\n%w", at("rls.config"), len(problems), plural(len(problems), "problem", "problems"), err)
+	case err != nil:
+		return c.Problems(fielderr.List{{Path: "rls.config", Msg: err.Error()}})
+	}
+	if err := rules.SetBursts(c.RLS.Burst); err != nil {
+		var unknown rls.UnknownLimits
+		if !errors.As(err, &unknown) {
+			return err
+		}
+		for _, k := range unknown {
+			problems = append(problems, &fielderr.Error{Path: "rls.burst." + k,
+				Msg: fmt.Sprintf("names no limit in %s (a limit is named by its domain, then each level's key or key_value, joined by dots)", c.RLS.Config)})
+		}
+		return c.Problems(problems)
+	}
+	c.Limits = rules
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// Default is the embedded default configuration (config.Default),
+// compiled: in-memory store, one sample policy, loopback only.
+func Default() *Config {
+	c, err := Compile(config.Default())
+	if err != nil {
+		panic("the embedded default configuration does not compile: " + err.Error())
+	}
+	c.Limits = rls.Empty()
+	return c
+}

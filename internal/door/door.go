@@ -1,0 +1,101 @@
+// Package door is what each front end of Floodgate is to the process that
+// serves it. A front end — Envoy's ext_authz Check, Envoy's rate limit
+// service — is a Door: it registers its API, says whether a configuration
+// turns it on and what it serves, answers a request the server could not
+// read in time by its own failure mode, and takes a reloaded
+// configuration. serve, the request gate, health, validate and the
+// reloader loop over the doors Build returns, so a new front end plugs in
+// here, once.
+//
+// Config is the configuration with each front end's part compiled by the
+// code that owns it: the policies by extauthz, the rate limit files by
+// internal/rls.
+package door
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/limiter/decide"
+)
+
+// Door is one front end.
+type Door interface {
+	// Name names the door in logs and in floodgate validate.
+	Name() string
+	// Register registers the door's gRPC services on r (the request
+	// gate's registrar, which reads their requests within the budget). A
+	// door is registered whether or not the configuration turns it on,
+	// so that a reload can.
+	Register(r grpc.ServiceRegistrar)
+	// Services are the gRPC service names the door registers, whose
+	// health is SERVING while the configuration turns the door on.
+	Services() []string
+	// On reports whether c turns the door on.
+	On(c *Config) bool
+	// Unread answers, by full gRPC method name, a request of the door
+	// that the server could not read in time: as the door answers when
+	// the store cannot decide.
+	Unread() map[string]func(context.Context) (any, error)
+	// Reload swaps in the door's part of c: requests in flight finish on
+	// the configuration they started with.
+	Reload(c *Config)
+}
+
+// Env is what every door decides with: the one store, and the process's
+// log, metrics and report of who is limited.
+type Env struct {
+	Store      *store.Store
+	Log        *zap.Logger
+	Registerer prometheus.Registerer
+	// Recorder, when set, hears every decision (/debug/limited).
+	Recorder decide.Recorder
+}
+
+// kind is a door before it is built: its name, whether a configuration
+// turns it on, what it serves from one, and how to build it.
+type kind struct {
+	name    string
+	on      func(c *Config) bool
+	summary func(c *Config) string
+	build   func(c *Config, env Env) Door
+}
+
+// kinds are every front end, in the order they are built and described.
+var kinds = []kind{checkKind, rateLimitKind}
+
+// Build returns every door, each on c's part of the configuration and env,
+// in the order they are listed and logged.
+func Build(c *Config, env Env) []Door {
+	doors := make([]Door, len(kinds))
+	for i, k := range kinds {
+		doors[i] = k.build(c, env)
+	}
+	return doors
+}
+
+// Describe says which front ends c turns on by what each serves, for the
+// logs and floodgate validate: "3 policies", "rate limit 1 domain edge".
+func Describe(c *Config) []string {
+	var out []string
+	for _, k := range kinds {
+		if k.on(c) {
+			out = append(out, k.summary(c))
+		}
+	}
+	return out
+}
+
+// Find returns the door named name among doors, nil when there is none.
+func Find(doors []Door, name string) Door {
+	for _, d := range doors {
+		if d.Name() == name {
+			return d
+		}
+	}
+	return nil
+}
