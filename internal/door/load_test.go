@@ -123,7 +123,6 @@ func TestBrokenConfigsNameFileAndLine(t *testing.T) {
 	}
 }
 
-
 // TestMessagesSayWhatIsWrong: each of these once produced a message that
 // blamed the wrong thing or none.
 func TestMessagesSayWhatIsWrong(t *testing.T) {

@@ -144,4 +144,3 @@ func checkAddress(a string) error {
 	}
 	return nil
 }
-
