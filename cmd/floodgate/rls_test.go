@@ -175,3 +175,41 @@ func TestAnEmptyRateLimitDirectoryIsServedOnceFilled(t *testing.T) {
 		return shouldRateLimit(t, p, "k").Statuses[0].CurrentLimit.GetRequestsPerUnit() == 4
 	})
 }
+
+// TestARateLimitServiceAloneNeedsNoPolicy: a configuration with rls.config
+// and no policies validates, saying which front end it turns on, and
+// serves the rate limit service; Check's health is NOT_SERVING, since no
+// policy would limit anything it is asked.
+func TestARateLimitServiceAloneNeedsNoPolicy(t *testing.T) {
+	cfg, _ := rlsFloodgate(t, rlsLimits("1"), "")
+	data, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	only, _, _ := strings.Cut(string(data), "policies:")
+	if err := os.WriteFile(cfg, []byte(only), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary, "validate", "--config", cfg).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), ": ok (rate limit domain edge, store memory)") {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+	p := startCommand(t, "serve", "--config", cfg)
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := shouldRateLimit(t, p, "k").OverallCode; got != want {
+			t.Fatalf("request %d: %v, want %v", i+1, got, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for svc, want := range map[string]healthpb.HealthCheckResponse_ServingStatus{
+		rlsv3.RateLimitService_ServiceDesc.ServiceName: healthpb.HealthCheckResponse_SERVING,
+		"envoy.service.auth.v3.Authorization":          healthpb.HealthCheckResponse_NOT_SERVING,
+		"":                                             healthpb.HealthCheckResponse_SERVING,
+	} {
+		h, err := healthpb.NewHealthClient(p.Conn).Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || h.Status != want {
+			t.Errorf("health of %q: %v %v, want %v", svc, h, err, want)
+		}
+	}
+}

@@ -54,7 +54,8 @@ func validate(args []string, stdout, stderr io.Writer) int {
 }
 
 // validateSummary says which front ends c turns on, by what each serves,
-// and the store: "3 policies, rate limit 1 domain edge, store redis".
+// and the store: "3 policies, rate limit domains edge internal, store
+// redis".
 func validateSummary(c *door.Config) string {
 	return strings.Join(append(door.Describe(c), "store "+c.Store.Backend), ", ")
 }

@@ -79,7 +79,7 @@ func Build(c *Config, env Env) []Door {
 }
 
 // Describe says which front ends c turns on by what each serves, for the
-// logs and floodgate validate: "3 policies", "rate limit 1 domain edge".
+// logs and floodgate validate: "3 policies", "rate limit domain edge".
 func Describe(c *Config) []string {
 	var out []string
 	for _, k := range kinds {
