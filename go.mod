@@ -3,9 +3,11 @@ module github.com/floodgate/floodgate
 go 1.26.7
 
 require (
+	github.com/emissary-ingress/emissary/v3 v3.10.0
 	github.com/envoyproxy/gateway v1.9.1
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/google/go-containerregistry v0.22.1
+	github.com/projectcontour/contour v1.33.8
 	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring v0.95.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

@@ -1,8 +1,9 @@
-// Package manifests holds the Kubernetes, Istio and Envoy Gateway manifests users apply. Its tests
-// decode every object strictly into the real API types (k8s.io/api, istio.io/api,
-// sigs.k8s.io/gateway-api, github.com/envoyproxy/gateway/api), build every kustomization with
-// kustomize, and check the few things those types cannot: that the objects fit each other and
-// Floodgate's own configuration.
+// Package manifests holds the Kubernetes, Istio, Envoy Gateway, Contour and Emissary manifests users
+// apply. Its tests decode every object strictly into the real API types (k8s.io/api, istio.io/api,
+// sigs.k8s.io/gateway-api, github.com/envoyproxy/gateway/api, github.com/projectcontour/contour,
+// github.com/emissary-ingress/emissary/v3), build every kustomization with kustomize, and check the
+// few things those types cannot: that the objects fit each other and Floodgate's own configuration,
+// and that a request follows each recipe to a limit (path_test.go).
 package manifests
 
 import (
@@ -20,7 +21,10 @@ import (
 	"testing"
 	"time"
 
+	emissaryv3 "github.com/emissary-ingress/emissary/v3/pkg/api/getambassador.io/v3alpha1"
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	contourv1 "github.com/projectcontour/contour/apis/projectcontour/v1"
+	contourv1a1 "github.com/projectcontour/contour/apis/projectcontour/v1alpha1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -53,7 +57,7 @@ const (
 )
 
 // dirs are the kustomizations; each lists every manifest file beside it.
-var dirs = []string{".", "istio", "istio/ratelimit", "gateway", "gateway-mtls"}
+var dirs = []string{".", "istio", "istio/ratelimit", "gateway", "gateway-mtls", "contour", "emissary"}
 
 // kinds maps apiVersion and kind to the API type each document decodes into.
 var kinds = map[string]func() metav1.Object{
@@ -75,11 +79,16 @@ var kinds = map[string]func() metav1.Object{
 	"gateway.envoyproxy.io/v1alpha1 ClientTrafficPolicy": func() metav1.Object {
 		return &egv1a1.ClientTrafficPolicy{}
 	},
-	"networking.istio.io/v1alpha3 EnvoyFilter": func() metav1.Object { return &istioObject{} },
+	"networking.istio.io/v1alpha3 EnvoyFilter":    func() metav1.Object { return &istioObject{} },
+	"projectcontour.io/v1 HTTPProxy":              func() metav1.Object { return &contourv1.HTTPProxy{} },
+	"projectcontour.io/v1alpha1 ExtensionService": func() metav1.Object { return &contourv1a1.ExtensionService{} },
+	"getambassador.io/v3alpha1 Mapping":           func() metav1.Object { return &emissaryv3.Mapping{} },
+	"getambassador.io/v3alpha1 RateLimitService":  func() metav1.Object { return &emissaryv3.RateLimitService{} },
 }
 
-// policyFiles are Floodgate policy lists, not Kubernetes objects (istio_test.go checks them).
-var policyFiles = map[string]bool{istioPoliciesFile: true}
+// policyFiles are not Kubernetes objects: Floodgate policy lists (istio_test.go checks them) and
+// Contour's own configuration (path_test.go parses it with Contour's parser).
+var policyFiles = map[string]bool{istioPoliciesFile: true, contourConfigFile: true}
 
 // kustomization is the part of kustomize's Kustomization these files use.
 type kustomization struct {
@@ -612,7 +621,7 @@ func TestManifests(t *testing.T) {
 	got := []int{len(all[*appsv1.Deployment](b)), len(all[*corev1.Service](b)), len(all[*corev1.ConfigMap](b)),
 		len(all[*policyv1.PodDisruptionBudget](b)), len(customPolicies(b)), len(all[*egv1a1.SecurityPolicy](b)),
 		len(all[*networkingv1.NetworkPolicy](b)), len(all[*istioObject](b))}
-	if want := []int{2, 2, 2, 1, 1, 1, 4, 4}; !slices.Equal(got, want) {
+	if want := []int{2, 2, 4, 1, 1, 1, 7, 4}; !slices.Equal(got, want) {
 		t.Fatalf("decoded %v Deployments, Services, ConfigMaps, PDBs, CUSTOM AuthorizationPolicies, SecurityPolicies, NetworkPolicies and Istio objects; want %v", got, want)
 	}
 	for _, problem := range problems(b) {
