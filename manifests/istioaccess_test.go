@@ -144,7 +144,7 @@ func TestIstioAccessBrokenCopiesAreRejected(t *testing.T) {
 		{"unknown PeerAuthentication field", f, "mode: STRICT", "mod: STRICT", "mod"},
 		{"unknown AuthorizationPolicy field", f, "principals: [", "principal: [", "principal"},
 		{"permissive", f, "mode: STRICT", "mode: PERMISSIVE", "want STRICT"},
-		{"gRPC port permissive", f, "    9192:\n", "    9191:\n", "want STRICT"},
+		{"gRPC port permissive", f, `    "9192":`, `    "9191":`, "want STRICT"},
 		{"no port", f, "          ports: [\"9191\"]\n", "          methods: [\"POST\"]\n", "applies to every port"},
 		{"from everyone", f, "    - from:\n        - source:\n            principals: [\"cluster.local/ns/demo/sa/httpbin\"]\n      to:", "    - to:", "admits Checks from every source"},
 		{"by namespace", f, "principals: [\"cluster.local/ns/demo/sa/httpbin\"]", "namespaces: [\"demo\"]", "by principals only"},

@@ -1,7 +1,9 @@
-// Package manifests holds the Kubernetes, Istio and Envoy Gateway manifests users apply. Its tests
-// decode every object strictly into the real API types (k8s.io/api, istio.io/api,
-// sigs.k8s.io/gateway-api, github.com/envoyproxy/gateway/api) and check the few things those
-// types cannot: that the objects fit each other and Floodgate's own configuration.
+// Package manifests holds the Kubernetes, Istio, Envoy Gateway, Contour and Emissary manifests users
+// apply. Its tests decode every object strictly into the real API types (k8s.io/api, istio.io/api,
+// sigs.k8s.io/gateway-api, github.com/envoyproxy/gateway/api, github.com/projectcontour/contour,
+// github.com/emissary-ingress/emissary/v3), build every kustomization with kustomize, and check the
+// few things those types cannot: that the objects fit each other and Floodgate's own configuration,
+// and that a request follows each recipe to a limit (path_test.go).
 package manifests
 
 import (
@@ -19,10 +21,14 @@ import (
 	"testing"
 	"time"
 
+	emissaryv3 "github.com/emissary-ingress/emissary/v3/pkg/api/getambassador.io/v3alpha1"
 	egv1a1 "github.com/envoyproxy/gateway/api/v1alpha1"
+	contourv1 "github.com/projectcontour/contour/apis/projectcontour/v1"
+	contourv1a1 "github.com/projectcontour/contour/apis/projectcontour/v1alpha1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,7 +57,7 @@ const (
 )
 
 // dirs are the kustomizations; each lists every manifest file beside it.
-var dirs = []string{".", "istio", "gateway", "gateway-mtls"}
+var dirs = []string{".", "istio", "istio/ratelimit", "gateway", "gateway-mtls", "contour", "emissary"}
 
 // kinds maps apiVersion and kind to the API type each document decodes into.
 var kinds = map[string]func() metav1.Object{
@@ -73,10 +79,16 @@ var kinds = map[string]func() metav1.Object{
 	"gateway.envoyproxy.io/v1alpha1 ClientTrafficPolicy": func() metav1.Object {
 		return &egv1a1.ClientTrafficPolicy{}
 	},
+	"networking.istio.io/v1alpha3 EnvoyFilter":    func() metav1.Object { return &istioObject{} },
+	"projectcontour.io/v1 HTTPProxy":              func() metav1.Object { return &contourv1.HTTPProxy{} },
+	"projectcontour.io/v1alpha1 ExtensionService": func() metav1.Object { return &contourv1a1.ExtensionService{} },
+	"getambassador.io/v3alpha1 Mapping":           func() metav1.Object { return &emissaryv3.Mapping{} },
+	"getambassador.io/v3alpha1 RateLimitService":  func() metav1.Object { return &emissaryv3.RateLimitService{} },
 }
 
-// policyFiles are Floodgate policy lists, not Kubernetes objects (istio_test.go checks them).
-var policyFiles = map[string]bool{istioPoliciesFile: true}
+// policyFiles are not Kubernetes objects: Floodgate policy lists (istio_test.go checks them) and
+// Contour's own configuration (path_test.go parses it with Contour's parser).
+var policyFiles = map[string]bool{istioPoliciesFile: true, contourConfigFile: true}
 
 // kustomization is the part of kustomize's Kustomization these files use.
 type kustomization struct {
@@ -84,16 +96,21 @@ type kustomization struct {
 	metav1.ObjectMeta `json:"metadata"`
 	Namespace         string   `json:"namespace"`
 	Resources         []string `json:"resources"`
+	// Patches are applied by kustomize itself (render_test.go renders them).
+	Patches []struct {
+		Patch string `json:"patch"`
+	} `json:"patches"`
 }
 
-// istioObject is a security.istio.io object: Kubernetes metadata, the spec decoded with protojson
-// into policy (an AuthorizationPolicy) or peer (a PeerAuthentication).
+// istioObject is an Istio object: Kubernetes metadata, the spec decoded with protojson into policy
+// (an AuthorizationPolicy), peer (a PeerAuthentication) or filter (an EnvoyFilter).
 type istioObject struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
 	Spec              json.RawMessage `json:"spec"`
 	policy            *securityv1beta1.AuthorizationPolicy
 	peer              *securityv1beta1.PeerAuthentication
+	filter            *networkingv1alpha3.EnvoyFilter
 }
 
 // bundle is every object of the manifests, decoded, by file.
@@ -182,43 +199,55 @@ func load(files map[string][]byte) (*bundle, error) {
 			if string(js) == "null" { // only comments
 				continue
 			}
-			var tm metav1.TypeMeta
-			if err := json.Unmarshal(js, &tm); err != nil {
-				return nil, fmt.Errorf("%s: %w", at, err)
+			obj, err := decodeObject(js, at)
+			if err != nil {
+				return nil, err
 			}
-			newObj, ok := kinds[tm.APIVersion+" "+tm.Kind]
-			if !ok {
-				return nil, fmt.Errorf("%s: unexpected apiVersion/kind %q %q", at, tm.APIVersion, tm.Kind)
-			}
-			obj := newObj()
-			if err := strictJSON(js, obj); err != nil {
-				return nil, fmt.Errorf("%s: %s: %w", at, tm.Kind, err)
-			}
-			switch o := obj.(type) {
-			case *istioObject:
-				var spec proto.Message
-				if tm.Kind == "PeerAuthentication" {
-					o.peer = &securityv1beta1.PeerAuthentication{}
-					spec = o.peer
-				} else {
-					o.policy = &securityv1beta1.AuthorizationPolicy{}
-					spec = o.policy
-				}
-				if err := protojson.Unmarshal(o.Spec, spec); err != nil {
-					return nil, fmt.Errorf("%s: %s spec: %w", at, tm.Kind, err)
-				}
-			case *kustomization:
-				if path.Base(name) != "kustomization.yaml" {
-					return nil, fmt.Errorf("%s: a Kustomization must be named kustomization.yaml", at)
-				}
-			}
-			if _, isK := obj.(*kustomization); !isK && obj.GetName() == "" {
-				return nil, fmt.Errorf("%s: %s without metadata.name", at, tm.Kind)
+			if _, ok := obj.(*kustomization); ok && path.Base(name) != "kustomization.yaml" {
+				return nil, fmt.Errorf("%s: a Kustomization must be named kustomization.yaml", at)
 			}
 			b.files[name] = append(b.files[name], obj)
 		}
 	}
 	return b, nil
+}
+
+// decodeObject decodes one object, given as JSON, strictly into the API type of its apiVersion
+// and kind; an Istio spec with protojson into Istio's type.
+func decodeObject(js []byte, at string) (metav1.Object, error) {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(js, &tm); err != nil {
+		return nil, fmt.Errorf("%s: %w", at, err)
+	}
+	newObj, ok := kinds[tm.APIVersion+" "+tm.Kind]
+	if !ok {
+		return nil, fmt.Errorf("%s: unexpected apiVersion/kind %q %q", at, tm.APIVersion, tm.Kind)
+	}
+	obj := newObj()
+	if err := strictJSON(js, obj); err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", at, tm.Kind, err)
+	}
+	if o, ok := obj.(*istioObject); ok {
+		var spec proto.Message
+		switch tm.Kind {
+		case "PeerAuthentication":
+			o.peer = &securityv1beta1.PeerAuthentication{}
+			spec = o.peer
+		case "EnvoyFilter":
+			o.filter = &networkingv1alpha3.EnvoyFilter{}
+			spec = o.filter
+		default:
+			o.policy = &securityv1beta1.AuthorizationPolicy{}
+			spec = o.policy
+		}
+		if err := protojson.Unmarshal(o.Spec, spec); err != nil {
+			return nil, fmt.Errorf("%s: %s spec: %w", at, tm.Kind, err)
+		}
+	}
+	if _, isK := obj.(*kustomization); !isK && obj.GetName() == "" {
+		return nil, fmt.Errorf("%s: %s without metadata.name", at, tm.Kind)
+	}
+	return obj, nil
 }
 
 // loadMesh decodes the meshConfig of Helm values strictly into Istio's MeshConfig.
@@ -318,8 +347,9 @@ func problems(b *bundle) []string {
 			continue
 		}
 		for _, r := range k.Resources {
-			if _, ok := b.files[path.Join(dir, r)]; !ok {
-				bad("%s/kustomization.yaml lists %s, which holds no object", dir, r)
+			_, ok := b.files[path.Join(dir, r)]
+			if !ok && !slices.Contains(dirs, path.Join(dir, r)) {
+				bad("%s/kustomization.yaml lists %s, which holds no object and is no kustomization", dir, r)
 			}
 		}
 		for f := range b.files {
@@ -591,7 +621,7 @@ func TestManifests(t *testing.T) {
 	got := []int{len(all[*appsv1.Deployment](b)), len(all[*corev1.Service](b)), len(all[*corev1.ConfigMap](b)),
 		len(all[*policyv1.PodDisruptionBudget](b)), len(customPolicies(b)), len(all[*egv1a1.SecurityPolicy](b)),
 		len(all[*networkingv1.NetworkPolicy](b)), len(all[*istioObject](b))}
-	if want := []int{2, 2, 1, 1, 1, 1, 4, 3}; !slices.Equal(got, want) {
+	if want := []int{2, 2, 4, 1, 1, 1, 7, 4}; !slices.Equal(got, want) {
 		t.Fatalf("decoded %v Deployments, Services, ConfigMaps, PDBs, CUSTOM AuthorizationPolicies, SecurityPolicies, NetworkPolicies and Istio objects; want %v", got, want)
 	}
 	for _, problem := range problems(b) {
