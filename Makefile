@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz/codec:FuzzDecoder ./internal/config:FuzzParse
 
-.PHONY: all build image run run-redis test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
+.PHONY: all build image run run-redis test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies clean
 
 all: lint test
 
@@ -57,14 +57,15 @@ run-redis: redis
 	echo "started redis-server on 127.0.0.1:6379 (stopped with Floodgate)"; \
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/floodgate serve --config $(LOCAL_REDIS_CONFIG)
 
-## test: the whole suite, real redis-server included (installed when missing and possible).
-test: redis
+## test: the whole suite, real redis-server, nginx and HAProxy included (installed when missing and possible).
+test: redis proxies
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
 ## e2e: the end-to-end tests alone (also part of test): the built binary as two replicas on one
-## real redis-server, driven over gRPC with Envoy-shaped requests; plus the checks of the container
+## real redis-server, driven over gRPC with Envoy-shaped requests; the nginx and HAProxy recipes
+## (e2e/nginx, e2e/haproxy) in a real nginx and HAProxy; plus the checks of the container
 ## run (e2e/docker-compose.yaml, e2e/run.sh, cmd/floodgate/Dockerfile). No container engine needed.
-e2e: redis
+e2e: redis proxies
 	$(GO) test -count=1 ./e2e/...
 
 ## lint: gofmt and go vet.
@@ -145,6 +146,25 @@ redis:
 	@v=$$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p'); \
 	if [ -n "$$v" ] && [ "$$v" -lt 7 ]; then \
 	  echo "redis-server $$(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p') is too old: Floodgate needs Redis >= 7.0 (PEXPIRETIME)" >&2; exit 1; fi
+
+## proxies: make sure nginx (with ngx_http_auth_request_module) and haproxy (with Lua), which the
+## recipes' tests run, are installed; install Debian's packages with apt-get when root.
+proxies:
+	@if { ! command -v nginx >/dev/null 2>&1 && ! test -x /usr/sbin/nginx; } || \
+	    { ! command -v haproxy >/dev/null 2>&1 && ! test -x /usr/sbin/haproxy; }; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "nginx or haproxy not found: installing them with apt-get"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null; } || \
+	    { echo "apt-get could not install nginx and haproxy; install them (nginx with ngx_http_auth_request_module, haproxy >= 2.2 with Lua) and re-run" >&2; exit 1; }; \
+	  else \
+	    echo "the tests need nginx and haproxy: run 'sudo apt-get install nginx haproxy' (Debian/Ubuntu) and re-run" >&2; exit 1; \
+	  fi; \
+	fi
+	@n=$$(command -v nginx || echo /usr/sbin/nginx); $$n -V 2>&1 | grep -q http_auth_request_module || \
+	  { echo "$$n has no ngx_http_auth_request_module: install Debian's nginx package, which is built with it" >&2; exit 1; }
+	@h=$$(command -v haproxy || echo /usr/sbin/haproxy); $$h -vv 2>&1 | grep -q 'Built with Lua' || \
+	  { echo "$$h is built without Lua: install Debian's haproxy package, which has it" >&2; exit 1; }
 
 clean:
 	rm -rf bin
