@@ -133,7 +133,9 @@ func isDecimal(den int64) bool {
 // R is the finest power of ten of microseconds, from 1 µs to MaxResolution,
 // for which the invariant holds: 1 µs for every limit whose capacity and
 // rate allow it (most do), coarser only for a long unit with a large
-// capacity (1001 a month: 10 µs; 2^32 tokens a year: up to 1000 s).
+// capacity (1001 a month: 10 µs; 2^32 tokens a year: up to 1000 s). A rate
+// whose gain does not fit at 1 µs (above 10^12 tokens a second or so) is
+// refused, not stepped: coarser steps are for long units.
 //
 // The refill is exact on the grid of steps (every R µs from the clock's
 // origin: the Unix epoch in Redis, the store's start in memory). A bucket
@@ -185,7 +187,12 @@ func NewLimit(capacity int64, rate Rate) (Limit, error) {
 		return Limit{}, fmt.Errorf("%w (got %s, whose denominator is above %d; %s)", ErrRateRange, rate, int64(MaxExact/microsPerSecond), exactRates)
 	}
 	d := rate.den * microsPerSecond
-	gainFits := false
+	// A rate whose gain a millisecond does not fit at a microsecond (above
+	// 10^12 tokens a second or so) is refused as it always was: coarser
+	// steps are for long units, not for fast rates.
+	if g := rate.num / gcd(rate.num, d); g > MaxExact/1000 {
+		return Limit{}, fmt.Errorf("%w (got %s; %s)", ErrRateRange, rate, exactRates)
+	}
 	var k int64
 	for exp := 0; exp <= maxExp; exp++ {
 		r := pow10[exp]
@@ -196,21 +203,13 @@ func NewLimit(capacity int64, rate Rate) (Limit, error) {
 		gn := gcd(rate.num, dr)
 		per, rr := rate.num/gn, r/gr
 		k = dr / gn
-		if per > MaxExact/rr {
-			continue // G alone is above MaxExact
+		if per > MaxExact/rr || per*rr > MaxExact/max(1000/r, 1) {
+			continue // the gain over a millisecond (or a step) is above MaxExact
 		}
-		g := per * rr
-		if g > MaxExact/max(1000/r, 1) {
-			continue // the gain over a millisecond (or a step) is
-		}
-		gainFits = true
 		if capacity > MaxExact/k {
 			continue
 		}
-		return Limit{Capacity: capacity, Rate: rate, k: k, g: g, exp: int64(exp)}, nil
-	}
-	if !gainFits {
-		return Limit{}, fmt.Errorf("%w (got %s; %s)", ErrRateRange, rate, exactRates)
+		return Limit{Capacity: capacity, Rate: rate, k: k, g: per * rr, exp: int64(exp)}, nil
 	}
 	return Limit{}, fmt.Errorf("%w: capacity %d at rate %s needs %d units per token even counted in steps of %v (capacity × units must stay below 2^50)", ErrPrecision, capacity, rate, k, MaxResolution)
 }

@@ -72,6 +72,15 @@ func TestBadRatesAndCapacitiesAreTypedErrors(t *testing.T) {
 	if _, err := limiter.NewLimit(1<<40, fine); !errors.Is(err, limiter.ErrPrecision) || !strings.Contains(err.Error(), "even counted in steps of 16m40s") {
 		t.Errorf("NewLimit beyond exact arithmetic: err = %v, want ErrPrecision saying no resolution fits", err)
 	}
+	// A rate too fast for a microsecond's gain is refused as it was, though
+	// a coarser step would hold it: coarser steps are for long units.
+	if _, err := limiter.NewLimit(1, limiter.MustLimit(1, "1125899906842").Rate); err != nil {
+		t.Errorf("the fastest exact rate: %v", err)
+	}
+	tooFast, _ := limiter.NewRate(1125899906843, 1)
+	if _, err := limiter.NewLimit(1, tooFast); !errors.Is(err, limiter.ErrRateRange) {
+		t.Errorf("a rate one above the fastest exact one: err = %v, want ErrRateRange", err)
+	}
 	// A capacity of 2 was beyond it too while time was counted in
 	// microseconds only; steps of 10 µs hold it.
 	if l, err := limiter.NewLimit(2, fine); err != nil || l.Resolution() != 10*time.Microsecond {
