@@ -4,17 +4,61 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
-// Request asks for Cost tokens from one bucket. A bucket is named by the pair
-// (Name, ID): Name is the bucket family (a policy), ID the caller within it
-// (an API-key hash, a client IP). Stores keep buckets of different pairs apart.
+// Request asks for Cost tokens from one bucket, or charges or refunds them
+// (Kind). A bucket is named by the pair (Name, ID): Name is the bucket
+// family (a policy), ID the caller within it (an API-key hash, a client IP).
+// Stores keep buckets of different pairs apart.
 type Request struct {
 	Name  string
 	ID    string
 	Limit Limit
 	Cost  int64
+	// Kind is what the request does to its bucket: Take (the zero value)
+	// unless set.
+	Kind Kind
+}
+
+// Kind is what a Request does to its bucket.
+type Kind uint8
+
+const (
+	// Take asks for Cost tokens on the request path: allowed iff the
+	// bucket holds them, all or nothing with the decision's other Takes,
+	// and free when denied. A Take of cost 0 is a look: it takes nothing,
+	// and is allowed iff the bucket holds at least one whole token (so an
+	// empty bucket, or one in debt, denies it), its RetryAfter the time
+	// until one token is there.
+	Take Kind = iota
+	// Charge takes Cost tokens whatever the bucket holds, for a cost known
+	// only once the work is done (Envoy's hits_addend on stream done): it
+	// never denies, and applies whatever the decision's Takes decide. The
+	// bucket may go into debt, down to a whole capacity below empty (the
+	// bound, MaxMissing: what a charge would take beyond it is forgotten,
+	// so an outsized charge locks its caller out for about one refill
+	// window past empty at most, as a fixed window forgets an overdraft at
+	// its end); the debt refills at the limit's rate, and every Take, looks
+	// included, is denied until it has been paid back and the cost fits.
+	Charge
+	// Refund gives Cost tokens back, up to the capacity; it never denies
+	// and applies whatever the decision's Takes decide.
+	Refund
+)
+
+// String names the kind as the Go constant does.
+func (k Kind) String() string {
+	switch k {
+	case Take:
+		return "Take"
+	case Charge:
+		return "Charge"
+	case Refund:
+		return "Refund"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
 
 // Result is everything a caller needs to know about one bucket after a
@@ -22,6 +66,8 @@ type Request struct {
 // how long until it is full again and, when it could not pay, how long until
 // it could. ExceedsCapacity marks a cost above the capacity: such a request can
 // never pass, so RetryAfter stays 0 rather than promise a time that would lie.
+// A Charge or a Refund is always Allowed, with no RetryAfter; a bucket in
+// debt has Remaining 0 and a ResetAfter longer than its refill window.
 type Result struct {
 	Allowed         bool
 	Limit           int64
@@ -47,11 +93,17 @@ var ErrDeniedDespite = errors.New("limiter: denied, with an error after the deci
 
 // Store applies the token-bucket arithmetic to buckets it keeps.
 //
-// Take decides reqs as one, all-or-nothing: if every bucket can pay its cost,
-// every cost is taken and Take returns true; if any bucket cannot, nothing is
-// taken from any bucket and Take returns false. res must have len(reqs); on
-// return res[i] describes bucket i after the decision. An error means no
-// decision was made (the store is unreachable, say) and nothing was taken.
+// Take decides reqs as one. The requests of kind Take are all-or-nothing:
+// if every one of their buckets can pay its cost, every cost is taken and
+// Take returns true; if any cannot, nothing is taken from any of them and
+// Take returns false. Charges and Refunds are applied in the same decision
+// whatever the Takes decide (they never deny), and do not count towards
+// allowed: a decision of Charges and Refunds alone returns true. res must
+// have len(reqs); on return res[i] describes bucket i after the decision.
+// An error means the store could not decide (it is unreachable, say) and
+// the caller must act as if nothing was taken or given back; but a call
+// that timed out after Redis ran it was applied, so a Charge retried after
+// an error may be charged twice.
 type Store interface {
 	Take(ctx context.Context, reqs []Request, res []Result) (allowed bool, err error)
 }
@@ -68,8 +120,9 @@ type DeadlineStore interface {
 }
 
 // Validate checks a decision's input the same way for every store: at
-// least one bucket, a result for each, names, identities and costs set,
-// limits built by NewLimit, no bucket twice.
+// least one bucket, a result for each, names, identities set, costs >= 0
+// (any int64: a Charge beyond the debt bound is clamped, a Take above the
+// capacity denied), kinds known, limits built by NewLimit, no bucket twice.
 func Validate(reqs []Request, res []Result) error {
 	if len(reqs) == 0 {
 		return ErrNoBuckets
@@ -84,6 +137,9 @@ func Validate(reqs []Request, res []Result) error {
 		}
 		if r.Cost < 0 {
 			return fmt.Errorf("%w (request %d: got %d)", ErrCost, i, r.Cost)
+		}
+		if r.Kind > Refund {
+			return fmt.Errorf("%w (request %d: got %v)", ErrKind, i, r.Kind)
 		}
 		if !r.Limit.Valid() {
 			return fmt.Errorf("%w (request %d: limit not built by NewLimit)", ErrCapacity, i)

@@ -66,7 +66,7 @@ func TestBrokenConfigsNameFileAndLine(t *testing.T) {
 			[]string{`bad.yaml:5: policies[0].refill_per_second: must be a number > 0`}},
 		{"a missing rate", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 1\n",
 			[]string{`bad.yaml:2: policies[0].refill_per_second: is required`}},
-		{"a rate too fine for exact arithmetic", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 100000000\n    refill_per_second: 1/3600\n",
+		{"a rate too fine for exact arithmetic", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 100000000000000\n    refill_per_second: 1/3600\n",
 			[]string{`bad.yaml:4: policies[0].capacity: limiter: capacity and refill rate too large`}},
 		{"an unknown key source", "policies:\n  - name: a\n    key: [client_ip, cookie:session]\n    capacity: 1\n    refill_per_second: 1\n",
 			[]string{`bad.yaml:3: policies[0].key[1]: unknown key source "cookie:session"`}},

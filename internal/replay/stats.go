@@ -71,7 +71,8 @@ type callerStats struct {
 	g                int32 // the caller's row in the callerTable
 	requests, denied int64
 	// backlog is the caller's peak-backlog recurrence in the limit's units:
-	// B ← max(0, B − G·Δt) + cost·K at each request; peak is its maximum.
+	// B ← max(0, B − G·Δt) + cost·K at each request (Δt in the limit's
+	// steps, on Redis' grid from the Unix epoch); peak is its maximum.
 	backlog, last, peak int64
 }
 
@@ -105,7 +106,7 @@ func (s *policyStats) record(e *entry, i int, g int32, allowed, short bool) {
 		c.denied++
 	}
 	// Exact, as the store's own arithmetic: units and microseconds.
-	c.backlog = s.p.Limit.Refill(c.backlog, e.at-c.last)
+	c.backlog = s.p.Limit.Refilled(c.backlog, c.last, e.at)
 	c.backlog = satAdd(c.backlog, satMul(e.plan.Buckets[i].Request.Cost, s.unitsPerToken))
 	c.last = e.at
 	c.peak = max(c.peak, c.backlog)

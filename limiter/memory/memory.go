@@ -1,6 +1,7 @@
 // Package memory is the in-process limiter.Store: Floodgate's embedded default
 // and, behind the resilience layer, its per-replica fallback when Redis is
-// unreachable. Same arithmetic as the Redis script, exact to the microsecond.
+// unreachable. Same arithmetic as the Redis script, exact to the microsecond
+// (to the limit's step, for the few limits counted in coarser ones).
 //
 // Buckets live in shards, each a map behind its own mutex, so parallel
 // decisions on different callers rarely meet on a lock. A bucket that has
@@ -19,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -55,11 +57,18 @@ type Store struct {
 // limit it was written under in four bytes (a changed limit converts the
 // bucket: limiter.Limit.Convert). Limits come from the configuration, so
 // they are few; a reload that changes a policy's numbers adds one.
+//
+// A bucket's lim holds the limit's number in its low 28 bits and its
+// resolution (a step is 10^exp µs) in the top 4, so that the table reads
+// the instant a bucket is full without the limit.
 type limits struct {
-	ids sync.Map // limiter.Limit → uint32
+	ids sync.Map // limiter.Limit → uint32 (number and resolution, as a bucket holds them)
 	mu  sync.Mutex
-	all []limiter.Limit // by id, under mu
+	all []limiter.Limit // by number, under mu
 }
+
+// limNumber masks the limit's number in a bucket's lim.
+const limNumber = 1<<28 - 1
 
 func (ls *limits) id(l limiter.Limit) uint32 {
 	if id, ok := ls.ids.Load(l); ok {
@@ -71,10 +80,22 @@ func (ls *limits) id(l limiter.Limit) uint32 {
 		return id.(uint32)
 	}
 	ls.all = append(ls.all, l)
-	id := uint32(len(ls.all) - 1)
+	id := uint32(len(ls.all)-1)&limNumber | uint32(resolutionExp(l))<<28
 	ls.ids.Store(l, id)
 	return id
 }
+
+// resolutionExp is l's step as a power of ten of microseconds.
+func resolutionExp(l limiter.Limit) int {
+	e := 0
+	for r := l.Resolution().Microseconds(); r >= 10; r /= 10 {
+		e++
+	}
+	return e
+}
+
+// pow10 is 10^e for the resolutions a limit may have.
+var pow10 = [...]int64{1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000, 1_000_000_000}
 
 // families numbers the bucket families (Request.Name: policies) the store
 // has seen, so that a bucket records its family in four bytes and eviction
@@ -101,11 +122,11 @@ func (fs *families) id(name string) uint32 {
 	return id
 }
 
-// limit returns the limit numbered id.
+// limit returns the limit of a bucket's lim.
 func (ls *limits) limit(id uint32) limiter.Limit {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	return ls.all[id]
+	return ls.all[id&limNumber]
 }
 
 // key identifies a bucket: a 64-bit keyed hash of its name and identity.
@@ -129,18 +150,36 @@ func (s *Store) key(name, id string) key {
 
 func (s *Store) shard(k key) int { return int(uint64(k) >> 32 & s.mask) }
 
-// bucket is one bucket's exact state: missing units, counted in limit lim,
-// at the microsecond (since the store's epoch) full − ceil(missing/G), full
-// being the first microsecond at which it is full again. Storing full rather
-// than that instant lets the table sweep without the limit. fam is its
-// family (policy), for eviction; it fits in what would be padding.
+// bucket is one bucket's exact state: missing units (above the capacity's
+// units while in debt), counted in limit lim, at the step full −
+// ceil(missing/G), full being the step at which it is full again (steps of
+// the limit's resolution from the store's epoch). Storing full rather than
+// that step lets the table sweep without the limit, and counting steps
+// rather than microseconds keeps the far future of a slow bucket with a
+// large capacity (a billion years for 2^32 tokens a year) within 64 bits.
+// fam is its family (policy), for eviction; it fits in what would be
+// padding.
 type bucket struct {
 	missing, full int64
 	lim, fam      uint32
 }
 
-// at is the microsecond at which b missed b.missing units, given its limit.
-func (b *bucket) at(l limiter.Limit) int64 { return b.full - untilFull(l, b.missing) }
+// at is the microsecond (the start of a step) at which b missed b.missing
+// units, given its limit. It never overflows: it is not after now.
+func (b *bucket) at(l limiter.Limit) int64 {
+	_, g := l.Units()
+	return (b.full - ceilDiv(b.missing, g)) * l.Resolution().Microseconds()
+}
+
+// fullMicros is the first microsecond at which b is full again, or the
+// largest int64 when that is beyond it.
+func (b *bucket) fullMicros() int64 {
+	r := pow10[b.lim>>28]
+	if b.full > math.MaxInt64/r {
+		return math.MaxInt64
+	}
+	return b.full * r
+}
 
 type shard struct {
 	mu         sync.Mutex
@@ -222,49 +261,50 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 			b := &t.slots[j].b
 			p.slot = j
 			if b.lim == p.lim {
-				p.missing = r.Limit.Refill(b.missing, now-b.at(r.Limit))
+				p.missing = r.Limit.Refilled(b.missing, b.at(r.Limit), now)
 			} else {
 				// The bucket's limit changed (a reload): it keeps its tokens.
 				old := s.limits.limit(b.lim)
-				p.missing = r.Limit.Convert(old, old.Refill(b.missing, now-b.at(old)))
+				p.missing = r.Limit.Convert(old, old.Refilled(b.missing, b.at(old), now))
 				p.converted = true
 			}
 		}
-		allowed = allowed && r.Limit.Fits(p.missing, r.Cost)
-	}
-	if !allowed {
-		for i := range reqs {
-			r, p := &reqs[i], &pend[i]
-			if p.converted {
-				// Held under the new limit from now on, charged or not.
-				s.shards[p.shard].t.slots[p.slot].b = bucket{missing: p.missing, full: now + untilFull(r.Limit, p.missing), lim: p.lim, fam: p.fam}
-			}
-			res[i] = r.Limit.Result(p.missing, r.Cost, r.Limit.Fits(p.missing, r.Cost))
+		if r.Kind == limiter.Take {
+			allowed = allowed && r.Limit.Fits(p.missing, r.Cost)
 		}
-		s.unlock(order)
-		return false, nil
 	}
-	// Charge known buckets in place first: inserting a new bucket may move
-	// entries of its table, which would make the recorded slots stale.
+	// Charges and refunds apply whatever the Takes decided; the Takes pay
+	// only when all of them can. Known buckets are written in place first:
+	// inserting a new bucket may move entries of its table, which would
+	// make the recorded slots stale.
 	for pass := 0; pass < 2; pass++ {
 		for i := range reqs {
 			r, p := &reqs[i], &pend[i]
 			if (pass == 0) != (p.slot >= 0) {
 				continue
 			}
-			k, _ := r.Limit.Units()
-			m := p.missing + r.Cost*k
-			b := bucket{missing: m, full: now + untilFull(r.Limit, m), lim: p.lim, fam: p.fam}
+			m := p.missing
+			if r.Kind != limiter.Take || allowed {
+				m = r.Limit.Apply(m, r.Kind, r.Cost)
+			}
+			if r.Kind == limiter.Take && !allowed {
+				res[i] = r.Limit.Result(m, r.Kind, r.Cost, r.Limit.Fits(m, r.Cost))
+			} else {
+				res[i] = r.Limit.Result(m, r.Kind, r.Cost, true)
+			}
+			if m == p.missing && !p.converted {
+				continue // nothing to write (a converted bucket is held under the new limit from now on, charged or not)
+			}
+			b := bucket{missing: m, full: fullAt(r.Limit, m, now), lim: p.lim, fam: p.fam}
 			if sh := &s.shards[p.shard]; p.slot >= 0 {
 				sh.t.slots[p.slot].b = b
 			} else {
 				s.insert(sh, p.k, b, now)
 			}
-			res[i] = r.Limit.Result(m, r.Cost, true)
 		}
 	}
 	s.unlock(order)
-	return true, nil
+	return allowed, nil
 }
 
 // pending is one bucket of a decision in progress.
@@ -290,9 +330,21 @@ func (s *Store) Len() int {
 	return n
 }
 
-func untilFull(l limiter.Limit, missing int64) int64 {
+// fullAt is the step at which a bucket of l missing missing units at
+// microsecond now is full: now's step, plus whole steps.
+func fullAt(l limiter.Limit, missing, now int64) int64 {
 	_, g := l.Units()
-	return (missing + g - 1) / g
+	if r := l.Resolution().Microseconds(); r > 1 {
+		now /= r
+	}
+	return now + ceilDiv(missing, g)
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a-1)/b + 1
 }
 
 // minSweep is the fewest inserts between two sweeps of a shard.

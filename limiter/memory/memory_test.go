@@ -121,3 +121,26 @@ func TestNewRefusesNoCapOrNoShard(t *testing.T) {
 		}
 	}
 }
+
+// TestABucketFullInAThousandMillionYears: 2^32 tokens at one a year,
+// emptied, is held (its full instant, beyond any microsecond count, is
+// counted in steps of 1000 s), kept by Reclaim, and has a token again after
+// exactly a year.
+func TestABucketFullInAThousandMillionYears(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
+	s := storetest.Memory(clock)
+	l := limiter.MustLimit(1<<32, "1/31536000")
+	r := limiter.Request{Name: "slow", ID: "a", Limit: l, Cost: 1 << 32}
+	res := make([]limiter.Result, 1)
+	if ok, err := s.Take(context.Background(), []limiter.Request{r}, res); !ok || err != nil || res[0].ResetAfter != limiter.MaxDuration {
+		t.Fatalf("emptying it: %v %v %+v", ok, err, res[0])
+	}
+	clock.Advance(365 * 24 * time.Hour)
+	if n := s.Reclaim(); n != 0 || !s.Has("slow", "a") {
+		t.Fatalf("Reclaim dropped %d buckets a year into a refill of 2^32 years", n)
+	}
+	r.Cost = 2
+	if ok, _ := s.Take(context.Background(), []limiter.Request{r}, res); ok || res[0].Remaining != 1 || res[0].RetryAfter != 365*24*time.Hour {
+		t.Errorf("two tokens a year later: %v %+v, want one held, the next in a year", ok, res[0])
+	}
+}

@@ -111,7 +111,7 @@ func (t *table) remove(i int) {
 func (t *table) sweep(now int64) int {
 	removed := 0
 	for i := 0; i < len(t.slots); {
-		if s := &t.slots[i]; s.k != 0 && s.b.full <= now {
+		if s := &t.slots[i]; s.k != 0 && s.b.fullMicros() <= now {
 			t.remove(i) // a later entry may have moved into i: look again
 			removed++
 			continue
@@ -152,7 +152,7 @@ func (t *table) evict(start int, fam uint32) {
 			continue
 		}
 		seen++
-		if pick < 0 || s.b.full < t.slots[pick].b.full {
+		if pick < 0 || s.b.fullMicros() < t.slots[pick].b.fullMicros() {
 			pick = i
 		}
 	}

@@ -3,21 +3,40 @@ package redisstore
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/floodgate/floodgate/limiter"
 )
 
 // The scripts' arguments. tokenbucket.lua reads each distinct limit once per
-// call and a (limit, cost) pair per bucket, all in one binary string;
-// refund.lua, which only a denial across Redis Cluster slots runs, reads
-// four integers per bucket. Both are built here, from the same bucket
+// call and a (limit, kind, cost) triple per bucket, all in one binary
+// string; refund.lua, which only a denial across Redis Cluster slots runs,
+// reads five integers per bucket. Both are built here, from the same bucket
 // description.
 
 // limitArgs is a limit as the scripts read it: capacity C (tokens), K units
-// per token, G units gained per microsecond.
-type limitArgs struct{ c, k, g int64 }
+// per token, G units gained per step, and j, the resolution (a step is
+// 10^j µs).
+type limitArgs struct {
+	c, k, g int64
+	j       uint8
+}
 
-// bucketArgs is one bucket of a decision: its limit and the cost to take.
+// limitArgsOf is l as the scripts read it.
+func limitArgsOf(l limiter.Limit) limitArgs {
+	k, g := l.Units()
+	var j uint8
+	for r := l.Resolution().Microseconds(); r >= 10; r /= 10 {
+		j++
+	}
+	return limitArgs{l.Capacity, k, g, j}
+}
+
+// bucketArgs is one bucket of a decision: its limit, what it asks (kind:
+// the script's 0 take, 1 charge, 2 refund, as limiter.Kind numbers them)
+// and its cost.
 type bucketArgs struct {
 	limitArgs
+	kind limiter.Kind
 	cost int64
 }
 
@@ -34,13 +53,14 @@ func takeArgv(n int, buckets func(j int) []bucketArgs) []any {
 			total++
 		}
 	}
-	a := make([]byte, 0, 4+24*len(limits)+2*n+10*total)
+	a := make([]byte, 0, 4+25*len(limits)+2*n+11*total)
 	a = le.AppendUint16(a, uint16(n))
 	a = le.AppendUint16(a, uint16(len(limits)))
 	for _, l := range limits {
 		a = appendFloat(a, l.c)
 		a = appendFloat(a, l.k)
 		a = appendFloat(a, l.g)
+		a = append(a, l.j)
 	}
 	for j := 0; j < n; j++ {
 		bs := buckets(j)
@@ -48,6 +68,7 @@ func takeArgv(n int, buckets func(j int) []bucketArgs) []any {
 		for _, b := range bs {
 			i, _ := limitIndex(limits, b.limitArgs)
 			a = le.AppendUint16(a, uint16(i))
+			a = append(a, byte(b.kind))
 			a = appendFloat(a, b.cost)
 		}
 	}
@@ -56,8 +77,9 @@ func takeArgv(n int, buckets func(j int) []bucketArgs) []any {
 
 var le = binary.LittleEndian
 
-// appendFloat appends x as a little-endian double: exact, as every value the
-// scripts read is below 2^53.
+// appendFloat appends x as a little-endian double: exact for every value
+// below 2^53, which every limit's numbers are; a cost above it (a charge of
+// 2^63, say) is far beyond any bucket's bound, which it still is rounded.
 func appendFloat(a []byte, x int64) []byte { return le.AppendUint64(a, math.Float64bits(float64(x))) }
 
 // limitIndex returns l's position in limits, counted from 1 as the script
@@ -73,11 +95,11 @@ func limitIndex(limits []limitArgs, l limitArgs) (int, []limitArgs) {
 	return len(limits), limits
 }
 
-// refundArgv is refund.lua's ARGV: C, K, G and the cost per bucket.
+// refundArgv is refund.lua's ARGV: C, K, G, j and the cost per bucket.
 func refundArgv(buckets []bucketArgs) []any {
-	a := make([]any, 0, 4*len(buckets))
+	a := make([]any, 0, 5*len(buckets))
 	for _, b := range buckets {
-		a = append(a, b.c, b.k, b.g, b.cost)
+		a = append(a, b.c, b.k, b.g, int64(b.j), b.cost)
 	}
 	return a
 }

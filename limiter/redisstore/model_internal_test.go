@@ -31,6 +31,57 @@ func TestScriptMatchesTheRationalModel(t *testing.T) {
 	}
 }
 
+// TestRatelimitLimitsMatchTheRationalModel runs a short random sequence
+// (kinds, reloads among its buckets' limits) on every third limit of the
+// grid of envoyproxy/ratelimit limits through the real script, each figure
+// compared with the model: steps from a microsecond to 1000 s. (The memory
+// store runs the whole grid.)
+func TestRatelimitLimitsMatchTheRationalModel(t *testing.T) {
+	srv := redistest.Start(t)
+	s := New(srv.Client(), "")
+	storetest.RunModelOn(t, 13, 12, storetest.GridLimits(3), true, modelTake(t, s))
+}
+
+// TestABucketFullInAThousandMillionYears: 2^32 tokens at one a year,
+// emptied, is full again in 2^32 years: its state counts E in steps of
+// 1000 s (exact), its key expires at the cap (2^52 ms), its results stop
+// at limiter.MaxDuration, and a token is back after exactly a year.
+func TestABucketFullInAThousandMillionYears(t *testing.T) {
+	s, c, start, setClock := clockedStore(t)
+	ctx := context.Background()
+	l := limiter.MustLimit(1<<32, "1/31536000")
+	if l.Resolution() != limiter.MaxResolution {
+		t.Fatalf("%v: step %v, want %v", l, l.Resolution(), limiter.MaxResolution)
+	}
+	r := limiter.Request{Name: "slow", ID: "a", Limit: l, Cost: 1 << 32}
+	res := make([]limiter.Result, 1)
+	if ok, err := s.Take(ctx, []limiter.Request{r}, res); !ok || err != nil || res[0].ResetAfter != limiter.MaxDuration {
+		t.Fatalf("emptying it: %v %v %+v", ok, err, res[0])
+	}
+	key := s.Key(r.Name, r.ID)
+	v := c.Get(ctx, key).Val()
+	pexp, _ := c.Do(ctx, "PEXPIRETIME", key).Int64() // ms: beyond a time.Duration
+	if len(v) != 41 || v[40] != 9 || pexp != 1<<52 {
+		t.Errorf("state %x (%d bytes), expiry %v; want 41 bytes ending in j = 9, expiry at 2^52 ms", v, len(v), pexp)
+	}
+	e := math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[:8])))
+	if want := float64(start.UnixMilli()/1_000_000 + 1<<32*31536); e != want {
+		t.Errorf("E = %v steps, want %v (now's step + 2^32 years of 1000 s)", e, want)
+	}
+	r.Cost = 1
+	if ok, _ := s.Take(ctx, []limiter.Request{r}, res); ok || res[0].RetryAfter != 365*24*time.Hour {
+		t.Errorf("a token at once: %+v, want denied, retry after a year", res[0])
+	}
+	setClock(365 * 24 * time.Hour)
+	if ok, _ := s.Take(ctx, []limiter.Request{r}, res); !ok || res[0].Remaining != 0 {
+		t.Errorf("a token a year later: %v %+v, want allowed", ok, res[0])
+	}
+	r.Kind, r.Cost = limiter.Refund, math.MaxInt64
+	if ok, _ := s.Take(ctx, []limiter.Request{r}, res); !ok || res[0].Remaining != 1<<32 || c.Exists(ctx, key).Val() != 0 {
+		t.Errorf("a refund of everything: %v %+v, want a full bucket and no key", ok, res[0])
+	}
+}
+
 // useTestClock makes s's scripts read the clock from their last two
 // arguments, which exec appends from now, instead of calling TIME.
 func useTestClock(t *testing.T, s *Store, now func() time.Time) {
@@ -56,7 +107,8 @@ func withInjectedClock(t *testing.T, src string) *script {
 // testClockAt puts s on a test clock and returns its setter: the clock
 // reads at after the start. Keys must not expire by Redis' real clock
 // before the injected one says so: the injected clock starts a day ahead
-// of it.
+// of it, at a multiple of limiter.MaxResolution from the Unix epoch, so
+// the start is a step boundary for every limit (as the model assumes).
 func testClockAt(t *testing.T, s *Store) func(at time.Duration) {
 	_, set := testClock(t, s)
 	return set
@@ -64,7 +116,9 @@ func testClockAt(t *testing.T, s *Store) func(at time.Duration) {
 
 // testClock is testClockAt that also returns the clock's start.
 func testClock(t *testing.T, s *Store) (start time.Time, set func(at time.Duration)) {
-	start = time.Now().Add(24 * time.Hour).Truncate(time.Second)
+	grid := limiter.MaxResolution.Microseconds()
+	us := time.Now().Add(24 * time.Hour).UnixMicro()
+	start = time.UnixMicro(us - us%grid)
 	var now atomic.Int64
 	useTestClock(t, s, func() time.Time { return start.Add(time.Duration(now.Load())) })
 	return start, func(at time.Duration) { now.Store(int64(at)) }
@@ -147,14 +201,13 @@ func (h *shaCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // TestRefundUndoesACharge checks refund.lua against the Go arithmetic on an
 // injected clock: a refund at the instant of the charge restores the key's
 // expiry and value exactly; a refund dt later leaves the bucket missing what
-// it would have missed had it never been charged (Limit.Refill).
+// it would have missed had it never been charged (Limit.Refilled).
 func TestRefundUndoesACharge(t *testing.T) {
 	s, c, base, setClock := clockedStore(t)
 	ctx := context.Background()
 	var at time.Duration
 	refund := func(key string, l limiter.Limit, cost int64) *scriptCall {
-		k, g := l.Units()
-		sc := &scriptCall{script: s.refund, keys: []string{key}, args: refundArgv([]bucketArgs{{limitArgs{l.Capacity, k, g}, cost}}), want: 1}
+		sc := &scriptCall{script: s.refund, keys: []string{key}, args: refundArgv([]bucketArgs{{limitArgsOf(l), limiter.Take, cost}}), want: 1}
 		s.exec(ctx, sc)
 		return sc
 	}
@@ -198,7 +251,7 @@ func TestRefundUndoesACharge(t *testing.T) {
 			return min(max(m, 0), l.CapacityUnits())
 		}
 		dt := 1 + rng.Int64N(2_000_000)
-		want := l.Refill(missingAt(atMicros), dt)
+		want := l.Refilled(missingAt(atMicros), atMicros, atMicros+dt)
 		at += time.Duration(dt) * time.Microsecond
 		setClock(at)
 		sc := refund(key, l, r.Cost)

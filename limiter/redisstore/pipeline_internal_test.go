@@ -127,8 +127,8 @@ func TestOneScriptCallDecidesInTurn(t *testing.T) {
 	s := NewPipelined(c, "", testPipeline)
 	defer s.Close()
 	l := limiter.MustLimit(3, "1/3600")
-	k, g := l.Units()
-	one := bucketArgs{limitArgs{l.Capacity, k, g}, 1}
+	k, _ := l.Units()
+	one := bucketArgs{limitArgsOf(l), limiter.Take, 1}
 	hot, other := s.Key("hot", "a"), s.Key("other", "a")
 	var calls []*call
 	for i := 0; i < 5; i++ {
@@ -170,8 +170,8 @@ func TestAFailingDecisionDoesNotFailItsScriptCall(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	l := limiter.MustLimit(3, "1/3600")
-	k, g := l.Units()
-	one := bucketArgs{limitArgs{l.Capacity, k, g}, 1}
+	k, _ := l.Units()
+	one := bucketArgs{limitArgsOf(l), limiter.Take, 1}
 	bad := s.Key("api", "hash")
 	if err := c.HSet(ctx, bad, "f", "v").Err(); err != nil {
 		t.Fatal(err)
@@ -235,8 +235,8 @@ func TestACrossSlotCallRefusedIsDecidedSlotBySlot(t *testing.T) {
 	s := NewPipelined(cl.Client(), "", testPipeline)
 	defer s.Close()
 	l := limiter.MustLimit(5, "1/3600")
-	k, g := l.Units()
-	one := bucketArgs{limitArgs{l.Capacity, k, g}, 1}
+	k, _ := l.Units()
+	one := bucketArgs{limitArgsOf(l), limiter.Take, 1}
 	// One key on each node, in one part as if one node held them all.
 	nodes := map[*redistest.Server]bool{}
 	var calls []*call

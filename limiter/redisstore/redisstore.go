@@ -205,8 +205,7 @@ func (s *Store) prepareInto(reqs []limiter.Request, keys []string, buckets []buc
 	for i := range reqs {
 		r := &reqs[i]
 		keys = append(keys, s.Key(r.Name, r.ID))
-		k, g := r.Limit.Units()
-		buckets = append(buckets, bucketArgs{limitArgs{r.Limit.Capacity, k, g}, r.Cost})
+		buckets = append(buckets, bucketArgs{limitArgsOf(r.Limit), r.Kind, r.Cost})
 	}
 	return keys, buckets
 }
@@ -218,7 +217,7 @@ func results(reqs []limiter.Request, res []limiter.Result, reply []int64) bool {
 	for i := range reqs {
 		r := &reqs[i]
 		m := reply[i+1]
-		res[i] = r.Limit.Result(m, r.Cost, allowed || r.Limit.Fits(m, r.Cost))
+		res[i] = r.Limit.Result(m, r.Kind, r.Cost, allowed || r.Limit.Fits(m, r.Cost))
 	}
 	return allowed
 }
@@ -341,9 +340,11 @@ func (sc *scriptCall) cmd(ctx context.Context, verb, body string, clock []any) *
 //     its groups in one round trip, to all nodes at once. Each group is
 //     all-or-nothing on its own.
 //  2. If every group allowed, the decision is allowed: every bucket paid.
-//  3. Otherwise the groups that were charged are refunded (refund.lua, again
-//     one pipeline), so that no bucket paid; they report what they held
-//     before the charge, as if never charged.
+//  3. Otherwise the takes of the groups that were charged are refunded
+//     (refund.lua, again one pipeline), so that no take paid; they report
+//     what they held before the charge, as if never charged. A decision's
+//     Charges and Refunds (limiter.Kind) stand whatever its takes decide:
+//     they are never undone, in any group.
 //
 // The window. Between a group's charge and its refund (about one round trip)
 // the charge is visible: a concurrent decision on those buckets may be
@@ -359,7 +360,8 @@ func (sc *scriptCall) cmd(ctx context.Context, verb, body string, clock []any) *
 //
 // A group whose call fails leaves its own buckets uncertain (the script may
 // or may not have run), as a failed call does on the single-slot path; the
-// other groups are refunded and Take returns the error: one *NodeError per
+// other groups' takes are refunded (their charges and refunds stand) and
+// Take returns the error: one *NodeError per
 // failed group (and failed refund), naming the master it failed on, so the
 // resilience layer counts the failure against that master alone.
 func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res []limiter.Result, keys []string, buckets []bucketArgs) (bool, error) {
@@ -406,21 +408,33 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		for g, idx := range groups {
 			for j, i := range idx {
 				r := &reqs[i]
-				res[i] = r.Limit.Result(takes[g].reply[j+1], r.Cost, true)
+				res[i] = r.Limit.Result(takes[g].reply[j+1], r.Kind, r.Cost, true)
 			}
 		}
 		return true, nil
 	}
 
-	// Refund every group that was charged. The refund must happen even if
-	// the caller has given up on the decision (its context cancelled or past
-	// its deadline), so it runs without the caller's cancellation; the
-	// client's own read and write timeouts still bound it.
+	// Refund the takes of every group that charged them (a decision's
+	// charges and refunds stand whatever its takes decide). The refund
+	// must happen even if the caller has given up on the decision (its
+	// context cancelled or past its deadline), so it runs without the
+	// caller's cancellation; the client's own read and write timeouts
+	// still bound it.
 	var refunds []*scriptCall
 	var refunded []int // slots
 	for g, sc := range takes {
-		if sc.err == nil && sc.reply[0] == 1 {
-			refunds = append(refunds, &scriptCall{script: s.refund, keys: gkeys[g], args: refundArgv(gbuckets[g]), want: len(gkeys[g])})
+		if sc.err != nil || sc.reply[0] != 1 {
+			continue
+		}
+		var rkeys []string
+		var rbuckets []bucketArgs
+		for j, b := range gbuckets[g] {
+			if b.kind == limiter.Take && b.cost > 0 {
+				rkeys, rbuckets = append(rkeys, gkeys[g][j]), append(rbuckets, b)
+			}
+		}
+		if len(rkeys) > 0 {
+			refunds = append(refunds, &scriptCall{script: s.refund, keys: rkeys, args: refundArgv(rbuckets), want: len(rkeys)})
 			refunded = append(refunded, slots[g])
 		}
 	}
@@ -442,12 +456,15 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		for j, i := range idx {
 			r := &reqs[i]
 			m := takes[g].reply[j+1]
-			if wasCharged {
+			switch {
+			case r.Kind != limiter.Take:
+				res[i] = r.Limit.Result(m, r.Kind, r.Cost, true)
+			case wasCharged:
 				// Report the bucket as it was before the charge.
 				k, _ := r.Limit.Units()
-				res[i] = r.Limit.Result(m-r.Cost*k, r.Cost, true)
-			} else {
-				res[i] = r.Limit.Result(m, r.Cost, r.Limit.Fits(m, r.Cost))
+				res[i] = r.Limit.Result(m-r.Cost*k, r.Kind, r.Cost, true)
+			default:
+				res[i] = r.Limit.Result(m, r.Kind, r.Cost, r.Limit.Fits(m, r.Cost))
 			}
 		}
 	}

@@ -3,13 +3,16 @@
 --
 -- Used only for a decision whose buckets live in several Redis Cluster
 -- slots: the token-bucket script runs once per slot, and when one slot's
--- buckets deny, the slots that were charged are refunded with this script,
--- so that in the end no bucket paid (see redisstore.go, takeAcrossSlots).
+-- takes deny, the slots whose takes were charged are refunded with this
+-- script, so that in the end no take paid (see redisstore.go,
+-- takeAcrossSlots). It undoes takes only: a decision's charges and refunds
+-- (request kinds of tokenbucket.lua) stand whatever its takes decide, so
+-- they are never sent here.
 --
 -- KEYS[i]  the Redis key of bucket i.
--- ARGV     four integers per bucket, in KEYS order: capacity C (tokens),
---          K (units per token), G (units gained per microsecond) and the
---          cost n to give back.
+-- ARGV     five integers per bucket, in KEYS order: capacity C (tokens),
+--          K (units per token), G (units gained per step), the resolution
+--          j (a step is 10^j µs) and the cost n to give back.
 -- Returns  {m_1, ..., m_n}: the units missing from bucket i after the refund.
 --
 -- The refund computes the units missing now, takes n·K off, floored at 0 (a
@@ -22,9 +25,9 @@
 
 local out = {}
 for i = 1, #KEYS do
-  local a = (i - 1) * 4
-  local c, k, g, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local m = missing_now(KEYS[i], limit_index(c, k, g)) - cost * k
+  local a = (i - 1) * 5
+  local c, k, g, j, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local m = missing_now(KEYS[i], limit_index(c, k, g, j)) - cost * k
   if m < 0 then m = 0 end
   store(KEYS[i], m)
   out[i] = m

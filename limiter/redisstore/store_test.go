@@ -42,8 +42,9 @@ func take(t *testing.T, s limiter.Store, reqs ...limiter.Request) (bool, []limit
 // was made with) by moving each bucket's
 // "full at" instant d earlier: E in its value and its expiry (see
 // bucket.lua). The rest of the value (the part of a millisecond, the limit)
-// is untouched, so the shift is exact; a key whose bucket is then full is
-// deleted, as it would be once expired.
+// is untouched, so the shift is exact (for a limit counted in steps longer
+// than a millisecond, d must be whole steps); a key whose bucket is then
+// full is deleted, as it would be once expired.
 func advance(t *testing.T, c *redis.Client, prefix string, d time.Duration) {
 	t.Helper()
 	if err := shiftKeys(context.Background(), c, prefix, d); err != nil {
@@ -68,15 +69,40 @@ func shiftKeys(ctx context.Context, c *redis.Client, prefix string, d time.Durat
 var shiftScript = redis.NewScript(`
 local s = redis.call('GET', KEYS[1])
 if not s then return 0 end
-local e, v, c, k, g = struct.unpack('<ddddd', s)
-e = e - tonumber(ARGV[1])
+local e, v, c, k, g, j
+if #s == 41 then
+  e, v, c, k, g, j = struct.unpack('<dddddB', s)
+else
+  e, v, c, k, g = struct.unpack('<ddddd', s)
+  j = 0
+end
+local d = tonumber(ARGV[1])
+local p = 10 ^ (j - 3) -- milliseconds a step, when more than one
+if j > 3 then
+  if d % p ~= 0 then
+    return redis.error_reply('a shift of ' .. d .. ' ms is not whole steps of ' .. p .. ' ms')
+  end
+  d = d / p -- E counts steps
+end
+e = e - d
 local t = redis.call('TIME')
 local us = tonumber(t[2])
 local now_ms, sub = tonumber(t[1]) * 1000 + math.floor(us / 1000), us % 1000
-if (e - now_ms) * 1000 * g - v - sub * g <= 0 then -- full now
-  redis.call('DEL', KEYS[1])
+local m -- ticks missing, from the start of the current step
+if j <= 3 then
+  local r = 10 ^ j
+  m = ((e - now_ms) * (1000 / r) - math.floor(sub / r)) * g - v
 else
-  redis.call('SET', KEYS[1], struct.pack('<ddddd', e, v, c, k, g), 'PXAT', string.format('%d', e))
+  m = (e - math.floor(now_ms / p)) * g - v
+end
+local ms = e
+if j > 3 then ms = math.min(e * p, 2 ^ 52) end
+if m <= 0 then -- full now
+  redis.call('DEL', KEYS[1])
+elseif j == 0 then
+  redis.call('SET', KEYS[1], struct.pack('<ddddd', e, v, c, k, g), 'PXAT', string.format('%d', ms))
+else
+  redis.call('SET', KEYS[1], struct.pack('<dddddB', e, v, c, k, g, j), 'PXAT', string.format('%d', ms))
 end
 return 1`)
 

@@ -13,15 +13,24 @@
 -- ARGV[1]  one binary string (struct formats, little-endian): D and L as
 --          uint16 ('<HH'), the number of decisions and of distinct limits;
 --          then each limit's capacity C (tokens), K (units per token) and
---          G (units gained per microsecond) as doubles ('<ddd'); then,
---          decision after decision, its number of buckets n_j (uint16)
---          followed by a pair per bucket, in KEYS order: the bucket's limit
---          (1..L, uint16) and its cost (double). Arguments after ARGV[1]
---          are ignored.
+--          G (units gained per step) as doubles and its resolution j (a
+--          step is 10^j µs) as a uint8 ('<dddB'); then, decision after
+--          decision, its number of buckets n_j (uint16) followed by a
+--          triple per bucket, in KEYS order: the bucket's limit (1..L,
+--          uint16), its kind (uint8: 0 take, 1 charge, 2 refund) and its
+--          cost (double). Arguments after ARGV[1] are ignored.
 -- Returns  for each decision in turn: allowed, then m_1, ..., m_nj. allowed
---          is 1 when every bucket could pay and all were charged, 0 when
+--          is 1 when every take could pay and all were charged, 0 when
 --          none was; m_i is the number of units missing from bucket i after
---          the decision (0 = full).
+--          the decision (0 = full; above C·K in debt).
+--
+-- Kinds. A take of n tokens is all-or-nothing with the decision's other
+-- takes: it pays if every take's bucket holds its cost (a take of 0, a
+-- look, needs one whole token and takes nothing), and a denied take pays
+-- nothing. A charge takes n tokens whatever the bucket holds, down to a
+-- debt of one capacity at most (2·C·K missing: what it would take beyond
+-- is forgotten); a refund gives n back, up to full. Both apply whatever
+-- the takes decide. A bucket in debt denies every take until repaid.
 --
 -- Limits are sent once per call, not once per bucket, and all numbers in one
 -- string: every argument costs Redis an object to build and Lua a string to
@@ -45,35 +54,64 @@ local args = ARGV[1]
 local function key(i) return KEYS[i] or ARGV[i] end
 
 local d, nl, pos = unpack('<HH', args)
-for l = 1, nl do -- the limits cap, per, gain, full of bucket.lua, in order
-  local c, k, g
-  c, k, g, pos = unpack('<ddd', args, pos)
-  cap[l], per[l], gain[l], full[l] = c, k, g, c * k
+for l = 1, nl do -- the limits cap, per, gain, res, full of bucket.lua, in order
+  local c, k, g, j
+  c, k, g, j, pos = unpack('<dddB', args, pos)
+  cap[l], per[l], gain[l], res[l], full[l] = c, k, g, j, c * k
 end
 
--- decide1 takes a decision of one bucket: key, of limit l, cost n. (Most
--- decisions have one bucket; this path builds no table.)
-local function decide1(key, l, n)
+-- apply returns the units missing once a charge (kind 1) or a refund
+-- (kind 2) of n tokens is applied to a bucket missing m units of limit l.
+-- n·K may be above 2^53 (a charge of 2^63): then it is far beyond either
+-- bound, which the comparison still sees.
+local function apply(m, l, kind, n)
+  if kind == 1 then
+    m = m + n * per[l]
+    if m > 2 * full[l] then m = 2 * full[l] end
+    return m
+  end
+  m = m - n * per[l]
+  if m < 0 then m = 0 end
+  return m
+end
+
+-- decide1 takes a decision of one bucket: key, of limit l, kind and cost
+-- n. (Most decisions have one bucket; this path builds no table.)
+local function decide1(key, l, kind, n)
   local m = missing_now(key, l)
-  if n > cap[l] or m + n * per[l] > full[l] then return 0, m end
-  m = m + n * per[l]
-  store(key, m)
+  if kind ~= 0 then
+    m = apply(m, l, kind, n)
+    store(key, m)
+    return 1, m
+  end
+  local need = n -- what the bucket must hold: a look (n = 0) needs one token
+  if need < 1 then need = 1 end
+  if need > cap[l] or m + need * per[l] > full[l] then return 0, m end
+  if n > 0 then
+    m = m + n * per[l]
+    store(key, m)
+  end
   return 1, m
 end
 
--- decide takes a decision of nb buckets: keys kb+1..kb+nb, of limits ls
--- and costs ns.
-local function decide(kb, nb, ls, ns)
+-- decide takes a decision of nb buckets: keys kb+1..kb+nb, of limits ls,
+-- kinds ks and costs ns.
+local function decide(kb, nb, ls, ks, ns)
   local missing, allowed = {}, 1
   for i = 1, nb do
-    local l, n = ls[i], ns[i]
+    local l, need = ls[i], ns[i]
     local m = missing_now(key(kb + i), l)
     missing[i] = m
-    if n > cap[l] or m + n * per[l] > full[l] then allowed = 0 end
+    if need < 1 then need = 1 end
+    if ks[i] == 0 and (need > cap[l] or m + need * per[l] > full[l]) then allowed = 0 end
   end
-  if allowed == 1 then
-    for i = 1, nb do
-      missing[i] = missing[i] + ns[i] * per[ls[i]]
+  for i = 1, nb do
+    local kind, n = ks[i], ns[i]
+    if kind ~= 0 then
+      missing[i] = apply(missing[i], ls[i], kind, n)
+      store(key(kb + i), missing[i])
+    elseif allowed == 1 and n > 0 then
+      missing[i] = missing[i] + n * per[ls[i]]
       store(key(kb + i), missing[i])
     end
   end
@@ -91,18 +129,18 @@ end
 
 local out, o, kb = {}, 0, 0
 for j = 1, d do
-  local nb, l, n
-  nb, l, n, pos = unpack('<HHd', args, pos)
+  local nb, l, kind, n
+  nb, l, kind, n, pos = unpack('<HHBd', args, pos)
   local ok, allowed, m
   if nb == 1 then
-    ok, allowed, m = protected(decide1, key(kb + 1), l, n)
+    ok, allowed, m = protected(decide1, key(kb + 1), l, kind, n)
     if ok then out[o + 1], out[o + 2] = allowed, m end
   else
-    local ls, ns = {l}, {n}
+    local ls, ks, ns = {l}, {kind}, {n}
     for i = 2, nb do
-      ls[i], ns[i], pos = unpack('<Hd', args, pos)
+      ls[i], ks[i], ns[i], pos = unpack('<HBd', args, pos)
     end
-    ok, allowed, m = protected(decide, kb, nb, ls, ns)
+    ok, allowed, m = protected(decide, kb, nb, ls, ks, ns)
     if ok then
       out[o + 1] = allowed
       for i = 1, nb do out[o + 1 + i] = m[i] end

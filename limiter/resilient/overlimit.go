@@ -12,32 +12,53 @@ import (
 //
 // It is exact in the only direction that matters: it denies a request only
 // when even the most generous reading of the bucket cannot pay. Tokens
-// never appear faster than the refill rate, and other replicas can only take
-// tokens away, so the tokens a bucket holds now are at most what the store
-// reported plus rate × (time since the request that learned it was sent).
-// When that upper bound cannot pay, the store would have denied too.
+// never appear faster than the refill rate, and other decisions can only
+// take tokens away, so the tokens a bucket holds now are at most what the
+// store reported plus rate × (time since the request that learned it was
+// sent). When that upper bound cannot pay, the store would have denied too.
+//
+// A Refund breaks that rule: it gives tokens back. The cache never answers
+// a decision holding a Charge or a Refund (both must reach the store), and
+// a Refund decided here makes it forget the bucket; for a while after
+// (refundGuard) it ignores what decisions sent before the refund report of
+// that bucket, as their answers, arriving late, would describe it before
+// the tokens came back. A Refund decided by another replica cannot be seen
+// here: this replica's cache may deny its caller until the entry's own
+// bound says the tokens are back (docs/design.md, "Charges and refunds").
+//
+// A Charge that leaves its bucket without a whole token (empty, or in
+// debt) teaches the cache as a denial does: the next requests cannot pass
+// until it has refilled.
 type overLimitCache struct {
-	mu  sync.Mutex
-	m   map[cacheKey]cacheEntry
-	max int
+	mu    sync.Mutex
+	m     map[cacheKey]cacheEntry
+	max   int
+	guard time.Duration
 }
 
 type cacheKey struct{ name, id string }
 
+// cacheEntry is what the cache knows of one bucket: a bound, or (refunded
+// set, limit zero) only that a refund was sent at refunded.
 type cacheEntry struct {
-	limit   limiter.Limit
-	missing int64     // a lower bound on the units missing at `at`
-	at      time.Time // local time when the request that learned it was sent
-	full    time.Time // from then on the bucket may be full: the entry says nothing
+	limit    limiter.Limit
+	missing  int64     // a lower bound on the units missing at `at`
+	at       time.Time // local time when the request that learned it was sent
+	full     time.Time // from then on the bucket may be full: the entry says nothing
+	refunded time.Time // when a refund of the bucket was sent; zero: none recently
 }
 
-func newOverLimitCache(max int) *overLimitCache {
-	return &overLimitCache{m: make(map[cacheKey]cacheEntry), max: max}
+// newOverLimitCache makes a cache of at most max entries. guard is how
+// long after a refund the answers of decisions sent before it are not
+// learned from: their deadline, the store timeout.
+func newOverLimitCache(max int, guard time.Duration) *overLimitCache {
+	return &overLimitCache{m: make(map[cacheKey]cacheEntry), max: max, guard: guard}
 }
 
 // deny decides reqs from the cache when it can prove the decision is a
-// denial: every bucket must be known (so res can be filled) and at least one
-// must be unable to pay. It returns false when the store must be asked.
+// denial: every request a Take, every bucket known (so res can be filled)
+// and at least one unable to pay. It returns false when the store must be
+// asked.
 func (c *overLimitCache) deny(reqs []limiter.Request, res []limiter.Result, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -46,20 +67,30 @@ func (c *overLimitCache) deny(reqs []limiter.Request, res []limiter.Result, now 
 	short, known := false, true
 	for i := range reqs {
 		r := &reqs[i]
+		if r.Kind != limiter.Take {
+			known = false // a charge or a refund must reach the store
+		}
 		e, ok := c.m[cacheKey{r.Name, r.ID}]
-		if ok && (e.limit != r.Limit || !now.Before(e.full)) {
-			// Full by now, or the policy's numbers changed (the store
-			// carries the bucket over to the new limit, after which the
-			// entry bounds nothing): forget it. Every bucket is looked at,
-			// so no stale entry outlives a decision that named it.
+		if ok && !now.Before(e.full) {
+			// Full by now: the entry says nothing. Every bucket is looked
+			// at, so no stale entry outlives a decision that named it.
 			delete(c.m, cacheKey{r.Name, r.ID})
+			ok = false
+		}
+		if ok && e.limit != r.Limit {
+			// A refund's guard (no bound), or the policy's numbers changed
+			// (the store carries the bucket over to the new limit, after
+			// which the entry bounds nothing).
+			if e.refunded.IsZero() {
+				delete(c.m, cacheKey{r.Name, r.ID})
+			}
 			ok = false
 		}
 		if !ok {
 			known = false
 			continue
 		}
-		m := r.Limit.Refill(e.missing, now.Sub(e.at).Microseconds())
+		m := r.Limit.Refilled(e.missing, 0, refillSpan(r.Limit, now.Sub(e.at)))
 		missing = append(missing, m)
 		short = short || !r.Limit.Fits(m, r.Cost)
 	}
@@ -68,32 +99,96 @@ func (c *overLimitCache) deny(reqs []limiter.Request, res []limiter.Result, now 
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		res[i] = r.Limit.Result(missing[i], r.Cost, r.Limit.Fits(missing[i], r.Cost))
+		res[i] = r.Limit.Result(missing[i], r.Kind, r.Cost, r.Limit.Fits(missing[i], r.Cost))
 	}
 	return true
 }
 
-// record remembers the buckets of a denied decision whose request was sent
-// at sent. Results carry the wait until full rounded up to a microsecond; the
-// entry keeps the smallest missing count consistent with it, so it can only
-// under-state how empty the bucket is.
-func (c *overLimitCache) record(reqs []limiter.Request, res []limiter.Result, sent time.Time) {
+// refillSpan is the span of microseconds, from 0 on the limit's grid of
+// steps, whose steps are at least those a bucket of l crosses in dt (the
+// store reads its own clock, whose step boundaries may fall anywhere in
+// dt): dt itself at a step of a microsecond, one step more at a coarser one.
+func refillSpan(l limiter.Limit, dt time.Duration) int64 {
+	us := max(dt.Microseconds(), 0)
+	if r := l.Resolution().Microseconds(); r > 1 {
+		us += r
+	}
+	return us
+}
+
+// needsLearning reports whether a decision the store answered teaches the
+// cache anything: a denial (when learnTakes), a Charge (when learnCharges),
+// or a Refund.
+func needsLearning(reqs []limiter.Request, allowed, learnTakes, learnCharges bool) bool {
+	if !allowed && learnTakes {
+		return true
+	}
+	for i := range reqs {
+		if k := reqs[i].Kind; k == limiter.Refund || (k == limiter.Charge && learnCharges) {
+			return true
+		}
+	}
+	return false
+}
+
+// learn remembers what a decision sent at sent taught, the store having
+// answered res (allowed): when it was denied and learnTakes, the bounds on
+// its buckets; with learnCharges, a Charge that left its bucket without a
+// whole token (empty or in debt), whatever the decision; and always the
+// refunds it sent, whose buckets it forgets.
+func (c *overLimitCache) learn(reqs []limiter.Request, res []limiter.Result, sent time.Time, allowed, learnTakes, learnCharges bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range reqs {
 		r := &reqs[i]
-		us := res[i].ResetAfter.Microseconds()
-		if us <= 0 {
-			delete(c.m, cacheKey{r.Name, r.ID}) // full: nothing to remember
+		k := cacheKey{r.Name, r.ID}
+		e, had := c.m[k]
+		switch {
+		case r.Kind == limiter.Refund:
+			c.put(k, cacheEntry{refunded: sent, full: sent.Add(c.guard)}, sent)
+			continue
+		case had && !e.refunded.IsZero() && sent.Before(e.refunded):
+			continue // sent before a refund of the bucket: it reports the bucket before the tokens came back
+		case r.Kind == limiter.Charge && learnCharges && res[i].Remaining == 0:
+		case !allowed && learnTakes:
+		default:
 			continue
 		}
-		_, g := r.Limit.Units()
-		k := cacheKey{r.Name, r.ID}
-		if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
-			c.evict(sent)
+		steps := int64(res[i].ResetAfter / r.Limit.Resolution())
+		if steps <= 0 {
+			if had && !e.refunded.IsZero() {
+				c.m[k] = cacheEntry{refunded: e.refunded, full: e.full} // keep the refund's guard
+			} else {
+				delete(c.m, k) // full: nothing to remember
+			}
+			continue
 		}
-		c.m[k] = cacheEntry{limit: r.Limit, missing: (us-1)*g + 1, at: sent, full: sent.Add(res[i].ResetAfter)}
+		// Results carry the wait until full rounded up to a whole step; the
+		// entry keeps the smallest missing count consistent with it, so it
+		// can only under-state how empty the bucket is.
+		_, g := r.Limit.Units()
+		n := cacheEntry{limit: r.Limit, missing: (steps-1)*g + 1, at: sent, full: sent.Add(res[i].ResetAfter)}
+		if had && !e.refunded.IsZero() && sent.Before(e.refunded.Add(c.guard)) {
+			// Still guarding a refund: late answers may come in until then.
+			n.refunded, n.full = e.refunded, maxTime(n.full, e.refunded.Add(c.guard))
+		}
+		c.put(k, n, sent)
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// put sets k's entry, making room first when k is new and the cache full.
+func (c *overLimitCache) put(k cacheKey, e cacheEntry, now time.Time) {
+	if _, ok := c.m[k]; !ok && len(c.m) >= c.max {
+		c.evict(now)
+	}
+	c.m[k] = e
 }
 
 // evict drops entries that can no longer say anything, or, when none can

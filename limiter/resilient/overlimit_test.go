@@ -27,6 +27,8 @@ func (c *counting) Take(ctx context.Context, reqs []limiter.Request, res []limit
 // sequence of decisions twice in lockstep on one clock: through the cache
 // into a store, and straight into an identical store. Every decision must
 // agree; where the cache answered, its figures may only be generous bounds.
+// The decisions look (cost 0), charge into debt and refund besides taking,
+// on limits counted in microseconds and in coarser steps.
 func TestTheOverLimitCacheNeverDeniesWhatTheStoreWouldAllow(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
 	inner := &counting{Store: storetest.Memory(clock)}
@@ -35,9 +37,16 @@ func TestTheOverLimitCacheNeverDeniesWhatTheStoreWouldAllow(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain := storetest.Memory(clock)
-	limits := []limiter.Limit{limiter.MustLimit(5, "2"), limiter.MustLimit(3, "1/3"), limiter.MustLimit(50, "100"), limiter.MustLimit(1, "0.5")}
+	limits := []limiter.Limit{
+		limiter.MustLimit(5, "2"), limiter.MustLimit(3, "1/3"), limiter.MustLimit(50, "100"), limiter.MustLimit(1, "0.5"),
+		limiter.MustLimit(1<<32, "312751/3600"), // steps of 100 ms
+		limiter.MustLimit(5, "5/2"),             // five per two seconds
+	}
+	if limits[4].Resolution() != 100*time.Millisecond {
+		t.Fatalf("%v: step %v, want 100ms", limits[4], limits[4].Resolution())
+	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	decisions, denials := 0, 0
+	decisions, denials, nonTakes := 0, 0, 0
 	for step := 0; step < 20000; step++ {
 		clock.Advance(time.Duration(rng.Int64N(300_000)) * time.Microsecond)
 		n := 1 + rng.IntN(2)
@@ -45,6 +54,17 @@ func TestTheOverLimitCacheNeverDeniesWhatTheStoreWouldAllow(t *testing.T) {
 		for i := range reqs {
 			l := limits[rng.IntN(len(limits))]
 			reqs[i] = limiter.Request{Name: "p" + strconv.Itoa(i), ID: "id" + strconv.Itoa(rng.IntN(3)), Limit: l, Cost: 1 + rng.Int64N(l.Capacity)}
+			switch q := rng.IntN(20); {
+			case q < 2:
+				reqs[i].Kind, reqs[i].Cost = limiter.Charge, rng.Int64N(3*l.Capacity)
+			case q < 3:
+				reqs[i].Kind, reqs[i].Cost = limiter.Refund, rng.Int64N(2*l.Capacity)
+			case q < 5:
+				reqs[i].Cost = 0
+			}
+			if reqs[i].Kind != limiter.Take {
+				nonTakes++
+			}
 		}
 		resA, resB := make([]limiter.Result, n), make([]limiter.Result, n)
 		before := inner.calls.Load()
@@ -70,7 +90,7 @@ func TestTheOverLimitCacheNeverDeniesWhatTheStoreWouldAllow(t *testing.T) {
 		}
 	}
 	hits := decisions - int(inner.calls.Load())
-	t.Logf("%d decisions, %d denied, %d answered by the cache", decisions, denials, hits)
+	t.Logf("%d decisions (%d charges and refunds), %d denied, %d answered by the cache", decisions, nonTakes, denials, hits)
 	if hits == 0 {
 		t.Errorf("the cache answered none of %d denials", denials)
 	}
@@ -119,3 +139,62 @@ func TestAFloodOnAnEmptyBucketNeverReachesTheStore(t *testing.T) {
 const testTimeout = 50 * time.Millisecond
 
 var testBreaker = BreakerOptions{Failures: 5, OpenFor: 500 * time.Millisecond}
+
+// TestTheCacheLearnsFromChargesAndForgetsOnRefunds: a charge or a refund
+// always reaches the store; a charge that puts the bucket in debt teaches
+// the cache that looks cannot pass; a refund makes it forget the bucket.
+func TestTheCacheLearnsFromChargesAndForgetsOnRefunds(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
+	inner := &counting{Store: storetest.Memory(clock)}
+	s, _ := New(inner, Options{Timeout: testTimeout, Breaker: testBreaker, Clock: clock, OverLimitEntries: 10})
+	l := limiter.MustLimit(100, "100/60")
+	look := []limiter.Request{{Name: "p", ID: "a", Limit: l, Cost: 0}}
+	charge := []limiter.Request{{Name: "p", ID: "a", Limit: l, Cost: 150, Kind: limiter.Charge}}
+	refund := []limiter.Request{{Name: "p", ID: "a", Limit: l, Cost: 300, Kind: limiter.Refund}}
+	res := make([]limiter.Result, 1)
+	calls := func() int64 { return inner.calls.Load() }
+	if ok, _ := s.Take(context.Background(), look, res); !ok || calls() != 1 {
+		t.Fatalf("the first look: %v, %d store calls", ok, calls())
+	}
+	for i := 0; i < 3; i++ { // every charge reaches the store, the cache knowing the bucket or not
+		if ok, _ := s.Take(context.Background(), charge, res); !ok || res[0].Remaining != 0 || calls() != int64(2+i) {
+			t.Fatalf("charge %d: %v %+v, %d store calls", i, ok, res[0], calls())
+		}
+	}
+	for i := 0; i < 100; i++ { // 100 in debt: looks cannot pass for a minute
+		clock.Advance(100 * time.Millisecond)
+		if ok, _ := s.Take(context.Background(), look, res); ok || calls() != 4 {
+			t.Fatalf("look %d after the charges: %v, %d store calls; want denied by the cache", i, ok, calls())
+		}
+	}
+	if ok, _ := s.Take(context.Background(), refund, res); !ok || calls() != 5 || res[0].Remaining != 100 {
+		t.Fatalf("the refund: %v %+v, %d store calls", ok, res[0], calls())
+	}
+	if ok, _ := s.Take(context.Background(), look, res); !ok || calls() != 6 {
+		t.Errorf("a look after the refund: %v, %d store calls; want the store asked, and allowed", ok, calls())
+	}
+}
+
+// TestALateAnswerDoesNotUndoARefund: the answer to a decision sent before a
+// refund, arriving after it, describes the bucket before the tokens came
+// back: the cache does not learn from it while the refund's guard lasts.
+func TestALateAnswerDoesNotUndoARefund(t *testing.T) {
+	c := newOverLimitCache(10, time.Second)
+	l := limiter.MustLimit(2, "1/60")
+	take := []limiter.Request{{Name: "p", ID: "a", Limit: l, Cost: 1}}
+	empty := []limiter.Result{l.Result(l.CapacityUnits(), limiter.Take, 1, false)}
+	t0 := time.Unix(1_800_000_000, 0)
+	c.learn([]limiter.Request{{Name: "p", ID: "a", Limit: l, Cost: 2, Kind: limiter.Refund}}, []limiter.Result{{Allowed: true, Limit: 2, Remaining: 2}}, t0.Add(time.Millisecond), true, true, true)
+	c.learn(take, empty, t0, false, true, true) // sent before the refund
+	if c.deny(take, make([]limiter.Result, 1), t0.Add(2*time.Millisecond)) {
+		t.Fatal("the cache denied from an answer sent before a refund")
+	}
+	c.learn(take, empty, t0.Add(3*time.Millisecond), false, true, true) // sent after it
+	if !c.deny(take, make([]limiter.Result, 1), t0.Add(4*time.Millisecond)) {
+		t.Fatal("the cache did not learn from an answer sent after the refund")
+	}
+	c.learn(take, empty, t0, false, true, true) // still within the guard: a late one is ignored again...
+	if !c.deny(take, make([]limiter.Result, 1), t0.Add(5*time.Millisecond)) {
+		t.Fatal("...and does not drop what was learned")
+	}
+}

@@ -180,7 +180,7 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	s.wide = &shardBreaker{b: NewBreaker(o.Breaker, func(from, to State) { s.onBreakerChange(nil, from, to) })}
 	s.breaker = s.wide.b
 	if o.OverLimitEntries > 0 {
-		s.cache = newOverLimitCache(o.OverLimitEntries)
+		s.cache = newOverLimitCache(o.OverLimitEntries, o.Timeout)
 	}
 	if o.ProbeInterval > 0 {
 		s.probeCtx, s.stopProbe = context.WithCancel(context.Background())
@@ -366,8 +366,8 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		for _, p := range passes {
 			p.sb.b.Success(p.t)
 		}
-		if !allowed && useCache && s.cache != nil {
-			s.cache.record(reqs, res, now)
+		if s.cache != nil && needsLearning(reqs, allowed, useCache, useCache) {
+			s.cache.learn(reqs, res, now, allowed, useCache, useCache)
 		}
 		return allowed, nil
 	}
@@ -608,7 +608,9 @@ func (s *Store) degrade(ctx context.Context, reqs []limiter.Request, res []limit
 	for i := range local {
 		orig := local[i].Limit
 		local[i].Limit = s.scale(orig)
-		if local[i].Cost <= orig.Capacity {
+		// A Charge or a Refund keeps its cost: it is what this replica's
+		// own request cost, and the smaller bucket clamps it.
+		if local[i].Kind == limiter.Take && local[i].Cost <= orig.Capacity {
 			// A cost the shared bucket could pay stays payable in the
 			// smaller local one.
 			local[i].Cost = min(local[i].Cost, local[i].Limit.Capacity)

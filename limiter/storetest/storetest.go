@@ -6,6 +6,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -44,118 +45,198 @@ type bucket struct {
 	id    string
 	limit limiter.Limit
 	cost  int64
+	kind  limiter.Kind // Take unless set
 }
+
+// The limits of the worked examples.
+var (
+	perMinute100 = limiter.MustLimit(100, "100/60") // envoyproxy/ratelimit's 100 per MINUTE
+	perMonth1001 = limiter.MustLimit(1001, "1001/2592000")
+)
 
 var cases = []struct {
 	name  string
 	steps []step
 }{
-	{"a cost of 0 looks without taking", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0}}, allowed: true, remaining: 5, resetAfter: 0},
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 3}}, allowed: true, remaining: 2, resetAfter: 3 * time.Second},
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0}}, allowed: true, remaining: 2, resetAfter: 3 * time.Second},
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 2}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 1}}, allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: time.Second},
+	{"a cost of 0 looks without taking, and an empty bucket denies it", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0, limiter.Take}}, allowed: true, remaining: 5, resetAfter: 0},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 3, limiter.Take}}, allowed: true, remaining: 2, resetAfter: 3 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0, limiter.Take}}, allowed: true, remaining: 2, resetAfter: 3 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 2, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 1, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: time.Second},
+	}},
+	{"a look needs one whole token", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 5, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{advance: 500 * time.Millisecond, buckets: []bucket{{"a", limiter.MustLimit(5, "1"), 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 4500 * time.Millisecond, retryAfter: 500 * time.Millisecond},
+		{advance: 500 * time.Millisecond, allowed: true, remaining: 1, resetAfter: 4 * time.Second},
+	}},
+	// Envoy's cost charged after the response (hits_addend on stream
+	// done) behind a cost-0 check on the request path: the check denies
+	// once the charges have put the bucket in debt, and the debt repays
+	// at the limit's rate (100 a minute: 5/3 tokens a second).
+	{"100 a minute: look with cost 0, then charge 150, five times in a row", []step{
+		{buckets: []bucket{{"a", perMinute100, 0, limiter.Take}}, allowed: true, remaining: 100, resetAfter: 0},
+		{buckets: []bucket{{"a", perMinute100, 150, limiter.Charge}}, allowed: true, remaining: 0, resetAfter: 90 * time.Second}, // 50 in debt
+		{buckets: []bucket{{"a", perMinute100, 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 90 * time.Second, retryAfter: 30600 * time.Millisecond},
+		{buckets: []bucket{{"a", perMinute100, 150, limiter.Charge}}, allowed: true, remaining: 0, resetAfter: 2 * time.Minute}, // the debt bound: 100
+		{buckets: []bucket{{"a", perMinute100, 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 2 * time.Minute, retryAfter: 60600 * time.Millisecond},
+		{buckets: []bucket{{"a", perMinute100, 150, limiter.Charge}}, allowed: true, remaining: 0, resetAfter: 2 * time.Minute},
+		{buckets: []bucket{{"a", perMinute100, 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 2 * time.Minute, retryAfter: 60600 * time.Millisecond},
+		{buckets: []bucket{{"a", perMinute100, 150, limiter.Charge}}, allowed: true, remaining: 0, resetAfter: 2 * time.Minute},
+		{buckets: []bucket{{"a", perMinute100, 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 2 * time.Minute, retryAfter: 60600 * time.Millisecond},
+		{buckets: []bucket{{"a", perMinute100, 150, limiter.Charge}}, allowed: true, remaining: 0, resetAfter: 2 * time.Minute},
+		// The debt repays at 100 a minute: empty after a minute, one token 0.6 s later.
+		{advance: 30 * time.Second, buckets: []bucket{{"a", perMinute100, 1, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 90 * time.Second, retryAfter: 30600 * time.Millisecond},
+		{advance: 30 * time.Second, buckets: []bucket{{"a", perMinute100, 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: time.Minute, retryAfter: 600 * time.Millisecond},
+		{advance: 600 * time.Millisecond, allowed: true, remaining: 1, resetAfter: 59400 * time.Millisecond},
+		{buckets: []bucket{{"a", perMinute100, 1, limiter.Take}}, allowed: true, remaining: 0, resetAfter: time.Minute},
+	}},
+	{"a charge of 2^63-1 takes the bucket one capacity into debt, no further", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), math.MaxInt64, limiter.Charge}}, allowed: true, remaining: 0, resetAfter: 20 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 3, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 20 * time.Second, retryAfter: 13 * time.Second},
+		{advance: 13 * time.Second, allowed: true, remaining: 0, resetAfter: 10 * time.Second},
+	}},
+	{"a charge that fits is an ordinary charge", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 4, limiter.Charge}}, allowed: true, remaining: 6, resetAfter: 4 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 0, limiter.Charge}}, allowed: true, remaining: 6, resetAfter: 4 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 6, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 10 * time.Second},
+	}},
+	{"a refund gives tokens back, up to the capacity", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 8, limiter.Take}}, allowed: true, remaining: 2, resetAfter: 8 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 3, limiter.Refund}}, allowed: true, remaining: 5, resetAfter: 5 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), math.MaxInt64, limiter.Refund}}, allowed: true, remaining: 10, resetAfter: 0},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 10, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 10 * time.Minute},
+	}},
+	{"a refund pays back a debt", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 15, limiter.Charge}}, allowed: true, remaining: 0, resetAfter: 15 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 15 * time.Second, retryAfter: 6 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 10, limiter.Refund}}, allowed: true, remaining: 5, resetAfter: 5 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 0, limiter.Take}}, allowed: true, remaining: 5, resetAfter: 5 * time.Second},
+	}},
+	{"a denied decision still applies its charges and refunds", []step{
+		{buckets: []bucket{{"t", limiter.MustLimit(2, "1/60"), 2, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 2 * time.Minute},
+		// t is empty: the take denies; the charge of c stands.
+		{buckets: []bucket{{"c", limiter.MustLimit(5, "1/60"), 3, limiter.Charge}, {"t", limiter.MustLimit(2, "1/60"), 1, limiter.Take}}, allowed: false, remaining: 2, resetAfter: 3 * time.Minute},
+		{buckets: []bucket{{"c", limiter.MustLimit(5, "1/60"), 0, limiter.Take}}, allowed: true, remaining: 2, resetAfter: 3 * time.Minute},
+		// And so does a refund of it, while a take of u beside it pays nothing.
+		{buckets: []bucket{{"c", limiter.MustLimit(5, "1/60"), 1, limiter.Refund}, {"u", limiter.MustLimit(5, "1/60"), 1, limiter.Take}, {"t", limiter.MustLimit(2, "1/60"), 1, limiter.Take}}, allowed: false, remaining: 3, resetAfter: 2 * time.Minute},
+		{buckets: []bucket{{"u", limiter.MustLimit(5, "1/60"), 0, limiter.Take}}, allowed: true, remaining: 5, resetAfter: 0},
+	}},
+	{"charges and refunds alone are allowed, and takes beside them pay", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1, limiter.Take}, {"c", limiter.MustLimit(5, "1/60"), 99, limiter.Charge}, {"r", limiter.MustLimit(5, "1/60"), 1, limiter.Refund}}, allowed: true, remaining: 4, resetAfter: time.Minute},
+		{buckets: []bucket{{"c", limiter.MustLimit(5, "1/60"), 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 10 * time.Minute, retryAfter: 6 * time.Minute},
+		{buckets: []bucket{{"r", limiter.MustLimit(5, "1/60"), 5, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 5 * time.Minute},
+	}},
+	{"a debt carried to a new limit is kept, and bounded by the new capacity", []step{
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 15, limiter.Charge}}, allowed: true, remaining: 0, resetAfter: 15 * time.Second},                             // 5 in debt
+		{buckets: []bucket{{"a", limiter.MustLimit(4, "1/60"), 0, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 8 * time.Minute, retryAfter: 5 * time.Minute}, // 4 in debt at most
+	}},
+	// A quota by the month that microsecond steps cannot count exactly:
+	// steps of 10 µs. One token every 2592000/1001 s.
+	{"1001 a month", []step{
+		{buckets: []bucket{{"a", perMonth1001, 1001, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 30 * 24 * time.Hour},
+		{buckets: []bucket{{"a", perMonth1001, 1, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 30 * 24 * time.Hour, retryAfter: 2589410590 * time.Microsecond},
+		{advance: 2589411 * time.Millisecond, allowed: true, remaining: 0, resetAfter: 30*24*time.Hour - 410*time.Microsecond},
 	}},
 	{"a new bucket is full", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 1}}, allowed: true, remaining: 9, resetAfter: time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 1, limiter.Take}}, allowed: true, remaining: 9, resetAfter: time.Second},
 	}},
 	{"a burst of exactly capacity passes, then the next is denied", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1}}, allowed: true, remaining: 2, resetAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1, limiter.Take}}, allowed: true, remaining: 2, resetAfter: time.Minute},
 		{allowed: true, remaining: 1, resetAfter: 2 * time.Minute},
 		{allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
 		{allowed: false, remaining: 0, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
 	}},
 	{"retry-after shrinks as tokens accrue and grows with the cost", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 10}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 1}}, allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: 500 * time.Millisecond},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 10, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 1, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: 500 * time.Millisecond},
 		{advance: 250 * time.Millisecond, allowed: false, remaining: 0, resetAfter: 4750 * time.Millisecond, retryAfter: 250 * time.Millisecond},
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 3}}, allowed: false, remaining: 0, resetAfter: 4750 * time.Millisecond, retryAfter: 1250 * time.Millisecond},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 3, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 4750 * time.Millisecond, retryAfter: 1250 * time.Millisecond},
 	}},
 	{"tokens refill with time", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 10}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
-		{advance: 1500 * time.Millisecond, buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 1}}, allowed: true, remaining: 2, resetAfter: 4 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 10, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 5 * time.Second},
+		{advance: 1500 * time.Millisecond, buckets: []bucket{{"a", limiter.MustLimit(10, "2"), 1, limiter.Take}}, allowed: true, remaining: 2, resetAfter: 4 * time.Second},
 		{allowed: true, remaining: 1, resetAfter: 4500 * time.Millisecond},
 		{allowed: true, remaining: 0, resetAfter: 5 * time.Second},
 		{allowed: false, remaining: 0, resetAfter: 5 * time.Second, retryAfter: 500 * time.Millisecond},
 	}},
 	{"a refill never exceeds the capacity", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(4, "100"), 4}}, allowed: true, remaining: 0, resetAfter: 40 * time.Millisecond},
-		{advance: time.Hour, buckets: []bucket{{"a", limiter.MustLimit(4, "100"), 1}}, allowed: true, remaining: 3, resetAfter: 10 * time.Millisecond},
+		{buckets: []bucket{{"a", limiter.MustLimit(4, "100"), 4, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 40 * time.Millisecond},
+		{advance: time.Hour, buckets: []bucket{{"a", limiter.MustLimit(4, "100"), 1, limiter.Take}}, allowed: true, remaining: 3, resetAfter: 10 * time.Millisecond},
 	}},
 	{"half a token a second", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(2, "0.5"), 2}}, allowed: true, remaining: 0, resetAfter: 4 * time.Second},
-		{buckets: []bucket{{"a", limiter.MustLimit(2, "0.5"), 1}}, allowed: false, remaining: 0, resetAfter: 4 * time.Second, retryAfter: 2 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(2, "0.5"), 2, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 4 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(2, "0.5"), 1, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 4 * time.Second, retryAfter: 2 * time.Second},
 		{advance: time.Second, allowed: false, remaining: 0, resetAfter: 3 * time.Second, retryAfter: time.Second},
 		{advance: time.Second, allowed: true, remaining: 0, resetAfter: 4 * time.Second},
 	}},
 	{"a third of a token a second, which no decimal holds", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(1, "1/3"), 1}}, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(1, "1/3"), 1, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
 		{advance: 2900 * time.Millisecond, allowed: false, remaining: 0, resetAfter: 100 * time.Millisecond, retryAfter: 100 * time.Millisecond},
 		{advance: 100 * time.Millisecond, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
 	}},
 	{"ten thousand tokens a second", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(20000, "10000"), 20000}}, allowed: true, remaining: 0, resetAfter: 2 * time.Second},
-		{advance: 100 * time.Millisecond, buckets: []bucket{{"a", limiter.MustLimit(20000, "10000"), 1000}}, allowed: true, remaining: 0, resetAfter: 2 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(20000, "10000"), 20000, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 2 * time.Second},
+		{advance: 100 * time.Millisecond, buckets: []bucket{{"a", limiter.MustLimit(20000, "10000"), 1000, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 2 * time.Second},
 		{allowed: false, remaining: 0, resetAfter: 2 * time.Second, retryAfter: 100 * time.Millisecond},
 	}},
 	{"a cost above one takes that many tokens", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 4}}, allowed: true, remaining: 6, resetAfter: 4 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 4, limiter.Take}}, allowed: true, remaining: 6, resetAfter: 4 * time.Minute},
 		{allowed: true, remaining: 2, resetAfter: 8 * time.Minute},
 		{allowed: false, remaining: 2, resetAfter: 8 * time.Minute, retryAfter: 2 * time.Minute},
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 2}}, allowed: true, remaining: 0, resetAfter: 10 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 2, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 10 * time.Minute},
 	}},
 	{"a cost above the capacity can never pass and takes nothing", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 4}}, allowed: false, remaining: 3, exceeds: true},
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 3}}, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 4, limiter.Take}}, allowed: false, remaining: 3, exceeds: true},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 3, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
 	}},
 	{"several buckets pass together", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}, {"b", limiter.MustLimit(2, "1/60"), 1}}, allowed: true, remaining: 4, resetAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1, limiter.Take}, {"b", limiter.MustLimit(2, "1/60"), 1, limiter.Take}}, allowed: true, remaining: 4, resetAfter: time.Minute},
 		{allowed: true, remaining: 3, resetAfter: 2 * time.Minute},
 	}},
 	{"when one bucket denies, no bucket pays", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}, {"b", limiter.MustLimit(2, "1/60"), 1}}, allowed: true, remaining: 4, resetAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1, limiter.Take}, {"b", limiter.MustLimit(2, "1/60"), 1, limiter.Take}}, allowed: true, remaining: 4, resetAfter: time.Minute},
 		{allowed: true, remaining: 3, resetAfter: 2 * time.Minute},
 		{allowed: false, remaining: 3, resetAfter: 2 * time.Minute}, // b is empty; a must not pay
 		{allowed: false, remaining: 3, resetAfter: 2 * time.Minute},
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 3}}, allowed: true, remaining: 0, resetAfter: 5 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 3, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 5 * time.Minute},
 	}},
 	{"an impossible cost in one bucket takes nothing from the others", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}, {"b", limiter.MustLimit(2, "1/60"), 3}}, allowed: false, remaining: 5},
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 5}}, allowed: true, remaining: 0, resetAfter: 5 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1, limiter.Take}, {"b", limiter.MustLimit(2, "1/60"), 3, limiter.Take}}, allowed: false, remaining: 5},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 5, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 5 * time.Minute},
 	}},
 	// A reload changes a policy's numbers: a bucket keeps the tokens it
 	// held under the old limit (capped at the new capacity) and refills at
 	// the new rate from its first decision under the new limit.
 	{"a raised rate refills a spent bucket at the new rate at once", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 3}}, allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1}}, allowed: false, remaining: 0, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 1}}, allowed: false, remaining: 0, resetAfter: 3 * time.Second, retryAfter: time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 3, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 1, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 3 * time.Second, retryAfter: time.Second},
 		{advance: time.Second, allowed: true, remaining: 0, resetAfter: 3 * time.Second},
 	}},
 	{"a limit change keeps the tokens held when nothing is charged", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 3}}, allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 3, limiter.Take}}, allowed: true, remaining: 0, resetAfter: 3 * time.Minute},
 		// Denied under the new limit (cost 4 of capacity 10): still the
 		// new rate from here on.
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 4}}, allowed: false, remaining: 0, resetAfter: 10 * time.Second, retryAfter: 4 * time.Second},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1"), 4, limiter.Take}}, allowed: false, remaining: 0, resetAfter: 10 * time.Second, retryAfter: 4 * time.Second},
 		{advance: 4 * time.Second, allowed: true, remaining: 0, resetAfter: 10 * time.Second},
 	}},
 	{"a lowered capacity clamps the tokens held", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 2}}, allowed: true, remaining: 8, resetAfter: 2 * time.Minute},
-		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1}}, allowed: true, remaining: 4, resetAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 2, limiter.Take}}, allowed: true, remaining: 8, resetAfter: 2 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(5, "1/60"), 1, limiter.Take}}, allowed: true, remaining: 4, resetAfter: time.Minute},
 	}},
 	{"a raised capacity keeps the tokens held", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1}}, allowed: true, remaining: 2, resetAfter: time.Minute},
-		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 1}}, allowed: true, remaining: 1, resetAfter: 9 * time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1/60"), 1, limiter.Take}}, allowed: true, remaining: 2, resetAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 1, limiter.Take}}, allowed: true, remaining: 1, resetAfter: 9 * time.Minute},
 	}},
 	{"a lowered rate keeps the tokens held and refills slower", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(4, "2"), 3}}, allowed: true, remaining: 1, resetAfter: 1500 * time.Millisecond},
-		{buckets: []bucket{{"a", limiter.MustLimit(4, "1/60"), 2}}, allowed: false, remaining: 1, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(4, "2"), 3, limiter.Take}}, allowed: true, remaining: 1, resetAfter: 1500 * time.Millisecond},
+		{buckets: []bucket{{"a", limiter.MustLimit(4, "1/60"), 2, limiter.Take}}, allowed: false, remaining: 1, resetAfter: 3 * time.Minute, retryAfter: time.Minute},
 	}},
 	{"a full bucket is full under the new limit", []step{
-		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 1}}, allowed: true, remaining: 2, resetAfter: time.Second},
-		{advance: time.Second, buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 1}}, allowed: true, remaining: 9, resetAfter: time.Minute},
+		{buckets: []bucket{{"a", limiter.MustLimit(3, "1"), 1, limiter.Take}}, allowed: true, remaining: 2, resetAfter: time.Second},
+		{advance: time.Second, buckets: []bucket{{"a", limiter.MustLimit(10, "1/60"), 1, limiter.Take}}, allowed: true, remaining: 9, resetAfter: time.Minute},
 	}},
 }
 
@@ -174,7 +255,7 @@ func Run(t *testing.T, h Harness) {
 				if len(s.buckets) > 0 {
 					reqs = reqs[:0]
 					for _, b := range s.buckets {
-						reqs = append(reqs, limiter.Request{Name: name, ID: b.id, Limit: b.limit, Cost: b.cost})
+						reqs = append(reqs, limiter.Request{Name: name, ID: b.id, Limit: b.limit, Cost: b.cost, Kind: b.kind})
 					}
 				}
 				res := make([]limiter.Result, len(reqs))
@@ -243,6 +324,9 @@ func Run(t *testing.T, h Harness) {
 			{"empty identity", []limiter.Request{{Name: "n", ID: "", Limit: l, Cost: 1}}, limiter.ErrKey},
 			{"empty name", []limiter.Request{{Name: "", ID: "i", Limit: l, Cost: 1}}, limiter.ErrKey},
 			{"negative cost", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: -3}}, limiter.ErrCost},
+			{"a negative charge", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: -3, Kind: limiter.Charge}}, limiter.ErrCost},
+			{"a negative refund", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: -1, Kind: limiter.Refund}}, limiter.ErrCost},
+			{"an unknown kind", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: 1, Kind: limiter.Refund + 1}}, limiter.ErrKind},
 			{"a limit not built by NewLimit", []limiter.Request{{Name: "n", ID: "i", Limit: limiter.Limit{Capacity: 5}, Cost: 1}}, limiter.ErrCapacity},
 			{"the same bucket twice", []limiter.Request{{Name: "n", ID: "i", Limit: l, Cost: 1}, {Name: "n", ID: "i", Limit: l, Cost: 1}}, limiter.ErrDuplicate},
 		}
