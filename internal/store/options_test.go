@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/resilient"
 )
 
@@ -21,17 +20,18 @@ import (
 // an empty key prefix included.
 func TestTheStoreRunsWithTheDocumentedDefaults(t *testing.T) {
 	const policy = "policies: [{name: p, key: [client_ip], capacity: 5, refill_per_second: 1}]\n"
+	half, _ := resilient.NewShare(1, 2)
 	for _, tc := range []struct {
 		name, store string
 		timeout     time.Duration
 		breaker     resilient.BreakerOptions
-		share       string
+		share       resilient.Share
 		key         string // of bucket (p, x)
 	}{
 		{"left out", `{backend: redis, on_failure: local, redis: {addresses: ["127.0.0.1:1"]}}`,
-			50 * time.Millisecond, resilient.BreakerOptions{Failures: 5, OpenFor: 500 * time.Millisecond}, "1", "fg:p:{x}"},
+			50 * time.Millisecond, resilient.BreakerOptions{Failures: 5, OpenFor: 500 * time.Millisecond}, resilient.Whole, "fg:p:{x}"},
 		{"set", `{backend: redis, on_failure: local, local_share: 0.5, breaker: {failures: 2, open_for: 1s}, redis: {addresses: ["127.0.0.1:1"], timeout: 20ms, prefix: ""}}`,
-			20 * time.Millisecond, resilient.BreakerOptions{Failures: 2, OpenFor: time.Second}, "1/2", "p:{x}"},
+			20 * time.Millisecond, resilient.BreakerOptions{Failures: 2, OpenFor: time.Second}, half, "p:{x}"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := config.Parse("t.yaml", []byte("store: "+tc.store+"\n"+policy))
@@ -42,7 +42,7 @@ func TestTheStoreRunsWithTheDocumentedDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := limiter.MustLimit(1, tc.share).Rate; opts.Timeout != tc.timeout || opts.Breaker != tc.breaker || opts.FallbackShare != want {
+			if want := tc.share; opts.Timeout != tc.timeout || opts.Breaker != tc.breaker || opts.FallbackShare != want {
 				t.Errorf("resilience options: timeout %v, breaker %+v, share %v; want %v, %+v, %v", opts.Timeout, opts.Breaker, opts.FallbackShare, tc.timeout, tc.breaker, want)
 			}
 			ro, err := cfg.RedisOptions()

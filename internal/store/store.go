@@ -125,10 +125,10 @@ func buildRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 // ResilientOptions are the resilience layer's settings (the fallback
 // store aside).
 func ResilientOptions(cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (resilient.Options, error) {
-	var share limiter.Rate // the fallback's share of each limit; zero (unused) without one
+	var share resilient.Share // the fallback's share of each limit; zero (unused) without one
 	if cfg.Store.OnFailure == "local" {
 		var err error
-		if share, err = limiter.RateFromFloat(*cfg.Store.LocalShare); err != nil {
+		if share, err = resilient.ShareOf(*cfg.Store.LocalShare); err != nil {
 			return resilient.Options{}, fmt.Errorf("store.local_share: %w", err)
 		}
 	}

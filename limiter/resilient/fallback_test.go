@@ -43,7 +43,7 @@ func TestTheFallbackPassesTheConformanceSuite(t *testing.T) {
 // denied until the debt is repaid at the local rate.
 func TestALocalShareTakesChargesWhole(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
-	half, _ := limiter.NewRate(1, 2)
+	half, _ := resilient.NewShare(1, 2)
 	rs, err := resilient.New(down{}, resilient.Options{Timeout: time.Second, Breaker: serveBreaker, Clock: clock, Fallback: storetest.Memory(clock), FallbackShare: half})
 	if err != nil {
 		t.Fatal(err)

@@ -180,7 +180,7 @@ func TestTheStateChangeCallbackMayCallTheBreaker(t *testing.T) {
 func TestTheLocalShareKeepsThePolicyWindow(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
 	g := &gatedStore{mem: storetest.Memory(nil), next: make(chan gate, 16)}
-	half, _ := limiter.NewRate(1, 2)
+	half, _ := resilient.NewShare(1, 2)
 	rs, err := resilient.New(g, resilient.Options{
 		Timeout: time.Minute, Breaker: serveBreaker, Clock: clock, Fallback: storetest.Memory(clock), FallbackShare: half,
 	})
@@ -199,7 +199,12 @@ func TestTheLocalShareKeepsThePolicyWindow(t *testing.T) {
 	if res[0].ResetAfter != 5*time.Second || res[0].RetryAfter != 2500*time.Millisecond {
 		t.Errorf("empty local bucket: full in %v, a token in %v; want 5s (the policy's window) and 2.5s", res[0].ResetAfter, res[0].RetryAfter)
 	}
-	if _, err := resilient.New(g, resilient.Options{Timeout: time.Minute, Breaker: serveBreaker, FallbackShare: limiter.MustLimit(1, "3/2").Rate}); err == nil || !strings.Contains(err.Error(), "fallback share must be in (0, 1]") {
-		t.Errorf("a share above 1: %v, want it refused", err)
+	for _, f := range [][2]int64{{3, 2}, {0, 1}, {1, 0}, {-1, 2}} {
+		if _, err := resilient.NewShare(f[0], f[1]); err == nil || !strings.Contains(err.Error(), "a share must be a fraction in (0, 1]") {
+			t.Errorf("a share of %d/%d: %v, want it refused", f[0], f[1], err)
+		}
+	}
+	if s, err := resilient.ShareOf(0.1); err != nil || s.String() != "1/10" {
+		t.Errorf("ShareOf(0.1) = %v, %v; want one tenth exactly", s, err)
 	}
 }

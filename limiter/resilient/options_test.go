@@ -7,7 +7,6 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/store"
-	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/resilient"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
@@ -18,7 +17,7 @@ import (
 var (
 	serveBreaker  = resilient.BreakerOptions{Failures: config.DefaultBreakerFailures, OpenFor: config.DefaultBreakerOpenFor}
 	servePipeline = store.PipelineOptions(config.Default().Store.Redis)
-	whole         = limiter.MustLimit(1, "1").Rate
+	whole         = resilient.Whole
 )
 
 // TestNewRefusesWhatItOnceDefaulted: a Timeout, breaker options or (with a
@@ -36,7 +35,7 @@ func TestNewRefusesWhatItOnceDefaulted(t *testing.T) {
 		{"no breaker failures", func(o *resilient.Options) { o.Breaker.Failures = 0 }, "BreakerOptions.Failures must be at least 1"},
 		{"negative breaker failures", func(o *resilient.Options) { o.Breaker.Failures = -1 }, "BreakerOptions.Failures must be at least 1"},
 		{"no open time", func(o *resilient.Options) { o.Breaker.OpenFor = 0 }, "BreakerOptions.OpenFor must be positive"},
-		{"a fallback without a share", func(o *resilient.Options) { o.FallbackShare = limiter.Rate{} }, "fallback share must be in (0, 1]"},
+		{"a fallback without a share", func(o *resilient.Options) { o.FallbackShare = resilient.Share{} }, "a fallback needs its share of every limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok

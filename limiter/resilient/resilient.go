@@ -57,7 +57,7 @@ type Options struct {
 	// bucket refills from empty in the policy's own window. With a
 	// Fallback it must be in (0, 1] (1: the whole limit); without one it is
 	// not used, and may be left zero.
-	FallbackShare limiter.Rate
+	FallbackShare Share
 	// OverLimitEntries bounds the over-limit cache; 0 disables it.
 	OverLimitEntries int
 	Clock            limiter.Clock
@@ -132,8 +132,8 @@ type Store struct {
 }
 
 // New wraps primary. It refuses a Timeout that is not positive, breaker
-// options NewBreaker refuses, and a FallbackShare outside (0, 1] (a zero
-// one only without a Fallback).
+// options NewBreaker refuses, and a Fallback without a FallbackShare (the
+// zero Share is for a store without a Fallback).
 func New(primary limiter.Store, o Options) (*Store, error) {
 	if o.Timeout <= 0 {
 		return nil, fmt.Errorf("resilient: Options.Timeout must be positive: it bounds each decision's store work (got %v)", o.Timeout)
@@ -147,8 +147,8 @@ func New(primary limiter.Store, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if n, d := o.FallbackShare.Fraction(); n > d || (o.Fallback != nil && n <= 0) { // a zero Rate is 0/0
-		return nil, fmt.Errorf("resilient: fallback share must be in (0, 1] (1: the fallback applies whole limits), got %v", o.FallbackShare)
+	if o.Fallback != nil && o.FallbackShare.IsZero() {
+		return nil, fmt.Errorf("resilient: a fallback needs its share of every limit, a fraction in (0, 1] (Whole: the fallback applies whole limits)")
 	}
 	s := &Store{primary: primary, fallback: o.Fallback, opts: o, clock: o.Clock, log: o.Logger}
 	s.bounded, _ = primary.(limiter.DeadlineStore)
