@@ -1,8 +1,9 @@
 package extauthz
 
 import (
-	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"testing"
+
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 )

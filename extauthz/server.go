@@ -35,7 +35,7 @@ type ServerOptions struct {
 	// cache does not hide would-be denials.
 	ShadowStore limiter.Store
 	// Recorder, when set, hears every policy's decision, for the report of
-	// who is being limited (record.go).
+	// who is being limited.
 	Recorder decide.Recorder
 }
 
@@ -50,14 +50,14 @@ type Server struct {
 	log     *zap.Logger
 	metrics *Metrics
 	opts    ServerOptions
-	missing missingReporter // identitymissing.go
+	missing missingReporter // logs the policies whose key sources were all empty
 }
 
 // serverState is what a reload swaps: the engine and its policies' counters.
 type serverState struct {
 	engine   *Engine
 	counters map[*Policy]policyCounters
-	tallies  tallies // record.go
+	tallies  tallies // the policies' tallies in the report of who is limited
 }
 
 // NewServer returns a server deciding with e's policies in store.
@@ -113,7 +113,7 @@ type scratch struct {
 	resArr   [2 * decide.MaxInline]limiter.Result
 	policies [decide.MaxInline]*Policy
 	results  [decide.MaxInline]limiter.Result
-	name     callerName // the caller's label for the recorder (record.go)
+	name     callerName // the caller's label for the recorder
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -152,8 +152,8 @@ func (sc *scratch) enforced(plan *Plan, res []limiter.Result) ([]*Policy, []limi
 	return policies, results
 }
 
-// Check decides one request: Plan, then Decide (decide.go), then the
-// response. See the package comment for the contract.
+// Check decides one request: Plan, then the decide step (limiter/decide),
+// then the response. See the package comment for the contract.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *authv3.CheckResponse, _ error) {
 	start := time.Now()
 	st := s.state.Load()

@@ -1,18 +1,3 @@
-// Package extauthz turns Envoy's ext_authz Check calls into rate-limit
-// decisions: it reads the request (View), selects the policies that match
-// and derives each one's bucket identity and cost (Engine.Plan), takes from
-// the buckets, all or nothing across the enforced policies and the shadow
-// ones on their own (Decider), and renders Envoy's CheckResponse
-// (respond.go). Plan and Decider are the decide path of every front end:
-// Server.Check and floodgate replay use them alike. The gRPC wire codec is
-// extauthz/codec.
-//
-// The Envoy contract it follows (Envoy's ext_authz filter,
-// source/extensions/filters/http/ext_authz/ext_authz.cc, and its gRPC client,
-// source/extensions/filters/common/ext_authz/ext_authz_grpc_impl.cc):
-// a decision is never an RPC error; a deny is a non-OK status with a 429
-// denied_response; RateLimit headers on allow go to the client through
-// ok_response.response_headers_to_add; every returned header overwrites.
 package extauthz
 
 import (

@@ -45,7 +45,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *rlsCall {
-		return checkRLS(ctx, rlsArgs{addr: *addr, domain: *domain, descriptors: descs, hits: *hits, count: *count, timeout: *timeout}, stdout, stderr) // checkrls.go
+		return checkRLS(ctx, rlsArgs{addr: *addr, domain: *domain, descriptors: descs, hits: *hits, count: *count, timeout: *timeout}, stdout, stderr)
 	}
 	if *count < 1 || *count > 1_000_000 {
 		fmt.Fprintln(stderr, "floodgate check: --count must be between 1 and 1000000")

@@ -19,7 +19,7 @@ import (
 // Sizing listen.max_request_bytes_in_flight when the file leaves it 0
 // (docs/operations.md, "Memory: request bytes in flight").
 const (
-	// requestBytesCost: a request of n bytes costs the process about 3n
+	// requestBytesShare: a request of n bytes costs the process about 3n
 	// at its peak (the bytes read, the contiguous copy the decoder reads,
 	// the strings decoded from it), and gets half of the memory limit left
 	// after the in-memory buckets: a sixth of it in request bytes.
@@ -78,8 +78,8 @@ func newRequestGate(cfg *door.Config, doors []door.Door, reg prometheus.Register
 	})
 }
 
-// gateCodec decodes requests as the server's codec does (serve.go,
-// listen.decoder).
+// gateCodec decodes requests as the gRPC server's codec does
+// (listen.decoder).
 func gateCodec(decoder string) encoding.CodecV2 {
 	if decoder == "fast" {
 		return codec.Fast()

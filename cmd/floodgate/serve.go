@@ -207,7 +207,7 @@ func (s *server) listen() error {
 	if err != nil {
 		return err
 	}
-	gate := newRequestGate(cfg, s.doors, s.reg, s.log) // inflight.go: bounds the request bytes in flight
+	gate := newRequestGate(cfg, s.doors, s.reg, s.log) // bounds the request bytes in flight
 	serverOpts = append(serverOpts, gate.ServerOptions()...)
 	s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {

@@ -44,7 +44,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	if *connect {
 		// The store is part of what is checked: "ok" comes last, and only
 		// when it answered.
-		if code := connectCheck(c.Config, stdout, stderr); code != 0 { // connect.go
+		if code := connectCheck(c.Config, stdout, stderr); code != 0 {
 			fmt.Fprintf(stderr, "%s: the file is valid (%s), but the store cannot be used: see above\n", *path, summary)
 			return code
 		}

@@ -67,7 +67,7 @@ func NewService(cfg *Config, o ServiceOptions) *Service {
 // together.
 type serving struct {
 	cfg     *Config
-	tallies *tallies // record.go
+	tallies *tallies // the limits' tallies in the report of who is limited
 }
 
 // SetConfig swaps in a new configuration: requests in flight finish on the

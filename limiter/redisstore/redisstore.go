@@ -88,7 +88,7 @@ type Store struct {
 	prefix  string
 	take    *script
 	refund  *script
-	pipe    *coalescer // NewPipelined: decisions share round trips (pipeline.go)
+	pipe    *coalescer // NewPipelined: decisions share round trips
 
 	// On a Cluster, a pipelined store's coalescer per master address
 	// (pipeFor); pipesMu serialises making one and Close.
