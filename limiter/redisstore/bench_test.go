@@ -327,7 +327,7 @@ func BenchmarkStateMemory(b *testing.B) {
 	c := benchClient(b)
 	ctx := context.Background()
 	s := redisstore.New(c, config.DefaultRedisPrefix)
-	id := "k:AbCdEfGhIjKlMnOpQrStUv"
+	id := "AbCdEfGhIjKlMnOpQrStUv" // a 22-character hashed identity, as extauthz makes
 	l := limiter.MustLimit(100, "10")
 	res := make([]limiter.Result, 1)
 	for i := 0; i < b.N; i++ {
