@@ -12,9 +12,11 @@ type Metrics struct {
 	// denied, shadow_allowed, shadow_denied (would have been denied).
 	Decisions *prometheus.CounterVec
 	// Checks counts Check calls by outcome: allowed, denied, unmatched,
-	// degraded_allowed, degraded_denied. (A request Floodgate cannot read
-	// never reaches Check: gRPC refuses it, and Envoy applies its own
-	// failure mode.)
+	// degraded_allowed, degraded_denied. A Check the server had no memory
+	// to read in time is answered by the failure mode and counted as
+	// degraded (Server.Unread); only one larger than listen.max_request_bytes
+	// never reaches the handler: gRPC refuses it, and Envoy applies its own
+	// failure mode.
 	Checks *prometheus.CounterVec
 	// Latency is the time to answer a Check.
 	Latency prometheus.Histogram
