@@ -74,8 +74,10 @@ func (r *rig) check(t *testing.T, req *authv3.CheckRequest) *authv3.CheckRespons
 	}
 	hs = append(hs, resp.GetDeniedResponse().GetHeaders()...)
 	for _, h := range hs {
-		if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD || h.GetAppend() != nil {
-			t.Errorf("header %s: append_action %v append %v, want OVERWRITE_IF_EXISTS_OR_ADD and no append", h.GetHeader().GetKey(), h.GetAppendAction(), h.GetAppend())
+		//lint:ignore SA1019 the test checks that the deprecated append is never set
+		appendSet := h.GetAppend() != nil
+		if h.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD || appendSet {
+			t.Errorf("header %s: append_action %v, append set %v; want OVERWRITE_IF_EXISTS_OR_ADD and no append", h.GetHeader().GetKey(), h.GetAppendAction(), appendSet)
 		}
 	}
 	return resp

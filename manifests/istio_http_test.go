@@ -176,6 +176,7 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 	if pp := prov.GetPathPrefix(); pp == "" || !strings.HasPrefix(pp, "/") || !strings.Contains(commentsOf(files[istioHTTPDir+"/kustomization.yaml"]), "path_prefix: "+pp) {
 		bad("provider %s pathPrefix %q: want one starting with /, and kustomization.yaml telling http_authz.path_prefix the same", istioHTTPProvider, pp)
 	}
+	//lint:ignore SA1019 the test checks that the deprecated field is not used
 	if len(prov.GetIncludeHeadersInCheck()) > 0 {
 		bad("provider %s uses the deprecated includeHeadersInCheck", istioHTTPProvider)
 	}

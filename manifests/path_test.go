@@ -456,7 +456,7 @@ func expectedOutcomes(pp *proxyPath, cfg *door.Config) map[string]string {
 	default:
 		redis = passDegraded
 	}
-	return map[string]string{"redis down": redis, "floodgate down": proxy, "a timeout": proxy}
+	return map[string]string{failureRows[0]: redis, failureRows[1]: proxy, failureRows[2]: proxy}
 }
 
 var tableMarks = strings.NewReplacer("*", "", "`", "")

@@ -72,11 +72,3 @@ func printProblems(w io.Writer, err error) {
 		fmt.Fprintln(w, p)
 	}
 }
-
-// plural is one or many, as n says.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}

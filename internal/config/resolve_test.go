@@ -86,18 +86,18 @@ func TestAReloadKeepsTheSecretItStartedWith(t *testing.T) {
 	if string(running.HashSecret()) != "0123456789abcdef-first" {
 		t.Fatalf("Resolve keyed the policies with %q", running.HashSecret())
 	}
-	reload := func() ([]string, error, *Config) {
+	reload := func() ([]string, *Config, error) {
 		next := mustParse(t, strings.Replace(y, "capacity: 10", "capacity: 11", 1))
 		changed, err := next.ResolveReload(running)
-		return changed, err, next
+		return changed, next, err
 	}
-	if changed, err, next := reload(); len(changed) != 0 || err != nil || string(next.HashSecret()) != "0123456789abcdef-first" {
+	if changed, next, err := reload(); len(changed) != 0 || err != nil || string(next.HashSecret()) != "0123456789abcdef-first" {
 		t.Errorf("same secret: changed %q, %v, secret %q", changed, err, next.HashSecret())
 	}
 
 	os.WriteFile(secret, []byte("0123456789abcdef-second\n"), 0o600)
 	os.Remove(password)
-	changed, err, next := reload()
+	changed, next, err := reload()
 	if strings.Join(changed, " ") != "identity" || err != nil {
 		t.Errorf("rotated secret: changed %q, %v; want identity named, nothing wrong", changed, err)
 	}
@@ -106,7 +106,7 @@ func TestAReloadKeepsTheSecretItStartedWith(t *testing.T) {
 	}
 
 	os.Remove(secret)
-	changed, err, next = reload()
+	changed, next, err = reload()
 	if strings.Join(changed, " ") != "identity" || err == nil || !strings.Contains(err.Error(), "identity.hash_secret_file: open "+secret) {
 		t.Errorf("unreadable secret: changed %q, %v", changed, err)
 	}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,13 +74,16 @@ func (b Build) Path() (string, error) {
 	return path, nil
 }
 
-// Go is the go command: the one on PATH, else the one of the toolchain that
-// built the test.
+// Go is the go command: the one on PATH, else the one in GOROOT (set by
+// the go command for the tests it runs).
 func Go() string {
 	if g, err := exec.LookPath("go"); err == nil {
 		return g
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	if root := os.Getenv("GOROOT"); root != "" {
+		return filepath.Join(root, "bin", "go")
+	}
+	return "go"
 }
 
 // Main runs the package's tests and then removes what they built: call it
