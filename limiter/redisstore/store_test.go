@@ -324,7 +324,7 @@ func TestEveryKeyExpiresWhenItsBucketIsFull(t *testing.T) {
 func TestStateIsCompact(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	s := redisstore.New(c, "fg:") // the default prefix
+	s := redisstore.New(c, "fg:")  // the default prefix
 	id := "AbCdEfGhIjKlMnOpQrStUv" // a 22-character hashed identity, as extauthz makes
 	take(t, s, limiter.Request{Name: "api-per-key", ID: id, Limit: limiter.MustLimit(100, "10"), Cost: 7})
 	key := s.Key("api-per-key", id)
