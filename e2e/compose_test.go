@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,7 +24,6 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/extauthz"
@@ -88,16 +86,6 @@ type composeHealthcheck struct {
 	Retries  int      `json:"retries"`
 }
 
-// strictJSON decodes as the Kubernetes API server does: field names are case-sensitive, and an
-// unknown or duplicate field is an error (sigs.k8s.io/json, which the API server uses).
-func strictJSON(data []byte, into any) error {
-	strict, err := kjson.UnmarshalStrict(data, into)
-	if err != nil {
-		return err
-	}
-	return errors.Join(strict...)
-}
-
 func loadCompose(t *testing.T, data []byte) *compose {
 	t.Helper()
 	js, err := yaml.YAMLToJSONStrict(data)
@@ -105,7 +93,7 @@ func loadCompose(t *testing.T, data []byte) *compose {
 		t.Fatalf("%s: %v", composePath, err)
 	}
 	c := &compose{}
-	if err := strictJSON(js, c); err != nil {
+	if err := floodgatetest.StrictJSON(js, c); err != nil {
 		t.Fatalf("%s: %v", composePath, err)
 	}
 	return c
@@ -455,7 +443,7 @@ func TestComposeFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := strictJSON(js, &compose{}); err == nil || !strings.Contains(err.Error(), "readonly") {
+		if err := floodgatetest.StrictJSON(js, &compose{}); err == nil || !strings.Contains(err.Error(), "readonly") {
 			t.Fatalf("unknown key accepted: %v", err)
 		}
 	})

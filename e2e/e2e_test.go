@@ -9,8 +9,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	commonrlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -307,20 +309,16 @@ func expectDenied(t *testing.T, what string, a answer) denialBody {
 	return b
 }
 
-// eventually polls cond every 10ms until it holds or within passes.
+// eventually waits, as every test does (redistest.Eventually), until cond
+// holds or within passes, failing with cond's last word.
 func eventually(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, last := cond()
-		if ok {
-			return
+	redistest.Eventually(t, within, what, func() error {
+		if ok, last := cond(); !ok {
+			return errors.New(last)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v (last: %s)", what, within, last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // ---------------------------------------------------------------------------------------------

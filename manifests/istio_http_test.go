@@ -133,7 +133,7 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 			door = &svc.Spec.Ports[i]
 		}
 	}
-	m := regexp.MustCompile(`listen:\s*\{\s*http:\s*\S+:(\d+)\s*\}`).FindStringSubmatch(commentsOf(files[istioHTTPDir+"/kustomization.yaml"]))
+	m := regexp.MustCompile(`listen:\s*\{\s*http:\s*\S+:(\d+)\s*\}`).FindStringSubmatch(yamlComments(string(files[istioHTTPDir+"/kustomization.yaml"])))
 	switch {
 	case door == nil:
 		bad("Service %s has no port named http-*: Istio would not treat it as HTTP", svc.Name)
@@ -173,7 +173,7 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 	if prov.GetStatusOnError() != "503" {
 		bad("provider %s: statusOnError %q, want 503 (Envoy's default is 403)", istioHTTPProvider, prov.GetStatusOnError())
 	}
-	if pp := prov.GetPathPrefix(); pp == "" || !strings.HasPrefix(pp, "/") || !strings.Contains(commentsOf(files[istioHTTPDir+"/kustomization.yaml"]), "path_prefix: "+pp) {
+	if pp := prov.GetPathPrefix(); pp == "" || !strings.HasPrefix(pp, "/") || !strings.Contains(yamlComments(string(files[istioHTTPDir+"/kustomization.yaml"])), "path_prefix: "+pp) {
 		bad("provider %s pathPrefix %q: want one starting with /, and kustomization.yaml telling http_authz.path_prefix the same", istioHTTPProvider, pp)
 	}
 	//lint:ignore SA1019 the test checks that the deprecated field is not used
@@ -250,18 +250,6 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 		bad("no NetworkPolicy admits the door's port from its callers: manifests/network-policy.yaml denies it")
 	}
 	return p
-}
-
-// commentsOf returns the comment lines of a file: the instructions the
-// checks hold the objects to.
-func commentsOf(data []byte) string {
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), "#") {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 func portNumber(s string) int32 {

@@ -8,7 +8,6 @@ package manifests
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -38,10 +37,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwapiv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
-	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
 
 const (
@@ -148,16 +147,6 @@ func named[T metav1.Object](b *bundle, name string) T {
 	return zero
 }
 
-// strictJSON decodes as the Kubernetes API server does: field names are case-sensitive, and an
-// unknown or duplicate field is an error (sigs.k8s.io/json, which the API server uses).
-func strictJSON(data []byte, into any) error {
-	strict, err := kjson.UnmarshalStrict(data, into)
-	if err != nil {
-		return err
-	}
-	return errors.Join(strict...)
-}
-
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
 // readFiles reads every YAML file of the kustomization directories.
@@ -224,7 +213,7 @@ func decodeObject(js []byte, at string) (metav1.Object, error) {
 		return nil, fmt.Errorf("%s: unexpected apiVersion/kind %q %q", at, tm.APIVersion, tm.Kind)
 	}
 	obj := newObj()
-	if err := strictJSON(js, obj); err != nil {
+	if err := floodgatetest.StrictJSON(js, obj); err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", at, tm.Kind, err)
 	}
 	if o, ok := obj.(*istioObject); ok {
@@ -259,7 +248,7 @@ func (b *bundle) loadMesh(name string, data []byte) error {
 	var values struct {
 		MeshConfig json.RawMessage `json:"meshConfig"`
 	}
-	if err := strictJSON(js, &values); err != nil {
+	if err := floodgatetest.StrictJSON(js, &values); err != nil {
 		return fmt.Errorf("%s: want only a meshConfig key: %w", name, err)
 	}
 	b.mesh = &meshv1alpha1.MeshConfig{}

@@ -49,7 +49,7 @@ func decodeYAML(t *testing.T, file string, into any) {
 	if err != nil {
 		t.Fatalf("%s: %v", file, err)
 	}
-	if err := strictJSON(js, into); err != nil {
+	if err := floodgatetest.StrictJSON(js, into); err != nil {
 		t.Fatalf("%s: %v", file, err)
 	}
 }
@@ -210,7 +210,7 @@ func TestTheRulesAreComplete(t *testing.T) {
 	checkLatencyThreshold(t)
 	// Strict decoding: a misspelt field is an error, not a silently dropped setting.
 	var probe monitoringv1.PrometheusRule
-	if err := strictJSON([]byte(`{"spec":{"groups":[{"name":"g","rules":[{"alert":"A","expr":"up","fore":"1m"}]}]}}`), &probe); err == nil {
+	if err := floodgatetest.StrictJSON([]byte(`{"spec":{"groups":[{"name":"g","rules":[{"alert":"A","expr":"up","fore":"1m"}]}]}}`), &probe); err == nil {
 		t.Error("an unknown rule field was accepted")
 	}
 }

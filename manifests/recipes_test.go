@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/rls"
 )
 
@@ -106,7 +107,7 @@ func followIstioCustom(w *world) (*proxyPath, []string) {
 		MeshConfig json.RawMessage `json:"meshConfig"`
 	}
 	mesh := &meshv1alpha1.MeshConfig{}
-	if err := strictJSON(js, &values); err != nil {
+	if err := floodgatetest.StrictJSON(js, &values); err != nil {
 		return nil, []string{err.Error()}
 	}
 	if err := protojson.Unmarshal(values.MeshConfig, mesh); err != nil {

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
 func TestValidateExitsNonZeroWithFileAndLine(t *testing.T) {
@@ -73,17 +75,19 @@ func TestSIGHUPReloadsPoliciesAndKeepsTheOldOnAnInvalidFile(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or within passes.
+// waitFor waits, as every test does (redistest.Eventually), until cond
+// holds or within passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
+	redistest.Eventually(t, within, what, func() error {
+		if !cond() {
+			return errNotYet
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
+
+var errNotYet = errors.New("not yet")
 
 // TestASIGHUPRightAfterServingReloads: the "serving" line is the signal
 // that floodgate is up, so a SIGHUP sent the moment it appears is a reload,

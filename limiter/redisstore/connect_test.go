@@ -403,7 +403,7 @@ func TestSentinelFailover(t *testing.T) {
 	replica := redistest.Start(t, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port))
 	// Start the Sentinel once the replica is in sync, so that its first
 	// INFO of the master lists the replica (the next comes 10s later).
-	waitFor(t, 10*time.Second, "the replica to sync", func() error {
+	redistest.Eventually(t, 10*time.Second, "the replica to sync", func() error {
 		info, err := master.Client().Info(ctx, "replication").Result()
 		if err != nil {
 			return err
@@ -421,7 +421,7 @@ func TestSentinelFailover(t *testing.T) {
 	})
 	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
 	defer sc.Close()
-	waitFor(t, 10*time.Second, "the Sentinel to see the replica in sync", func() error {
+	redistest.Eventually(t, 10*time.Second, "the Sentinel to see the replica in sync", func() error {
 		reps, err := sc.Replicas(ctx, "fg-master").Result()
 		if err != nil {
 			return err
@@ -447,7 +447,7 @@ func TestSentinelFailover(t *testing.T) {
 	start := time.Now()
 	r.Cost = 1
 	var errs int
-	waitFor(t, 15*time.Second, "a decision on the new master", func() error {
+	redistest.Eventually(t, 15*time.Second, "a decision on the new master", func() error {
 		ok, res, _, err := tryTake(s, r)
 		if err != nil {
 			errs++
@@ -462,22 +462,6 @@ func TestSentinelFailover(t *testing.T) {
 	addr, err := sc.GetMasterAddrByName(ctx, "fg-master").Result()
 	if err != nil || net.JoinHostPort(addr[0], addr[1]) != replica.Addr {
 		t.Errorf("the Sentinel names %v (%v) as master, want the replica %s", addr, err, replica.Addr)
-	}
-}
-
-// waitFor polls f until it returns nil, failing t after within.
-func waitFor(t *testing.T, within time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s: %v", within, what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -316,6 +316,17 @@ func (s *Server) Running() bool {
 	}
 }
 
+// Eventually is how a test waits for a condition: it calls f every 20 ms
+// until it returns nil, and fails t with what and f's last error when
+// within has passed first. Every test that waits on something (a server
+// coming up, a reload served, a failover done) polls through it.
+func Eventually(t testing.TB, within time.Duration, what string, f func() error) {
+	t.Helper()
+	if err := poll(within, func(context.Context) error { return f() }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
 // poll calls f every few milliseconds until it returns nil or within has
 // passed; then it returns f's last error.
 func poll(within time.Duration, f func(ctx context.Context) error) error {
