@@ -14,8 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -85,12 +83,12 @@ func BenchmarkTakeTwoBuckets(b *testing.B) {
 func benchModes(b *testing.B, keys, buckets int) {
 	b.Run("roundtrip", func(b *testing.B) {
 		c := benchClient(b)
-		benchTake(b, cpuOf(b, c), redisstore.New(c, config.DefaultRedisPrefix), keys, buckets)
+		benchTake(b, cpuOf(b, c), redisstore.New(c, "fg:"), keys, buckets)
 	})
 	b.Run("pipelined", func(b *testing.B) {
 		c := benchClient(b)
 		var depth batchDepth
-		s := redisstore.NewPipelined(c, config.DefaultRedisPrefix, depth.options())
+		s := redisstore.NewPipelined(c, "fg:", depth.options())
 		defer s.Close()
 		benchTake(b, cpuOf(b, c), s, keys, buckets)
 		depth.report(b)
@@ -102,7 +100,7 @@ func benchModes(b *testing.B, keys, buckets int) {
 			b.Fatal(err)
 		}
 		defer ap.Close()
-		benchTake(b, cpuOf(b, c), redisstore.New(ap, config.DefaultRedisPrefix), keys, buckets)
+		benchTake(b, cpuOf(b, c), redisstore.New(ap, "fg:"), keys, buckets)
 	})
 }
 
@@ -115,7 +113,7 @@ func BenchmarkScriptObserver(b *testing.B) {
 	for _, mode := range []string{"off", "on"} {
 		b.Run(mode, func(b *testing.B) {
 			c := benchClient(b)
-			s := redisstore.NewPipelined(c, config.DefaultRedisPrefix, servePipeline())
+			s := redisstore.NewPipelined(c, "fg:", servePipeline())
 			defer s.Close()
 			var observed atomic.Int64
 			if mode == "on" {
@@ -181,7 +179,7 @@ func benchCluster(b *testing.B, masters int) {
 		return out
 	}
 	var depth batchDepth
-	s := redisstore.NewPipelined(cc, config.DefaultRedisPrefix, depth.options())
+	s := redisstore.NewPipelined(cc, "fg:", depth.options())
 	defer s.Close()
 	before := perNode()
 	benchTake(b, func() float64 {
@@ -214,9 +212,10 @@ func (d *batchDepth) options() redisstore.PipelineOptions {
 	return o
 }
 
-// servePipeline is how floodgate serve pipelines by default.
+// servePipeline is how these benchmarks pipeline: floodgate serve's
+// defaults (store.redis.pipeline_*, docs/configuration.md).
 func servePipeline() redisstore.PipelineOptions {
-	return store.PipelineOptions(config.Default().Store.Redis)
+	return redisstore.PipelineOptions{MaxBatch: 128, Flushers: 1, Wait: 100 * time.Microsecond}
 }
 
 func (d *batchDepth) report(b *testing.B) {
@@ -274,7 +273,7 @@ func BenchmarkDeadline(b *testing.B) {
 	for _, mode := range []string{"context", "takeby"} {
 		b.Run(mode, func(b *testing.B) {
 			c := benchClient(b)
-			s := redisstore.NewPipelined(c, config.DefaultRedisPrefix, servePipeline())
+			s := redisstore.NewPipelined(c, "fg:", servePipeline())
 			defer s.Close()
 			l := limiter.MustLimit(1_000_000_000, "1000000")
 			var worker atomic.Int64
@@ -326,7 +325,7 @@ func selfCPU() float64 {
 func BenchmarkStateMemory(b *testing.B) {
 	c := benchClient(b)
 	ctx := context.Background()
-	s := redisstore.New(c, config.DefaultRedisPrefix)
+	s := redisstore.New(c, "fg:")
 	id := "AbCdEfGhIjKlMnOpQrStUv" // a 22-character hashed identity, as extauthz makes
 	l := limiter.MustLimit(100, "10")
 	res := make([]limiter.Result, 1)

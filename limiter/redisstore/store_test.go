@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -128,7 +127,7 @@ func harness(s *redisstore.Store, c redis.Cmdable, move func(t *testing.T, d tim
 // pipelineOptions are the pipeline settings Floodgate runs with by default
 // (internal/config's), without the wait.
 func pipelineOptions() redisstore.PipelineOptions {
-	return redisstore.PipelineOptions{MaxBatch: config.DefaultPipelineMaxBatch, Flushers: config.DefaultPipelineFlushers}
+	return redisstore.PipelineOptions{MaxBatch: 128, Flushers: 1}
 }
 
 func pipelined(t *testing.T, c redisstore.Client, prefix string) *redisstore.Store {
@@ -771,7 +770,7 @@ func TestPipelinedOnACluster(t *testing.T) {
 // within their deadline.
 func TestPipelinesRideTheConnectionCheckServerOpened(t *testing.T) {
 	srv := redistest.Start(t)
-	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: config.DefaultRedisTimeout, DialTimeout: config.DefaultRedisDialTimeout})
+	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 50 * time.Millisecond, DialTimeout: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -40,7 +39,7 @@ func TestOneClusterMasterDownDegradesOnlyItsKeys(t *testing.T) {
 			// not race the cluster declaring itself failed.
 			cl := redistest.StartCluster(t, 3, "--cluster-require-full-coverage", "no")
 			const timeout = 200 * time.Millisecond
-			client, err := redisstore.Dial(redisstore.Options{Addresses: cl.Addrs(), Timeout: timeout, DialTimeout: config.DefaultRedisDialTimeout})
+			client, err := redisstore.Dial(redisstore.Options{Addresses: cl.Addrs(), Timeout: timeout, DialTimeout: 250 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,18 +5,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/resilient"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
-// serveBreaker and servePipeline are what floodgate serve runs with by
-// default (internal/config's defaults); whole is the fallback share of
-// on_failure: local by default, the whole limit.
+// serveBreaker and servePipeline are the settings these tests run the
+// store with: floodgate serve's defaults (docs/configuration.md), which
+// live in internal/config, a floor this package's tests do not import;
+// whole is the fallback share of on_failure: local by default, the whole
+// limit.
 var (
-	serveBreaker  = resilient.BreakerOptions{Failures: config.DefaultBreakerFailures, OpenFor: config.DefaultBreakerOpenFor}
-	servePipeline = store.PipelineOptions(config.Default().Store.Redis)
+	serveBreaker  = resilient.BreakerOptions{Failures: 5, OpenFor: 500 * time.Millisecond}
+	servePipeline = redisstore.PipelineOptions{MaxBatch: 128, Flushers: 1, Wait: 100 * time.Microsecond}
 	whole         = resilient.Whole
 )
 

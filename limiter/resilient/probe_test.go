@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/resilient"
@@ -31,7 +30,7 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 // exact again soon after Redis returns (the background probe).
 func TestTheStoreIsProbedAtStartAndWhileDegraded(t *testing.T) {
 	srv := redistest.Start(t)
-	rc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: config.DefaultRedisDialTimeout})
+	rc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +66,7 @@ func TestTheStoreIsProbedAtStartAndWhileDegraded(t *testing.T) {
 // store says what to fix.
 func TestAMisconfiguredStoreFailsExactAtOnce(t *testing.T) {
 	srv := redistest.StartWith(t, redistest.Config{Password: "pw"})
-	rc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: config.DefaultRedisDialTimeout})
+	rc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

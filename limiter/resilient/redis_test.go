@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -20,7 +19,7 @@ const storeTimeout = 50 * time.Millisecond
 
 func TestTheBreakerStopsCallingADeadRedisAndProbesIt(t *testing.T) {
 	srv := redistest.Start(t)
-	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: config.DefaultRedisDialTimeout})
+	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
 	defer rc.Close()
 	var calls int
 	rc.AddHook(callCounter{&calls})
@@ -81,7 +80,7 @@ func TestTheBreakerStopsCallingADeadRedisAndProbesIt(t *testing.T) {
 // nothing, and the first request after it reaches Redis again.
 func TestOverLimitDenialsSkipRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: config.DefaultRedisDialTimeout})
+	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
 	defer rc.Close()
 	clock := limiter.NewManualClock(time.Now())
 	rs, _ := resilient.New(redisstore.New(rc, ""), resilient.Options{Timeout: storeTimeout, Breaker: serveBreaker, Clock: clock, OverLimitEntries: 10})

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/resilient"
@@ -109,7 +108,7 @@ func TestAFailureCountsAgainstTheServersItNames(t *testing.T) {
 	primary.down["b"] = true
 	var changes []bool
 	rs, err := resilient.New(primary, resilient.Options{
-		Timeout: config.DefaultRedisTimeout, Clock: clock, Fallback: storetest.Memory(clock), FallbackShare: whole,
+		Timeout: 50 * time.Millisecond, Clock: clock, Fallback: storetest.Memory(clock), FallbackShare: whole,
 		Breaker:       resilient.BreakerOptions{Failures: 3, OpenFor: time.Second},
 		OnExactChange: func(exact bool) { changes = append(changes, exact) },
 	})
@@ -165,7 +164,7 @@ func TestAServerThatLeftTheTopologyIsForgotten(t *testing.T) {
 	primary := newShardedStore(nil, "a", "b")
 	primary.down["b"] = true
 	rs, err := resilient.New(primary, resilient.Options{
-		Timeout:       config.DefaultRedisTimeout,
+		Timeout:       50 * time.Millisecond,
 		Breaker:       resilient.BreakerOptions{Failures: 1, OpenFor: time.Millisecond},
 		ProbeInterval: 5 * time.Millisecond,
 	})

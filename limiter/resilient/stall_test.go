@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -25,7 +24,7 @@ import (
 // script loads and a cold process.
 func TestOneStallDoesNotOpenTheBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	client, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: config.DefaultRedisDialTimeout})
+	client, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
