@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -92,10 +92,10 @@ func BenchmarkCheckDirect(b *testing.B) {
 
 // BenchmarkCheckGRPC calls Check through a real gRPC connection on loopback
 // (client and server in this process), 64 calls in flight: with gRPC's own
-// protobuf codec, and with codec.Fast as floodgate serve runs it.
+// protobuf codec, and with grpccodec.Fast as floodgate serve runs it.
 func BenchmarkCheckGRPC(b *testing.B) {
 	b.Run("proto-codec", func(b *testing.B) { benchGRPC(b) })
-	b.Run("server-codec", func(b *testing.B) { benchGRPC(b, grpc.ForceServerCodecV2(codec.Fast())) })
+	b.Run("server-codec", func(b *testing.B) { benchGRPC(b, grpc.ForceServerCodecV2(grpccodec.Fast())) })
 }
 
 func benchGRPC(b *testing.B, opts ...grpc.ServerOption) {

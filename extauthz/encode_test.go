@@ -5,15 +5,15 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/floodgate/floodgate/extauthz/codec"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/limiter"
 )
 
 // assertEncodesAsProto checks that the codec writes resp as proto.Marshal
-// does (codec.SameAsProto).
+// does (grpccodec.SameAsProto).
 func assertEncodesAsProto(t testing.TB, resp *authv3.CheckResponse) {
 	t.Helper()
-	if err := codec.SameAsProto(resp); err != nil {
+	if err := grpccodec.SameAsProto(resp); err != nil {
 		t.Error(err)
 	}
 }
@@ -36,7 +36,7 @@ func TestEveryResponseKindEncodesAsProto(t *testing.T) {
 		"plain ok":       plainOK(),
 	}
 	for name, r := range cases {
-		if _, ok := codec.EncodeCheckResponse(r); !ok {
+		if _, ok := grpccodec.EncodeCheckResponse(r); !ok {
 			t.Errorf("%s: the encoder declined it", name)
 		}
 		assertEncodesAsProto(t, r)

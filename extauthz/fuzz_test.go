@@ -11,7 +11,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/floodgate/floodgate/extauthz/codec"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/memory"
 )
@@ -104,7 +104,7 @@ func FuzzCheck(f *testing.F) {
 	s := NewServer(eng, memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(0, 0)), MaxBuckets: 10000, Shards: 256}), ServerOptions{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req := &authv3.CheckRequest{}
-		if codec.DecodeLenient(data, req) != nil { // as both decoders read it
+		if grpccodec.DecodeLenient(data, req) != nil { // as both decoders read it
 			return
 		}
 		resp, err := s.Check(context.Background(), req)

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
@@ -64,7 +64,7 @@ func TestInvalidUTF8IsDecidedNotAnRPCError(t *testing.T) {
 	}
 
 	p := PolicySpec{Name: "keys", Key: []string{"header:x-api-key"}, Capacity: 1, RefillPerSecond: "1/60"}
-	for name, c := range map[string]encoding.CodecV2{"fast": codec.Fast(), "protobuf": codec.Protobuf()} {
+	for name, c := range map[string]encoding.CodecV2{"fast": grpccodec.Fast(), "protobuf": grpccodec.Protobuf()} {
 		t.Run(name, func(t *testing.T) {
 			eng, err := Compile([]PolicySpec{p}, Options{})
 			if err != nil {
@@ -117,7 +117,7 @@ func TestDeeplyNestedMetadataIsDecidedNotAnRPCError(t *testing.T) {
 		t.Fatal("protobuf-go reads the nested request: the test tests nothing")
 	}
 	p := PolicySpec{Name: "per-user", Key: []string{"metadata:envoy.filters.http.jwt_authn:sub"}, OnMissingKey: "skip", Capacity: 1, RefillPerSecond: "1/60"}
-	for name, c := range map[string]encoding.CodecV2{"fast": codec.Fast(), "protobuf": codec.Protobuf()} {
+	for name, c := range map[string]encoding.CodecV2{"fast": grpccodec.Fast(), "protobuf": grpccodec.Protobuf()} {
 		t.Run(name, func(t *testing.T) {
 			srv := NewServer(mustCompile(t, p), storetest.Memory(limiter.NewManualClock(time.Unix(1_800_000_000, 0))), ServerOptions{})
 			conn := extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(c))
@@ -162,8 +162,8 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 func TestInvalidUTF8BytesStayDistinct(t *testing.T) {
 	e, p := compileOne(t, PolicySpec{Key: []string{"header:x-api-key"}}, Options{})
 	for name, decode := range map[string]func([]byte, *authv3.CheckRequest) error{
-		"fast":     codec.DecodeCheckRequest,
-		"protobuf": func(b []byte, r *authv3.CheckRequest) error { return codec.DecodeLenient(b, r) },
+		"fast":     grpccodec.DecodeCheckRequest,
+		"protobuf": func(b []byte, r *authv3.CheckRequest) error { return grpccodec.DecodeLenient(b, r) },
 	} {
 		seen := map[string]string{}
 		for _, key := range []string{"k-\xff", "k-\xfe", "k-?", "k-!", "k-\xff\xfe", "k-\xc3"} {

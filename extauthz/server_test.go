@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 
-	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/storetest"
@@ -43,7 +43,7 @@ func newRig(t *testing.T, policies []PolicySpec, opts Options, store limiter.Sto
 	}
 	so.Registerer = r.reg
 	r.server = NewServer(eng, store, so)
-	r.client = authv3.NewAuthorizationClient(extauthztest.Serve(t, r.server, grpc.ForceServerCodecV2(codec.Fast()))) // as floodgate serves
+	r.client = authv3.NewAuthorizationClient(extauthztest.Serve(t, r.server, grpc.ForceServerCodecV2(grpccodec.Fast()))) // as floodgate serves
 	return r
 }
 

@@ -4,8 +4,8 @@
 // the buckets, all or nothing across the enforced policies and the shadow
 // ones on their own (Decider), and renders Envoy's CheckResponse
 // (respond.go). Plan and Decider are the decide path of every front end:
-// Server.Check and floodgate replay use them alike. The gRPC wire codec is
-// extauthz/codec.
+// Server.Check and floodgate replay use them alike. The gRPC wire codec,
+// shared by every gRPC door, is internal/grpccodec.
 //
 // The Envoy contract it follows (Envoy's ext_authz filter,
 // source/extensions/filters/http/ext_authz/ext_authz.cc, and its gRPC client,

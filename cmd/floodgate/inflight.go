@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/encoding"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/inflight"
 )
 
@@ -78,7 +78,7 @@ func newRequestGate(cfg *config.Config, authz *extauthz.Server, reg prometheus.R
 // listen.decoder).
 func gateCodec(decoder string) encoding.CodecV2 {
 	if decoder == "fast" {
-		return codec.Fast()
+		return grpccodec.Fast()
 	}
-	return codec.Protobuf()
+	return grpccodec.Protobuf()
 }

@@ -1,4 +1,4 @@
-// Package codec is the gRPC codec floodgate serves Envoy's Authorization
+// Package grpccodec is the gRPC codec floodgate serves Envoy's Authorization
 // service with: protobuf on the wire, with CheckRequests read and
 // CheckResponses written by hand where protobuf-go's reflection costs a
 // Check the most (decode.go, encode.go), and CheckRequests protobuf-go
@@ -7,7 +7,7 @@
 // The hand-written parts give the bytes and messages protobuf-go gives, or
 // hand the message to protobuf-go: the tests and FuzzDecoder compare the
 // two on every kind of request and response.
-package codec
+package grpccodec
 
 import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
