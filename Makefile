@@ -6,7 +6,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -count=1 -timeout 12m
 
 FUZZTIME  ?= 30s
-FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/config:FuzzParse
+FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/config:FuzzParse
 
 .PHONY: all build image run run-redis test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
 
@@ -106,7 +106,7 @@ bench-tools:
 ## bench-go: Go benchmarks with allocs/op: the Check handler (in-process and over loopback gRPC) and
 ## the engine (in-memory and Redis stores, with the raw EVALSHA baseline).
 bench-go: redis
-	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/... ./limiter/...
+	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/... ./internal/grpccodec/ ./limiter/...
 
 ## bench-profile: CPU and allocation profiles of floodgate under (b) Redis and (e) in-memory load at
 ## concurrency 64, written to bin/profiles (read them with go tool pprof).
