@@ -1,23 +1,28 @@
-// Package grpccodec is the gRPC codec floodgate serves Envoy's Authorization
-// service with: protobuf on the wire, with CheckRequests read and
-// CheckResponses written by hand where protobuf-go's reflection costs a
-// Check the most (decode.go, encode.go), and CheckRequests protobuf-go
-// refuses decided rather than answered with an RPC error (lenient.go).
+// Package grpccodec is the gRPC codec floodgate serves every gRPC door with
+// (Envoy's Authorization service and its rate limit service): protobuf on
+// the wire, with CheckRequests and RateLimitRequests read and CheckResponses
+// written by hand where protobuf-go's generic code costs a decision the most
+// (decode.go, ratelimit.go, encode.go), and requests protobuf-go refuses
+// decided rather than answered with an RPC error (lenient.go).
 //
 // The hand-written parts give the bytes and messages protobuf-go gives, or
-// hand the message to protobuf-go: the tests and FuzzDecoder compare the
-// two on every kind of request and response.
+// hand the message to protobuf-go: the tests, FuzzDecoder and
+// FuzzRateLimitDecoder compare the two on every kind of request and
+// response.
 package grpccodec
 
 import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
 // Fast is the codec of listen.decoder: fast, the default: CheckRequests
-// decoded by DecodeCheckRequest, CheckResponses written by
-// EncodeCheckResponse. Every other message (health checks, reflection)
+// decoded by DecodeCheckRequest, RateLimitRequests by
+// DecodeRateLimitRequest, CheckResponses written by EncodeCheckResponse.
+// Every other message (rate limit responses, health checks, reflection)
 // goes to gRPC's own protobuf codec.
 func Fast() encoding.CodecV2 {
 	return fastCodec{base: encoding.GetCodecV2("proto")}
@@ -40,12 +45,18 @@ func (c fastCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c fastCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return unmarshalWith(c.base, data, v, DecodeCheckRequest)
+	switch m := v.(type) {
+	case *authv3.CheckRequest:
+		return decodeContiguous(data, m, DecodeCheckRequest)
+	case *rlsv3.RateLimitRequest:
+		return decodeContiguous(data, m, DecodeRateLimitRequest)
+	}
+	return c.base.Unmarshal(data, v)
 }
 
 // Protobuf is the codec of listen.decoder: protobuf: protobuf-go reads and
-// writes every message, with CheckRequests decoded leniently as Fast
-// decodes them (DecodeLenient).
+// writes every message, with CheckRequests and RateLimitRequests decoded
+// leniently as Fast decodes them (DecodeLenient).
 func Protobuf() encoding.CodecV2 {
 	return protobufCodec{base: encoding.GetCodecV2("proto")}
 }
@@ -56,18 +67,22 @@ func (c protobufCodec) Name() string                           { return "proto" 
 func (c protobufCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
 
 func (c protobufCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return unmarshalWith(c.base, data, v, func(b []byte, req *authv3.CheckRequest) error { return DecodeLenient(b, req) })
+	switch m := v.(type) {
+	case *authv3.CheckRequest:
+		return decodeContiguous(data, m, lenient[*authv3.CheckRequest])
+	case *rlsv3.RateLimitRequest:
+		return decodeContiguous(data, m, lenient[*rlsv3.RateLimitRequest])
+	}
+	return c.base.Unmarshal(data, v)
 }
 
-// unmarshalWith decodes a CheckRequest with decode, from one contiguous
-// buffer, and hands any other message to base: the two codecs differ only
-// in how they read a CheckRequest.
-func unmarshalWith(base encoding.CodecV2, data mem.BufferSlice, v any, decode func([]byte, *authv3.CheckRequest) error) error {
-	req, ok := v.(*authv3.CheckRequest)
-	if !ok {
-		return base.Unmarshal(data, v)
-	}
+func lenient[M proto.Message](b []byte, m M) error { return DecodeLenient(b, m) }
+
+// decodeContiguous decodes data, a request, with decode, from one
+// contiguous buffer: the two codecs differ only in how they read the
+// requests of floodgate's doors.
+func decodeContiguous[M any](data mem.BufferSlice, m M, decode func([]byte, M) error) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return decode(buf.ReadOnlyData(), req)
+	return decode(buf.ReadOnlyData(), m)
 }
