@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/config:FuzzParse
 
-.PHONY: all build image run run-redis test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
+.PHONY: all build image run run-redis test e2e lint bench bench-hop bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
 
 all: lint test
 
@@ -84,6 +84,16 @@ BENCHFLAGS ?=
 bench: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench run --floodgate $(BIN) $(BENCHFLAGS)
+
+## bench-hop: the table with Redis a network hop away: behind floodbench's delaying proxy on 127.0.0.1
+## adding HOP_RTTS to every round trip (one run each), for (b), (c) and (b-rls) at concurrency 1 and 16,
+## closed-loop and open-loop at 500 and 2000 requests a second, the added latency against (rt) measured
+## through the same proxy. BENCHFLAGS go to each `floodbench run`.
+HOP_RTTS ?= 500us 1ms
+bench-hop: build redis
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	@for rtt in $(HOP_RTTS); do echo "== Redis behind a proxy adding $$rtt"; \
+	  bin/floodbench run --floodgate $(BIN) --redis-rtt $$rtt $(BENCHFLAGS) || exit 1; done
 
 ## bench-ghz: the table again with ghz, the load generator of the reference figures (docs/performance.md), instead of the
 ## in-process client, at concurrency 50: (a), (b), (e), (f), and (r) envoyproxy/ratelimit on the same

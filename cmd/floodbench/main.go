@@ -10,9 +10,12 @@
 // costs Redis against the naive script. `make bench` runs it;
 // `make bench-ghz` runs it with ghz as the load generator instead
 // (floodbench run --ghz), the client of the reference figures in
-// docs/performance.md.
+// docs/performance.md. run --redis-rtt puts Redis a network hop away, behind
+// a delaying proxy (delay.go, hop.go; make bench-hop); floodbench
+// instructions counts the instructions a decision costs under valgrind's
+// callgrind (make bench-instructions).
 //
-//	floodbench run  [--floodgate bin/floodgate] [--cell 2s] [--conc 1,16,64] ...
+//	floodbench run  [--floodgate bin/floodgate] [--cell 2s] [--conc 1,16,64] [--redis-rtt 1ms] ...
 //	floodbench noop [--listen 127.0.0.1:0]
 //	floodbench load --target HOST:PORT [--scenario b] [--conc 64] [--duration 10s]
 //	floodbench wakeups TRACE...
