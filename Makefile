@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/config:FuzzParse
 
-.PHONY: all build image run run-redis test e2e lint bench bench-hop bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
+.PHONY: all build image run run-redis test e2e lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis clean
 
 all: lint test
 
@@ -94,6 +94,17 @@ bench-hop: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	@for rtt in $(HOP_RTTS); do echo "== Redis behind a proxy adding $$rtt"; \
 	  bin/floodbench run --floodgate $(BIN) --redis-rtt $$rtt $(BENCHFLAGS) || exit 1; done
+
+## bench-instructions: instructions per decision, which do not move with the machine's load as CPU time does:
+## floodgate's (b) Redis, (e) in-memory and (b-rls) rate limit service, and the no-op server's ((a), (a')),
+## each server (and Redis) run under valgrind's callgrind and sent the same fixed sequence of requests, one
+## at a time, counted between callgrind_control --zero and --dump (a few minutes; needs valgrind).
+## INSTRFLAGS go to `floodbench instructions` (e.g. INSTRFLAGS="--requests 5000 --conc 1,16 --out bin/callgrind").
+INSTRFLAGS ?=
+bench-instructions: build redis
+	@command -v valgrind >/dev/null 2>&1 || { echo "bench-instructions needs valgrind (callgrind): apt-get install valgrind" >&2; exit 1; }
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	bin/floodbench instructions --floodgate $(BIN) $(INSTRFLAGS)
 
 ## bench-ghz: the table again with ghz, the load generator of the reference figures (docs/performance.md), instead of the
 ## in-process client, at concurrency 50: (a), (b), (e), (f), and (r) envoyproxy/ratelimit on the same

@@ -19,6 +19,7 @@
 //	floodbench noop [--listen 127.0.0.1:0]
 //	floodbench load --target HOST:PORT [--scenario b] [--conc 64] [--duration 10s]
 //	floodbench wakeups TRACE...
+//	floodbench instructions [--floodgate bin/floodgate] [--scenarios a,b,e,b-rls] [--requests 2000] ...
 //
 // Every load loop is bounded in count and in time, and every address it
 // dials or binds is on loopback.
@@ -40,6 +41,7 @@ Usage:
   floodbench noop [flags]   serve a no-op ext_authz server (the ceiling)
   floodbench load [flags]   drive one server with one scenario's requests
   floodbench wakeups TRACE...  what each gRPC call wakes in Go execution traces (run --trace writes them)
+  floodbench instructions [flags]  instructions per decision under valgrind's callgrind, floodgate against the no-op server
 
 Run 'floodbench CMD -h' for the flags of CMD.
 `
@@ -64,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runLoad(ctx, args[1:], stdout, stderr)
 	case "wakeups":
 		return runWakeups(args[1:], stdout, stderr)
+	case "instructions":
+		return runInstructions(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
