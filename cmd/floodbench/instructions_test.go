@@ -24,8 +24,8 @@ func TestReadCallgrind(t *testing.T) {
 		file, trigger string
 		want          map[string]uint64
 	}{
-		{"true-cachesim.out", "Program termination", map[string]uint64{"Ir": 126389, "Dr": 27864, "Dw": 11767, "I1mr": 1082, "DLmw": 547}},
-		{"floodgate-dump-head.out", "dump floodbench-1", map[string]uint64{"Ir": 3539267}},
+		{"true-cachesim.callgrind", "Program termination", map[string]uint64{"Ir": 126389, "Dr": 27864, "Dw": 11767, "I1mr": 1082, "DLmw": 547}},
+		{"floodgate-dump-head.callgrind", "dump floodbench-1", map[string]uint64{"Ir": 3539267}},
 	} {
 		f, err := os.Open("testdata/callgrind/" + tc.file)
 		if err != nil {
