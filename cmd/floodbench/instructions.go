@@ -33,9 +33,14 @@ import (
 // Go under callgrind needs one setting: callgrind's signal handling fails
 // an assertion on the signals Go's scheduler preempts goroutines with
 // (SIGURG), so both Go servers run with GODEBUG=asyncpreemptoff=1 (goroutines
-// are then preempted only at function calls). valgrind runs a process' threads
-// one at a time, so what each request wakes and the order threads run in
-// differ from a native run; the counts measure the work, not the waiting.
+// are then preempted only at function calls). Two more keep the counts
+// still, for both servers alike (--gogc, --gomaxprocs): no collector (a
+// cycle is millions of instructions, and whether it falls in a round moved
+// the round's count by a tenth; allocation itself is still counted), and one
+// processor (idle threads of a second one spin for work as long as they are
+// kept waiting). valgrind runs a process' threads one at a time, so what
+// each request wakes and the order threads run in differ from a native run;
+// the counts measure the work, not the waiting.
 
 // instructionOptions are floodbench instructions' flags.
 type instructionOptions struct {
@@ -44,6 +49,7 @@ type instructionOptions struct {
 	conc                                            []int
 	requests, warmup, rounds, keys                  int
 	gogc                                            string // GOGC of both Go servers
+	gomaxprocs                                      int    // GOMAXPROCS of both Go servers (0: Go's default)
 	outDir                                          string // keep callgrind's files here ("": a temporary directory)
 }
 
@@ -67,6 +73,7 @@ func runInstructions(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.IntVar(&o.rounds, "rounds", 2, "rounds of --requests each, every one a fresh part of the callers: their spread is how far the count moves")
 	fs.IntVar(&o.keys, "keys", 100_000, "distinct callers the requests are drawn from, at least warmup + rounds × requests")
 	fs.StringVar(&o.gogc, "gogc", "off", "the collector setting (GOGC) of floodgate and the no-op server alike: off (no collection: a cycle costs millions of instructions and when cycles fall would move the counts by a tenth from round to round; allocation itself is counted) or a percentage (floodgate's default is "+strconv.Itoa(config.DefaultGOGC)+")")
+	fs.IntVar(&o.gomaxprocs, "gomaxprocs", 1, "GOMAXPROCS of both Go servers (0: Go's default, the CPUs). With more than one, the scheduler's idle threads spin looking for work for as long as valgrind and the machine keep them waiting, which moved a round's count by up to 3%; with one, by under half a percent")
 	fs.StringVar(&o.outDir, "out", "", "keep callgrind's output files in this directory (callgrind_annotate reads them: which functions the instructions went to)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -291,6 +298,9 @@ func (m *instructionMeter) measureServer(ctx context.Context, server string, scs
 	out := m.out + "/callgrind-" + strings.ReplaceAll(server, "noop", "noop-server")
 	cmd := exec.Command(m.valgrind, append(append(callgrindArgs(out), bin), args...)...)
 	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1", "GOGC="+o.gogc)
+	if o.gomaxprocs > 0 {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(o.gomaxprocs))
+	}
 	fmt.Fprintf(m.stderr, "floodbench: starting %s under callgrind\n", name)
 	p, err := startServingCmd(ctx, name, cmd, 3*time.Minute)
 	if err != nil {
@@ -407,7 +417,7 @@ func instructionRows(rows []instructionRow) [][]string {
 	for _, r := range rows {
 		at[key{r.sc.id, r.conc}] = r
 	}
-	out := [][]string{{"scenario", "conc", "server instr/dec", "baseline instr/dec", "server ÷ baseline", "by round", "Redis instr/dec", "server+Redis ÷ baseline", "scripts/dec"}}
+	out := [][]string{{"scenario", "conc", "server instr/dec", "baseline instr/dec", "server ÷ baseline", "by round", "Redis instr/dec", "Redis by round", "server+Redis ÷ baseline", "scripts/dec"}}
 	for _, sc := range scenarios { // table order
 		for _, r := range rows {
 			if r.sc.id != sc.id {
@@ -418,7 +428,7 @@ func instructionRows(rows []instructionRow) [][]string {
 				base = sc.id
 			}
 			b, ok := at[key{base, r.conc}]
-			line := []string{sc.label, strconv.Itoa(r.conc), fmt.Sprintf("%.0f", r.meanServer()), "?", "?", "-", "-", "-", "-"}
+			line := []string{sc.label, strconv.Itoa(r.conc), fmt.Sprintf("%.0f", r.meanServer()), "?", "?", "-", "-", "-", "-", "-"}
 			if ok {
 				line[3] = fmt.Sprintf("%.0f", b.meanServer())
 				line[4] = fmt.Sprintf("%.3f", r.meanServer()/b.meanServer())
@@ -432,10 +442,13 @@ func instructionRows(rows []instructionRow) [][]string {
 			}
 			if r.redis != nil {
 				line[6] = fmt.Sprintf("%.0f", r.meanRedis())
-				if ok {
-					line[7] = fmt.Sprintf("%.3f", (r.meanServer()+r.meanRedis())/b.meanServer())
+				if len(r.redis) >= 2 {
+					line[7] = fmt.Sprintf("%.0f–%.0f", slices.Min(r.redis), slices.Max(r.redis))
 				}
-				line[8] = fmt.Sprintf("%.2f", r.scripts)
+				if ok {
+					line[8] = fmt.Sprintf("%.3f", (r.meanServer()+r.meanRedis())/b.meanServer())
+				}
+				line[9] = fmt.Sprintf("%.2f", r.scripts)
 			}
 			out = append(out, line)
 		}
@@ -458,8 +471,11 @@ func printInstructions(w io.Writer, o instructionOptions, mach, valgrind string,
 	if o.gogc == "off" {
 		gc += " (no collection: allocation is counted, the collector's cycles are not)"
 	}
+	if o.gomaxprocs > 0 {
+		gc += fmt.Sprintf(", GOMAXPROCS=%d", o.gomaxprocs)
+	}
 	fmt.Fprintf(w, "both Go servers: %s, GODEBUG=asyncpreemptoff=1 (callgrind cannot follow Go's preemption signals); floodgate's Redis timeouts raised to 10s, so that no decision is answered by the failure mode because valgrind is slow\n", gc)
-	fmt.Fprintln(w, "server ÷ baseline: floodgate's instructions per decision over the no-op server's per request on the same requests ((a) for Check, (a') for the rate limit API); by round: the same, round against round; scripts/dec: Redis' script calls per decision (1.00 at concurrency 1: every decision reached Redis)")
+	fmt.Fprintln(w, "server ÷ baseline: floodgate's instructions per decision over the no-op server's per request on the same requests ((a) for Check, (a') for the rate limit API); by round: the same, round against round (Redis': its instructions per decision, lowest–highest; they include its timer events, ten a second, so a slower round counts a few more); scripts/dec: Redis' script calls per decision (1.00 at concurrency 1: every decision reached Redis)")
 	fmt.Fprintln(w)
 	writeMarkdown(w, instructionRows(rows))
 }
