@@ -73,7 +73,7 @@ func runInstructions(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.IntVar(&o.rounds, "rounds", 2, "rounds of --requests each, every one a fresh part of the callers: their spread is how far the count moves")
 	fs.IntVar(&o.keys, "keys", 100_000, "distinct callers the requests are drawn from, at least warmup + rounds × requests")
 	fs.StringVar(&o.gogc, "gogc", "off", "the collector setting (GOGC) of floodgate and the no-op server alike: off (no collection: a cycle costs millions of instructions and when cycles fall would move the counts by a tenth from round to round; allocation itself is counted) or a percentage (floodgate's default is "+strconv.Itoa(config.DefaultGOGC)+")")
-	fs.IntVar(&o.gomaxprocs, "gomaxprocs", 1, "GOMAXPROCS of both Go servers (0: Go's default, the CPUs). With more than one, the scheduler's idle threads spin looking for work for as long as valgrind and the machine keep them waiting, which moved a round's count by up to 3%; with one, by under half a percent")
+	fs.IntVar(&o.gomaxprocs, "gomaxprocs", 1, "GOMAXPROCS of both Go servers (0: Go's default, the CPUs). With more than one, the scheduler's idle threads spin looking for work for as long as valgrind and the machine keep them waiting, which moved a round's count by up to 3.4%; with one, by 0.6%")
 	fs.StringVar(&o.outDir, "out", "", "keep callgrind's output files in this directory (callgrind_annotate reads them: which functions the instructions went to)")
 	if err := fs.Parse(args); err != nil {
 		return 2
