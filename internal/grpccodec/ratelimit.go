@@ -55,14 +55,24 @@ func (d *decoder) rateLimitRequest(req *rlsv3.RateLimitRequest) bool {
 	}) {
 		return false
 	}
-	descs := make([]commonrl.RateLimitDescriptor, nd)
-	entries := make([]commonrl.RateLimitDescriptor_Entry, ne)
-	entryPtrs := make([]*commonrl.RateLimitDescriptor_Entry, ne)
+	var descs []commonrl.RateLimitDescriptor
+	var entries []commonrl.RateLimitDescriptor_Entry
+	var entryPtrs []*commonrl.RateLimitDescriptor_Entry
+	if nd == 1 && ne <= len(oneDescriptor{}.entries) && req.Descriptors == nil {
+		// What Envoy sends most: one allocation for all of it.
+		one := &oneDescriptor{}
+		descs, entries, entryPtrs = one.desc[:], one.entries[:ne], one.entryPtrs[:ne]
+		req.Descriptors = one.descPtrs[:0]
+	} else {
+		descs = make([]commonrl.RateLimitDescriptor, nd)
+		entries = make([]commonrl.RateLimitDescriptor_Entry, ne)
+		entryPtrs = make([]*commonrl.RateLimitDescriptor_Entry, ne)
+		if req.Descriptors == nil && nd > 0 {
+			req.Descriptors = make([]*commonrl.RateLimitDescriptor, 0, nd)
+		}
+	}
 	for i := range entries {
 		entryPtrs[i] = &entries[i]
-	}
-	if req.Descriptors == nil && nd > 0 {
-		req.Descriptors = make([]*commonrl.RateLimitDescriptor, 0, nd)
 	}
 	return d.fields(0, len(d.b), func(f field) bool {
 		switch f.num {
@@ -85,6 +95,15 @@ func (d *decoder) rateLimitRequest(req *rlsv3.RateLimitRequest) bool {
 		}
 		return d.delegate(f, req, 1)
 	})
+}
+
+// oneDescriptor is a request's descriptor and its entries in one block, for
+// a request of one descriptor of up to two entries.
+type oneDescriptor struct {
+	desc      [1]commonrl.RateLimitDescriptor
+	descPtrs  [1]*commonrl.RateLimitDescriptor
+	entries   [2]commonrl.RateLimitDescriptor_Entry
+	entryPtrs [2]*commonrl.RateLimitDescriptor_Entry
 }
 
 // descriptor reads a RateLimitDescriptor whose Entries has room (its
