@@ -6,9 +6,9 @@ PKGS      ?= ./...
 TESTFLAGS ?= -count=1 -timeout 12m
 
 FUZZTIME  ?= 30s
-FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./extauthz:FuzzCheck ./extauthz/codec:FuzzDecoder ./internal/config:FuzzParse
+FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/door:FuzzParse
 
-.PHONY: all build image run run-redis test e2e lint bench bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies clean
+.PHONY: all build image run run-redis test e2e lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies clean
 
 all: lint test
 
@@ -86,6 +86,27 @@ bench: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench run --floodgate $(BIN) $(BENCHFLAGS)
 
+## bench-hop: the table with Redis a network hop away: behind floodbench's delaying proxy on 127.0.0.1
+## adding HOP_RTTS to every round trip (one run each), for (b), (c) and (b-rls) at concurrency 1 and 16,
+## closed-loop and open-loop at 500 and 2000 requests a second, the added latency against (rt) measured
+## through the same proxy. BENCHFLAGS go to each `floodbench run`.
+HOP_RTTS ?= 500us 1ms
+bench-hop: build redis
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	@for rtt in $(HOP_RTTS); do echo "== Redis behind a proxy adding $$rtt"; \
+	  bin/floodbench run --floodgate $(BIN) --redis-rtt $$rtt $(BENCHFLAGS) || exit 1; done
+
+## bench-instructions: instructions per decision, which do not move with the machine's load as CPU time does:
+## floodgate's (b) Redis, (e) in-memory and (b-rls) rate limit service, and the no-op server's ((a), (a')),
+## each server (and Redis) run under valgrind's callgrind and sent the same fixed sequence of requests, one
+## at a time, counted between callgrind_control --zero and --dump (a few minutes; needs valgrind).
+## INSTRFLAGS go to `floodbench instructions` (e.g. INSTRFLAGS="--requests 5000 --conc 1,16 --out bin/callgrind").
+INSTRFLAGS ?=
+bench-instructions: build redis
+	@command -v valgrind >/dev/null 2>&1 || { echo "bench-instructions needs valgrind (callgrind): apt-get install valgrind" >&2; exit 1; }
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	bin/floodbench instructions --floodgate $(BIN) $(INSTRFLAGS)
+
 ## bench-ghz: the table again with ghz, the load generator of the reference figures (docs/performance.md), instead of the
 ## in-process client, at concurrency 50: (a), (b), (e), (f), and (r) envoyproxy/ratelimit on the same
 ## redis-server with the same callers. Needs bench-tools.
@@ -107,7 +128,7 @@ bench-tools:
 ## bench-go: Go benchmarks with allocs/op: the Check handler (in-process and over loopback gRPC) and
 ## the engine (in-memory and Redis stores, with the raw EVALSHA baseline).
 bench-go: redis
-	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/... ./limiter/...
+	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/... ./internal/grpccodec/ ./limiter/...
 
 ## bench-profile: CPU and allocation profiles of floodgate under (b) Redis and (e) in-memory load at
 ## concurrency 64, written to bin/profiles (read them with go tool pprof).

@@ -7,9 +7,7 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 
-	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
@@ -91,15 +89,11 @@ func BenchmarkCheckDirect(b *testing.B) {
 }
 
 // BenchmarkCheckGRPC calls Check through a real gRPC connection on loopback
-// (client and server in this process), 64 calls in flight: with gRPC's own
-// protobuf codec, and with codec.Fast as floodgate serve runs it.
+// (client and server in this process), 64 calls in flight, with gRPC's own
+// protobuf codec (internal/grpccodec's BenchmarkCheckGRPC sets it beside
+// the codec floodgate serve runs).
 func BenchmarkCheckGRPC(b *testing.B) {
-	b.Run("proto-codec", func(b *testing.B) { benchGRPC(b) })
-	b.Run("server-codec", func(b *testing.B) { benchGRPC(b, grpc.ForceServerCodecV2(codec.Fast())) })
-}
-
-func benchGRPC(b *testing.B, opts ...grpc.ServerOption) {
-	client := authv3.NewAuthorizationClient(extauthztest.Serve(b, benchServer(b, benchPerKey), opts...))
+	client := authv3.NewAuthorizationClient(extauthztest.Serve(b, benchServer(b, benchPerKey)))
 	reqs := benchRequests(benchKeys)
 	ctx := context.Background()
 	for _, r := range reqs {

@@ -40,6 +40,12 @@ type benchOptions struct {
 	ghzVersion             string // what that binary says it is (set by bench)
 	ratelimit              string // envoyproxy/ratelimit's service_cmd, for scenario (r)
 	gogc                   int    // the collector setting of floodgate and the no-op server alike (0: config.DefaultGOGC)
+	// redisRTT, when > 0, puts Redis behind a delayProxy adding this round
+	// trip (delay.go): a Redis a network hop away.
+	redisRTT time.Duration
+	// rates are the open-loop cells measured after the closed-loop ones:
+	// requests a second, at most max(conc) in flight (hop.go).
+	rates []float64
 }
 
 // gcSetting says what collector setting both Go servers run with: the
@@ -63,6 +69,7 @@ func (o benchOptions) gcPercent() int {
 type row struct {
 	sc    scenario
 	conc  int
+	rate  float64 // open-loop: requests a second offered, conc the most in flight (0: closed-loop)
 	res   result
 	redis redisStats
 	rerr  error // reading Redis' counters failed
@@ -94,10 +101,42 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.gogc, "gogc", config.DefaultGOGC, "the collector setting (GOGC) of floodgate (runtime.gogc) and of the no-op server alike; the GOGC environment variable, when set, wins for both")
 	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b), (e), (g) and (b-rls), those that run, at the highest concurrency to this directory")
 	fs.StringVar(&o.traceDir, "trace", "", "record a Go execution trace of floodgate over the last round of (b), (c) and (e), those that run, at every concurrency into this directory, and print what each decision wakes")
+	fs.DurationVar(&o.redisRTT, "redis-rtt", 0, "put Redis behind a delaying TCP proxy on 127.0.0.1 adding this round trip (e.g. 500us, 1ms: a Redis a network hop away) for floodgate, envoyproxy/ratelimit, (rt) and (naive); then --scenarios defaults to "+hopScenarios+", --conc to "+hopConc+" and --rates to "+hopRates)
+	rates := fs.String("rates", "", "open-loop cells after the closed-loop ones: requests a second (Poisson arrivals, each timed from its scheduled send), at most the highest --conc in flight, e.g. 500,2000")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.redisRTT < 0 || o.redisRTT > time.Second {
+		fmt.Fprintln(stderr, "floodbench run: need 0 <= --redis-rtt <= 1s")
+		return 2
+	}
+	if o.redisRTT > 0 {
+		// A hop's defaults: the rows whose decisions wait on Redis, at the
+		// concurrencies of its latency targets, and open-loop beside them.
+		if !set["scenarios"] {
+			*scen = hopScenarios
+		}
+		if !set["conc"] {
+			*conc = hopConc
+		}
+		if !set["rates"] {
+			*rates = hopRates
+		}
+	}
 	o.scenarios = strings.Split(*scen, ",")
+	for _, s := range strings.Split(*rates, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(s, 64)
+		if err != nil || r <= 0 || r > 1e6 {
+			fmt.Fprintf(stderr, "floodbench run: bad rate %q (requests a second, up to 1000000)\n", s)
+			return 2
+		}
+		o.rates = append(o.rates, r)
+	}
 	for _, s := range strings.Split(*conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 || n > 4096 {
@@ -163,6 +202,18 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	}
 	procs = append(procs, rp)
 	defer rc.Close()
+	// Where Redis' clients connect: Redis itself, or the delaying proxy in
+	// front of it. Its counters (rc) are read directly.
+	redisAddr := rp.addr
+	if o.redisRTT > 0 {
+		hop, err := newDelayProxy(rp.addr, o.redisRTT)
+		if err != nil {
+			return err
+		}
+		defer hop.close()
+		redisAddr = hop.addr()
+		fmt.Fprintf(stderr, "floodbench: Redis behind a proxy adding %v to every round trip (%s)\n", o.redisRTT, redisAddr)
+	}
 	// Whose counters a row reads: the standalone server's, or for the
 	// cluster scenario the sum of its masters'.
 	redisOf := map[string][]*redis.Client{}
@@ -207,7 +258,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		if !wanted[name] {
 			continue
 		}
-		addrs := []string{rp.addr}
+		addrs := []string{redisAddr}
 		if name == "redis-cluster" {
 			addrs = clusterAddrs
 		}
@@ -223,7 +274,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	}
 	var direct *directDriver
 	if wanted[redisDirect] {
-		if direct, err = newDirectDriver(ctx, rp.addr, slices.Max(o.conc), o.keys); err != nil {
+		if direct, err = newDirectDriver(ctx, redisAddr, slices.Max(o.conc), o.keys); err != nil {
 			return err
 		}
 		defer direct.close()
@@ -251,12 +302,22 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	open, err := m.measureOpen(ctx, stderr)
+	if err != nil {
+		return err
+	}
 	for _, p := range procs {
 		if p.exited() {
 			return fmt.Errorf("%s exited during the run:\n%s", p.name, p.output())
 		}
 	}
 	printTable(stdout, o, machine(redisBin), steady, rows)
+	if ol := openLoopRows(open, o.redisRTT); ol != nil {
+		fmt.Fprintln(stdout)
+		fmt.Fprintln(stdout, openLoopCaption(o))
+		fmt.Fprintln(stdout)
+		writeMarkdown(stdout, ol)
+	}
 	if len(traced) > 0 {
 		t, err := wakeupRows(traced)
 		if err != nil {
@@ -315,6 +376,9 @@ func selectScenarios(o benchOptions) ([]scenario, map[string]bool, error) {
 			continue
 		}
 		seen[sc.id] = true
+		if sc.server == "redis-cluster" && o.redisRTT > 0 {
+			return nil, nil, fmt.Errorf("scenario %s with --redis-rtt: the cluster's nodes announce their own addresses, which the delaying proxy does not stand in for", sc.id)
+		}
 		if sc.server == "ratelimit" && o.ratelimit == "" {
 			return nil, nil, fmt.Errorf("scenario %s needs --ratelimit, envoyproxy/ratelimit's service_cmd (make bench-tools installs it: go install github.com/envoyproxy/ratelimit/src/service_cmd@%s)", sc.id, ratelimitVersion)
 		}
@@ -410,7 +474,7 @@ func (m *measurer) measureRound(ctx context.Context, r *row, last bool, stderr i
 			stopTrace = startTrace(ctx, server, o.traceDir, fmt.Sprintf("floodgate-%s-c%d", sc.id, conc), round)
 		}
 	}
-	cl := cell{conc: conc, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
+	cl := cell{conc: conc, rate: r.rate, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
 	var res result
 	var serverCPU, clientCPU float64
 	switch {
@@ -772,6 +836,9 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	fmt.Fprintf(w, "run: %s; %s, %d distinct callers; everything on 127.0.0.1\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), client, o.keys)
 	fmt.Fprintf(w, "collector: floodgate and the no-op server both at %s\n", o.gcSetting())
+	if o.redisRTT > 0 {
+		fmt.Fprintf(w, "Redis a hop away: behind floodbench's delaying proxy on 127.0.0.1, %v added to every round trip of floodgate's, envoyproxy/ratelimit's, (rt)'s and (naive)'s connections (Redis' counters read directly)\n", o.redisRTT)
+	}
 	fmt.Fprintln(w, "ratios divide by (a) at the same concurrency, from this run ((r)'s and (b-rls)'s by (a'): the same no-op server answering the rate-limit API).")
 	fmt.Fprintln(w, "server+Redis ×(a) (the headline): the serving process' CPU plus Redis' per decision over the no-op server's CPU per Check; server ×(a): the serving process' alone.")
 	fmt.Fprintln(w, "CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
@@ -786,10 +853,15 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 			fmt.Fprintln(w, "  "+l)
 		}
 	}
-	if l := latencyRows(rows); l != nil {
+	if l := latencyRows(rows, o.redisRTT); l != nil {
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "latency added over the baseline ((a), or (a')) at the same concurrency, and that in multiples of one Redis round trip from the load generator (rt) at the same concurrency; by round: each round's added p50 over (rt)'s p50 in the same round, lowest–highest (median); targets for Floodgate on Redis: at concurrency 1 added p50 ≤ %.1f × (rt)'s p50 and added p99 ≤ %.1f × (rt)'s p99, at concurrency 16 added p50 ≤ %.1f × (rt)'s p50\n",
+		targets := fmt.Sprintf("at concurrency 1 added p50 ≤ %.1f × (rt)'s p50 and added p99 ≤ %.1f × (rt)'s p99, at concurrency 16 added p50 ≤ %.1f × (rt)'s p50",
 			addedP50TargetConc1, addedP99TargetConc1, addedP50TargetConc16)
+		if o.redisRTT > 0 {
+			targets = fmt.Sprintf("Redis a hop away (%v added to each round trip, (rt) through the same proxy): at concurrency 1 and 16 added p50 ≤ %.1f × (rt)'s p50 and added p99 ≤ %.1f × (rt)'s p99",
+				o.redisRTT, addedP50TargetHop, addedP99TargetHop)
+		}
+		fmt.Fprintf(w, "latency added over the baseline ((a), or (a')) at the same concurrency, and that in multiples of one Redis round trip from the load generator (rt) at the same concurrency; by round: each round's added p50 over (rt)'s p50 in the same round, lowest–highest (median); targets for Floodgate on Redis: %s\n", targets)
 		fmt.Fprintln(w)
 		writeMarkdown(w, l)
 	}

@@ -16,6 +16,14 @@ const (
 	addedP50TargetConc16 = 1.5 // added p50 over (rt)'s p50 at concurrency 16
 )
 
+// The latency targets with Redis a network hop away (run --redis-rtt), at
+// concurrency 1 and 16 and open-loop: added p50 and p99 over (rt)'s through
+// the same proxy.
+const (
+	addedP50TargetHop = 1.2
+	addedP99TargetHop = 1.5
+)
+
 // The Redis CPU targets: Redis' CPU per decision at most this many times
 // the naive script's per call, in the same run.
 const (
@@ -25,10 +33,18 @@ const (
 
 // latencyTarget is the row's target at conc, as text, and whether the
 // figures meet it; "" when the row has none (only Floodgate on Redis at
-// concurrency 1 and 16 has one).
-func latencyTarget(sc scenario, conc int, p50Ratio, p99Ratio float64) (string, bool) {
+// concurrency 1 and 16 has one). hop is run --redis-rtt: with Redis a hop
+// away the targets are its own. conc 0 is an open-loop cell.
+func latencyTarget(sc scenario, conc int, hop time.Duration, p50Ratio, p99Ratio float64) (string, bool) {
 	if !strings.HasPrefix(sc.server, "redis") || sc.server == redisDirect {
 		return "", false
+	}
+	if hop > 0 {
+		if conc != 0 && conc != 1 && conc != 16 {
+			return "", false
+		}
+		return fmt.Sprintf("p50 ≤ %.1f, p99 ≤ %.1f", addedP50TargetHop, addedP99TargetHop),
+			p50Ratio <= addedP50TargetHop && p99Ratio <= addedP99TargetHop
 	}
 	switch conc {
 	case 1:
@@ -46,8 +62,9 @@ func latencyTarget(sc scenario, conc int, p50Ratio, p99Ratio float64) (string, b
 // concurrency: the whole cell, and the p50 ratio round by round (each
 // round's added p50 over (rt)'s p50 in the same round), lowest–highest
 // (median). "-" where (rt) did not run, "?" where a figure cannot be
-// computed. Nil when no row has a baseline.
-func latencyRows(rows []row) [][]string {
+// computed. Nil when no row has a baseline. hop is run --redis-rtt (0:
+// Redis on loopback), which chooses the targets.
+func latencyRows(rows []row, hop time.Duration) [][]string {
 	cells := byCell(rows)
 	out := [][]string{{"scenario", "conc", "p50", "added p50", "added p99", "(rt) p50", "(rt) p99",
 		"added p50 ÷ (rt) p50", "by round", "added p99 ÷ (rt) p99", "target (÷ rt)", "met?"}}
@@ -90,7 +107,7 @@ func latencyRows(rows []row) [][]string {
 			if len(perRound) >= 2 {
 				rounds = spread(perRound)
 			}
-			target, met := latencyTarget(sc, r.conc, p50, p99)
+			target, met := latencyTarget(sc, r.conc, hop, p50, p99)
 			metText := "-"
 			if target == "" {
 				target = "-"

@@ -28,7 +28,7 @@ func TestLatencyRows(t *testing.T) {
 		mk("a", 64, 900, 3000), mk("c", 64, 1000, 3500), // no (rt) at 64
 		mk("f", 32, 500, 900), // no (a) at 32: no line
 	}
-	got := latencyRows(rows)
+	got := latencyRows(rows, 0)
 	want := []string{
 		"(b) Redis, distinct keys | 1 | 200µs | +100µs | +200µs | 50µs | 150µs | 2.00 | 1.78–2.00 (2.00) | 1.33 | p50 ≤ 1.3, p99 ≤ 2.0 | no",
 		"(b) Redis, distinct keys | 16 | 800µs | +400µs | +1.00ms | 300µs | 900µs | 1.33 | - | 1.11 | p50 ≤ 1.5 | yes",
@@ -45,15 +45,15 @@ func TestLatencyRows(t *testing.T) {
 	}
 	// At concurrency 1 both ratios must hold: a p50 within target with a
 	// p99 over it misses.
-	got = latencyRows([]row{mk("a", 1, 100, 300), mk("b", 1, 160, 700), mk("rt", 1, 50, 150)})
+	got = latencyRows([]row{mk("a", 1, 100, 300), mk("b", 1, 160, 700), mk("rt", 1, 50, 150)}, 0)
 	if g := strings.Join(got[1][7:], " "); g != "1.20 - 2.67 p50 ≤ 1.3, p99 ≤ 2.0 no" {
 		t.Errorf("p50 met, p99 missed: %s", g)
 	}
-	got = latencyRows([]row{mk("a", 1, 100, 300), mk("b", 1, 160, 500), mk("rt", 1, 50, 150)})
+	got = latencyRows([]row{mk("a", 1, 100, 300), mk("b", 1, 160, 500), mk("rt", 1, 50, 150)}, 0)
 	if g := got[1][len(got[1])-1]; g != "yes" {
 		t.Errorf("both met: %q, want yes", g)
 	}
-	if l := latencyRows([]row{mk("a", 1, 100, 300), mk("rt", 1, 50, 150)}); l != nil {
+	if l := latencyRows([]row{mk("a", 1, 100, 300), mk("rt", 1, 50, 150)}, 0); l != nil {
 		t.Errorf("a latency table with only the baseline and (rt): %q", l)
 	}
 }

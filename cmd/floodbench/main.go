@@ -10,12 +10,16 @@
 // costs Redis against the naive script. `make bench` runs it;
 // `make bench-ghz` runs it with ghz as the load generator instead
 // (floodbench run --ghz), the client of the reference figures in
-// docs/performance.md.
+// docs/performance.md. run --redis-rtt puts Redis a network hop away, behind
+// a delaying proxy (delay.go, hop.go; make bench-hop); floodbench
+// instructions counts the instructions a decision costs under valgrind's
+// callgrind (make bench-instructions).
 //
-//	floodbench run  [--floodgate bin/floodgate] [--cell 2s] [--conc 1,16,64] ...
+//	floodbench run  [--floodgate bin/floodgate] [--cell 2s] [--conc 1,16,64] [--redis-rtt 1ms] ...
 //	floodbench noop [--listen 127.0.0.1:0]
 //	floodbench load --target HOST:PORT [--scenario b] [--conc 64] [--duration 10s]
 //	floodbench wakeups TRACE...
+//	floodbench instructions [--floodgate bin/floodgate] [--scenarios a,b,e,b-rls] [--requests 2000] ...
 //
 // Every load loop is bounded in count and in time, and every address it
 // dials or binds is on loopback.
@@ -37,6 +41,7 @@ Usage:
   floodbench noop [flags]   serve a no-op ext_authz server (the ceiling)
   floodbench load [flags]   drive one server with one scenario's requests
   floodbench wakeups TRACE...  what each gRPC call wakes in Go execution traces (run --trace writes them)
+  floodbench instructions [flags]  instructions per decision under valgrind's callgrind, floodgate against the no-op server
 
 Run 'floodbench CMD -h' for the flags of CMD.
 `
@@ -61,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runLoad(ctx, args[1:], stdout, stderr)
 	case "wakeups":
 		return runWakeups(args[1:], stdout, stderr)
+	case "instructions":
+		return runInstructions(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

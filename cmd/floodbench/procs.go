@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,7 +90,13 @@ func (p *proc) follow(out io.Reader, onLine func(string)) {
 // startServing runs a command that logs a JSON line {"msg":"serving","grpc":ADDR}
 // (floodgate serve and floodbench noop both do) and returns once it has.
 func startServing(ctx context.Context, name, bin string, args ...string) (*proc, error) {
-	p := &proc{name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	return startServingCmd(ctx, name, exec.Command(bin, args...), 20*time.Second)
+}
+
+// startServingCmd is startServing for a command built by the caller (under
+// valgrind, say), which has within to report serving.
+func startServingCmd(ctx context.Context, name string, cmd *exec.Cmd, within time.Duration) (*proc, error) {
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -120,9 +127,9 @@ func startServing(ctx context.Context, name, bin string, args ...string) (*proc,
 		return p, nil
 	case <-p.done:
 		return nil, fmt.Errorf("%s exited before serving:\n%s", name, p.output())
-	case <-time.After(20 * time.Second):
+	case <-time.After(within):
 		p.stop()
-		return nil, fmt.Errorf("%s did not report serving within 20s:\n%s", name, p.output())
+		return nil, fmt.Errorf("%s did not report serving within %v:\n%s", name, within, p.output())
 	case <-ctx.Done():
 		p.stop()
 		return nil, ctx.Err()
@@ -143,6 +150,12 @@ func freePort() (int, error) {
 // and waits until it answers PING. portArgs, when set, gives more
 // arguments for the port it is about to use (a cluster node's files).
 func startRedis(ctx context.Context, bin, dir string, portArgs func(port int) []string) (*proc, *redis.Client, error) {
+	return startRedisUnder(ctx, nil, 10*time.Second, bin, dir, portArgs)
+}
+
+// startRedisUnder is startRedis with the command run under wrap (valgrind
+// and its arguments, say; nil: none), answering PING within.
+func startRedisUnder(ctx context.Context, wrap []string, within time.Duration, bin, dir string, portArgs func(port int) []string) (*proc, *redis.Client, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
@@ -156,7 +169,11 @@ func startRedis(ctx context.Context, bin, dir string, portArgs func(port int) []
 		if portArgs != nil {
 			args = append(args, portArgs(port)...)
 		}
-		p.cmd = exec.Command(bin, args...)
+		if len(wrap) > 0 {
+			p.cmd = exec.Command(wrap[0], append(append(slices.Clone(wrap[1:]), bin), args...)...)
+		} else {
+			p.cmd = exec.Command(bin, args...)
+		}
 		logf, err := os.Create(filepath.Join(dir, "redis-"+strconv.Itoa(port)+".log"))
 		if err != nil {
 			return nil, nil, err
@@ -167,8 +184,17 @@ func startRedis(ctx context.Context, bin, dir string, portArgs func(port int) []
 			return nil, nil, fmt.Errorf("redis-server: %w", err)
 		}
 		go func() { p.cmd.Wait(); logf.Close(); close(p.done) }()
+		deadline := time.Now().Add(within)
+		// Until the port is open (slow under valgrind), without go-redis,
+		// which logs every refused dial.
+		for !p.exited() && time.Now().Before(deadline) && ctx.Err() == nil {
+			if conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+				conn.Close()
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-		deadline := time.Now().Add(10 * time.Second)
 		for {
 			pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			lastErr = c.Ping(pctx).Err()

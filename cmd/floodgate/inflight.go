@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/encoding"
 
-	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/inflight"
 	"github.com/floodgate/floodgate/internal/store"
 )
@@ -82,7 +82,7 @@ func newRequestGate(cfg *door.Config, doors []door.Door, reg prometheus.Register
 // (listen.decoder).
 func gateCodec(decoder string) encoding.CodecV2 {
 	if decoder == "fast" {
-		return codec.Fast()
+		return grpccodec.Fast()
 	}
-	return codec.Protobuf()
+	return grpccodec.Protobuf()
 }

@@ -23,9 +23,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	"github.com/floodgate/floodgate/extauthz/codec"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/internal/store"
 )
@@ -182,12 +182,12 @@ func grpcServerOptions(cfg *door.Config, log *zap.Logger) ([]grpc.ServerOption, 
 	}
 	if cfg.Listen.Decoder == "fast" {
 		// Protobuf, with CheckRequests decoded without protobuf-go's
-		// reflection over the headers map (extauthz/codec/decode.go).
-		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(codec.Fast()))
+		// reflection over the headers map (internal/grpccodec/decode.go).
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Fast()))
 	} else {
 		// protobuf-go for every message; CheckRequests still decoded
 		// leniently, so invalid UTF-8 is decided, not an RPC error.
-		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(codec.Protobuf()))
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Protobuf()))
 	}
 	if cfg.Listen.TLS != nil {
 		src, err := newTLSSource(*cfg.Listen.TLS, log)

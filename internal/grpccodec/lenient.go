@@ -1,4 +1,4 @@
-package codec
+package grpccodec
 
 import (
 	"unicode/utf8"
@@ -11,9 +11,11 @@ import (
 // Lenient decoding. A CheckRequest that fails to decode is an RPC error,
 // which Envoy treats as an outage: with failure_mode_allow, the request
 // passes unlimited (GrpcClientImpl::onFailure,
-// source/extensions/filters/common/ext_authz/ext_authz_grpc_impl.cc). So
-// what protobuf-go refuses in a request Envoy can send is made readable
-// instead, and the request is decided like any other:
+// source/extensions/filters/common/ext_authz/ext_authz_grpc_impl.cc); so is
+// a RateLimitRequest, which Envoy's rate limit filter lets through with
+// failure_mode_deny false, its default (ratelimit.go). So what protobuf-go
+// refuses in a request Envoy can send is made readable instead, and the
+// request is decided like any other:
 //
 //   - A proto3 string field that is not valid UTF-8: protobuf-go refuses it
 //     and has no option to accept it, and Envoy does not sanitise every

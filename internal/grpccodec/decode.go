@@ -1,4 +1,4 @@
-package codec
+package grpccodec
 
 import (
 	"unicode/utf8"
@@ -65,18 +65,40 @@ func (f field) is(num protowire.Number, typ protowire.Type) bool {
 }
 
 // fields calls fn for each field of b[start:end]. It returns false, having
-// stopped, when a tag or value is malformed or fn returns false.
+// stopped, when a tag or value is malformed or fn returns false. A tag, a
+// length or a varint of one byte, as nearly all of Envoy's are, is read
+// here; longer ones by protowire.
 func (d *decoder) fields(start, end int, fn func(f field) bool) bool {
 	var f field
 	for i := start; i < end; {
-		num, typ, n := protowire.ConsumeTag(d.b[i:end])
-		if n < 0 {
-			return false
+		var num protowire.Number
+		var typ protowire.Type
+		if c := d.b[i]; c < 0x80 {
+			num, typ = protowire.Number(c>>3), protowire.Type(c&7)
+			if num == 0 {
+				return false // field number 0 is invalid, as ConsumeTag says
+			}
+			f = field{num: num, typ: typ, start: i}
+			i++
+		} else {
+			var n int
+			if num, typ, n = protowire.ConsumeTag(d.b[i:end]); n < 0 {
+				return false
+			}
+			f = field{num: num, typ: typ, start: i}
+			i += n
 		}
-		f = field{num: num, typ: typ, start: i}
-		i += n
 		switch typ {
 		case protowire.BytesType:
+			if i < end && d.b[i] < 0x80 {
+				l := int(d.b[i])
+				if l > end-i-1 {
+					return false
+				}
+				f.vs, f.ve = i+1, i+1+l
+				i += 1 + l
+				break
+			}
 			v, m := protowire.ConsumeBytes(d.b[i:end])
 			if m < 0 {
 				return false
@@ -85,6 +107,11 @@ func (d *decoder) fields(start, end int, fn func(f field) bool) bool {
 			f.ve = f.vs + len(v)
 			i += m
 		case protowire.VarintType:
+			if i < end && d.b[i] < 0x80 {
+				f.x = uint64(d.b[i])
+				i++
+				break
+			}
 			x, m := protowire.ConsumeVarint(d.b[i:end])
 			if m < 0 {
 				return false

@@ -1,4 +1,4 @@
-package codec
+package grpccodec
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 )
 
 // assertEncodesAsProto checks that the codec writes resp as proto.Marshal
-// does (codec.SameAsProto).
+// does (SameAsProto).
 func assertEncodesAsProto(t testing.TB, resp *authv3.CheckResponse) {
 	t.Helper()
 	if err := SameAsProto(resp); err != nil {

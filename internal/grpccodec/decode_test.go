@@ -1,4 +1,4 @@
-package codec
+package grpccodec
 
 import (
 	"math/rand/v2"
@@ -19,7 +19,7 @@ import (
 func decoderSeeds(t testing.TB) [][]byte {
 	t.Helper()
 	var reqs []*authv3.CheckRequest
-	files, _ := filepath.Glob("../testdata/envoy/checkrequest-*.json")
+	files, _ := filepath.Glob("../../extauthz/testdata/envoy/checkrequest-*.json")
 	if len(files) == 0 {
 		t.Fatal("no CheckRequest fixtures")
 	}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/internal/config"
+)
+
+// readCallgrind on callgrind's own files: testdata/callgrind holds the head
+// and the last line of callgrind's output for /bin/true with
+// --cache-sim=yes (nine events, a summary at the top and totals at the end
+// that differ by a little, as callgrind writes them), and the head of a dump
+// callgrind_control asked a running floodgate for (cost lines cut short:
+// no totals line, the summary stands).
+func TestReadCallgrind(t *testing.T) {
+	for _, tc := range []struct {
+		file, trigger string
+		want          map[string]uint64
+	}{
+		{"true-cachesim.callgrind", "Program termination", map[string]uint64{"Ir": 126389, "Dr": 27864, "Dw": 11767, "I1mr": 1082, "DLmw": 547}},
+		{"floodgate-dump-head.callgrind", "dump floodbench-1", map[string]uint64{"Ir": 3539267}},
+	} {
+		f, err := os.Open("testdata/callgrind/" + tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := readCallgrind(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.file, err)
+		}
+		if d.trigger != tc.trigger {
+			t.Errorf("%s: trigger %q, want %q", tc.file, d.trigger, tc.trigger)
+		}
+		for ev, want := range tc.want {
+			if got, ok := d.count(ev); !ok || got != want {
+				t.Errorf("%s: %s = %d (%v), want %d", tc.file, ev, got, ok, want)
+			}
+		}
+		if _, ok := d.count("Bc"); ok {
+			t.Errorf("%s: an event it does not count has a total", tc.file)
+		}
+	}
+
+	// The format's rules, on small files: a totals line shorter than the
+	// events leaves the rest at 0; a summary without totals stands.
+	d, err := readCallgrind(strings.NewReader("# callgrind format\nversion: 1\nevents: Ir Dr\nfn=(1) main\n16 20 3\ntotals: 20\n"))
+	if n, _ := d.count("Dr"); err != nil || n != 0 {
+		t.Errorf("a totals line without Dr: Dr %d, %v; want 0", n, err)
+	}
+	if n, _ := d.count("Ir"); n != 20 {
+		t.Errorf("Ir %d, want 20", n)
+	}
+	for name, in := range map[string]string{
+		"not callgrind's":  "hello\nsummary: 3\n",
+		"another version":  "# callgrind format\nversion: 2\nevents: Ir\nsummary: 3\n",
+		"no events":        "# callgrind format\nversion: 1\nsummary: 3\n",
+		"no totals":        "# callgrind format\nversion: 1\nevents: Ir\nfn=(1) main\n16 20\n",
+		"a count that not": "# callgrind format\nversion: 1\nevents: Ir\nsummary: 3x\n",
+		"too many totals":  "# callgrind format\nversion: 1\nevents: Ir\ntotals: 3 4\n",
+	} {
+		if _, err := readCallgrind(strings.NewReader(in)); err == nil {
+			t.Errorf("%s: read without an error", name)
+		}
+	}
+}
+
+// instructionRows divides each row by its baseline at the same
+// concurrency ((a), and (a') for the rate limit API, itself a baseline),
+// round against round for the spread, and adds Redis' instructions where
+// the row decides there. Pure arithmetic.
+func TestInstructionRows(t *testing.T) {
+	mk := func(id string, conc int, server, redis []float64) instructionRow {
+		r := instructionRow{sc: mustScenario(t, id), conc: conc, server: server, redis: redis}
+		if redis != nil {
+			r.scripts = 1
+		}
+		return r
+	}
+	rows := instructionRows([]instructionRow{
+		mk("a", 1, []float64{100_000, 102_000}, nil),
+		mk("b", 1, []float64{150_000, 149_940}, []float64{50_000, 52_000}),
+		mk("e", 1, []float64{90_000, 93_000}, nil),
+		mk("a'", 1, []float64{60_000, 60_000}, nil),
+		mk("b-rls", 1, []float64{90_000, 96_000}, []float64{40_000, 40_000}),
+		mk("b", 16, []float64{70_000}, []float64{10_000}), // no (a) at 16
+	})
+	want := []string{
+		"(a) no-op ext_authz server | 1 | 101000 | 101000 | 1.000 | 1.000–1.000 | - | - | - | -",
+		"(b) Redis, distinct keys | 1 | 149970 | 101000 | 1.485 | 1.470–1.500 | 51000 | 50000–52000 | 1.990 | 1.00",
+		"(b) Redis, distinct keys | 16 | 70000 | ? | ? | - | 10000 | - | - | 1.00",
+		"(e) in-memory store | 1 | 91500 | 101000 | 0.906 | 0.900–0.912 | - | - | - | -",
+		"(a') no-op rate-limit service | 1 | 60000 | 60000 | 1.000 | 1.000–1.000 | - | - | - | -",
+		"(b-rls) Floodgate rate limit service, Redis, distinct keys | 1 | 93000 | 60000 | 1.550 | 1.500–1.600 | 40000 | 40000–40000 | 2.217 | 1.00",
+	}
+	if len(rows) != len(want)+1 {
+		t.Fatalf("rows %q, want the header and %d", rows, len(want))
+	}
+	for i, w := range want {
+		if g := strings.Join(rows[i+1], " | "); g != w {
+			t.Errorf("row %d:\n got %s\nwant %s", i, g, w)
+		}
+	}
+}
+
+// Floodgate's configurations for the count wait for a Redis valgrind slows
+// down, and still parse.
+func TestInstructionConfigWaitsForRedis(t *testing.T) {
+	for _, server := range []string{"redis", "redis-rls", "memory"} {
+		cfg, err := instructionConfig(server, "127.0.0.1:6379", 400, "/tmp/rl.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := config.Parse(server+".yaml", []byte(cfg))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", server, err, cfg)
+		}
+		if r := c.Store.Redis; strings.HasPrefix(server, "redis") && (r.Timeout != 10*time.Second || r.DialTimeout != 10*time.Second) {
+			t.Errorf("%s: Redis timeouts %v and %v, want 10s:\n%s", server, r.Timeout, r.DialTimeout, cfg)
+		}
+	}
+}
+
+// TestInstructionsEndToEnd runs floodbench instructions' whole path,
+// briefly: the no-op server, floodgate on Redis and in memory, and Redis,
+// each under valgrind's callgrind, counted round by round. Counts are not
+// asserted beyond what any machine gives: every row has them, a decision
+// costs more than a thousand instructions, and on Redis each reached it.
+func TestInstructionsEndToEnd(t *testing.T) {
+	if _, err := exec.LookPath("valgrind"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("valgrind not found (apt-get install valgrind); CI runs this test")
+		}
+		t.Skip("valgrind not found: install it (apt-get install valgrind) to run floodbench instructions")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server not found: the benchmark needs Redis >= 7.0 (apt-get install redis-server)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	err := countInstructions(ctx, instructionOptions{
+		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server", valgrind: "valgrind",
+		scenarios: []string{"b", "e"}, conc: []int{1}, requests: 20, warmup: 5, rounds: 2, keys: 100, gogc: "off", gomaxprocs: 1,
+	}, &out, &log)
+	if err != nil {
+		t.Fatalf("instructions: %v\n%s", err, log.String())
+	}
+	t.Logf("\n%s", out.String())
+	if !strings.HasPrefix(out.String(), "machine: ") || !strings.Contains(out.String(), "valgrind-") || !strings.Contains(out.String(), "GOGC=off") {
+		t.Errorf("the table does not say the machine, valgrind and the collector:\n%s", out.String())
+	}
+	rows := parseTable(t, out.String())
+	for _, label := range []string{"(a) no-op ext_authz server", "(b) Redis, distinct keys", "(e) in-memory store"} {
+		r, ok := rows[label]
+		if !ok {
+			t.Errorf("no row %s:\n%s", label, out.String())
+			continue
+		}
+		if n, err := strconv.ParseFloat(r["server instr/dec"], 64); err != nil || n < 1000 {
+			t.Errorf("%s: %q instructions per decision, want more than a thousand", label, r["server instr/dec"])
+		}
+		if q, err := strconv.ParseFloat(r["server ÷ baseline"], 64); err != nil || q <= 0 {
+			t.Errorf("%s: ratio %q", label, r["server ÷ baseline"])
+		}
+		if !strings.Contains(r["by round"], "–") {
+			t.Errorf("%s: by round %q, want the two rounds' spread", label, r["by round"])
+		}
+	}
+	if r := rows["(b) Redis, distinct keys"]; r != nil {
+		if n, err := strconv.ParseFloat(r["Redis instr/dec"], 64); err != nil || n < 1000 {
+			t.Errorf("(b): Redis %q instructions per decision", r["Redis instr/dec"])
+		}
+		if r["scripts/dec"] != "1.00" {
+			t.Errorf("(b): %s script calls per decision at concurrency 1, want 1.00: every decision in Redis", r["scripts/dec"])
+		}
+	}
+	if r := rows["(e) in-memory store"]; r != nil && r["Redis instr/dec"] != "-" {
+		t.Errorf("(e) counts Redis: %q", r["Redis instr/dec"])
+	}
+}
