@@ -79,7 +79,9 @@ func encodable(r *authv3.CheckResponse) bool {
 		if ok == nil {
 			return false
 		}
-		if len(ok.Headers) > 0 || len(ok.HeadersToRemove) > 0 || ok.DynamicMetadata != nil ||
+		//lint:ignore SA1019 a response that sets the deprecated field is left to protobuf-go, which writes it
+		setsMetadata := ok.DynamicMetadata != nil
+		if len(ok.Headers) > 0 || len(ok.HeadersToRemove) > 0 || setsMetadata ||
 			len(ok.QueryParametersToSet) > 0 || len(ok.QueryParametersToRemove) > 0 {
 			return false
 		}
@@ -98,6 +100,7 @@ func encodable(r *authv3.CheckResponse) bool {
 
 func optionsEncodable(opts []*corev3.HeaderValueOption) bool {
 	for _, o := range opts {
+		//lint:ignore SA1019 an option that sets the deprecated append is left to protobuf-go, which writes it
 		if o == nil || o.Append != nil || o.KeepEmptyValue {
 			return false
 		}
