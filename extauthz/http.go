@@ -54,14 +54,14 @@ type HTTPServer struct {
 	s       *Server
 	state   atomic.Pointer[httpState]
 	metrics *HTTPMetrics
-	fail    decide.OnFailure
 }
 
 // httpState is what a reload swaps: the engine with its counters and
-// tallies, and how requests are read.
+// tallies, how requests are read and the failure mode.
 type httpState struct {
 	*serverState
 	read HTTPRequestOptions // header names canonical
+	fail decide.OnFailure
 }
 
 // HTTPMetrics are the door's own collectors.
@@ -108,24 +108,25 @@ func newHTTPMetrics(reg prometheus.Registerer) *HTTPMetrics {
 // NewHTTPServer returns the HTTP door deciding e's policies (e is s's
 // engine, or one WithTrustedHops made from it) through s.
 func NewHTTPServer(s *Server, e *Engine, o HTTPOptions) *HTTPServer {
+	h := &HTTPServer{s: s, metrics: newHTTPMetrics(o.Registerer)}
+	h.SetEngine(e, o)
+	return h
+}
+
+// SetEngine switches to a new engine, way of reading requests and failure
+// mode (o's Registerer is not read) atomically: requests in flight finish
+// on the old ones.
+func (h *HTTPServer) SetEngine(e *Engine, o HTTPOptions) {
 	switch o.OnFailure {
 	case decide.Allow, decide.Error:
 	case decide.Deny:
-		if s.opts.FailureRetryAfter <= 0 {
-			panic(fmt.Sprintf("extauthz: an HTTP door that denies on failure needs the Server's FailureRetryAfter (got %v)", s.opts.FailureRetryAfter))
+		if h.s.opts.FailureRetryAfter <= 0 {
+			panic(fmt.Sprintf("extauthz: an HTTP door that denies on failure needs the Server's FailureRetryAfter (got %v)", h.s.opts.FailureRetryAfter))
 		}
 	default:
 		panic(fmt.Sprintf("extauthz: unknown OnFailure %v", o.OnFailure))
 	}
-	h := &HTTPServer{s: s, metrics: newHTTPMetrics(o.Registerer), fail: o.OnFailure}
-	h.SetEngine(e, o.Request)
-	return h
-}
-
-// SetEngine switches to a new engine and way of reading requests
-// atomically: requests in flight finish on the old ones.
-func (h *HTTPServer) SetEngine(e *Engine, ro HTTPRequestOptions) {
-	h.state.Store(&httpState{serverState: h.s.newState(e), read: ro.canonical()})
+	h.state.Store(&httpState{serverState: h.s.newState(e), read: o.Request.canonical(), fail: o.OnFailure})
 }
 
 // Engine returns the engine in use.
@@ -145,7 +146,7 @@ func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p := recover(); p != nil {
 			// A bug must not become an outage (or, with fail-open, a bypass).
 			h.s.log.Error("HTTP authorization request panicked", zap.Any("panic", p), zap.Stack("stack"))
-			h.failed(w, st.engine, false)
+			h.failed(w, st, false)
 		}
 		sc.reset()
 		scratchPool.Put(sc)
@@ -163,7 +164,7 @@ func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.allowed.Inc()
 		w.WriteHeader(http.StatusOK)
 	case vd == verdictFailed:
-		h.failed(w, st.engine, o.grpc)
+		h.failed(w, st, o.grpc)
 	case o.allowed:
 		pickCounter(o.degraded, m.degradedAllowed, m.allowed).Inc()
 		st.engine.writeOK(w, &o)
@@ -174,9 +175,9 @@ func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // failed answers by the failure mode when the store could not decide.
-func (h *HTTPServer) failed(w http.ResponseWriter, e *Engine, grpc bool) {
+func (h *HTTPServer) failed(w http.ResponseWriter, st *httpState, grpc bool) {
 	m := h.metrics
-	switch h.fail {
+	switch st.fail {
 	case decide.Deny:
 		m.degradedDenied.Inc()
 	case decide.Error:
@@ -184,22 +185,22 @@ func (h *HTTPServer) failed(w http.ResponseWriter, e *Engine, grpc bool) {
 	default:
 		m.degradedAllowed.Inc()
 	}
-	h.answerFailure(w, e, grpc)
+	h.answerFailure(w, st, grpc)
 }
 
 // answerFailure writes the failure mode's answer: allowed marked
 // degraded, denied with the Server's FailureRetryAfter, or 503.
-func (h *HTTPServer) answerFailure(w http.ResponseWriter, e *Engine, grpc bool) {
+func (h *HTTPServer) answerFailure(w http.ResponseWriter, st *httpState, grpc bool) {
 	o := &outcome{degraded: true, grpc: grpc}
-	switch h.fail {
+	switch st.fail {
 	case decide.Deny:
-		e.writeDeny(w, o, h.s.opts.FailureRetryAfter)
+		st.engine.writeDeny(w, o, h.s.opts.FailureRetryAfter)
 	case decide.Error:
 		w.Header()["Content-Type"] = []string{"text/plain; charset=utf-8"}
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, storeFailedBody)
 	default:
-		e.writeOK(w, o)
+		st.engine.writeOK(w, o)
 	}
 }
 
@@ -213,7 +214,7 @@ const storeFailedBody = "floodgate: the store cannot decide (http_authz.on_failu
 func (h *HTTPServer) Unread() []byte {
 	h.metrics.unread.Inc()
 	var rw rawResponse
-	h.answerFailure(&rw, h.state.Load().engine, false)
+	h.answerFailure(&rw, h.state.Load(), false)
 	return rw.bytes()
 }
 

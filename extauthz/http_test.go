@@ -329,7 +329,7 @@ func TestTheDoorReloads(t *testing.T) {
 	}
 	bigger := doorPolicy
 	bigger.Capacity = 50
-	r.door.SetEngine(mustCompile(t, bigger), HTTPRequestOptions{PathPrefix: "/authz"})
+	r.door.SetEngine(mustCompile(t, bigger), HTTPOptions{Request: HTTPRequestOptions{PathPrefix: "/authz"}, OnFailure: decide.Error})
 	if a := r.ask(t, http.MethodGet, "/authz/v1/x", "h", "X-Api-Key", "k"); a.header.Get("Ratelimit-Limit") != "50" {
 		t.Errorf("after: %+v, want the new policy behind the new prefix", a)
 	}

@@ -104,6 +104,8 @@ func Compile(c *config.Config) (*Config, error) {
 	var problems fielderr.List
 	if len(c.Policies) == 0 && c.RLS.Config == "" {
 		problems = append(problems, &fielderr.Error{Path: "policies", Msg: noFrontEnd})
+	} else if len(c.Policies) == 0 && c.Listen.HTTP != "" {
+		problems = append(problems, &fielderr.Error{Path: "listen.http", Msg: "the HTTP authorization door decides the policies, and none is listed"})
 	}
 	eng, err := extauthz.Compile(c.Policies, EngineOptions(c))
 	var errs fielderr.List
@@ -117,6 +119,15 @@ func Compile(c *config.Config) (*Config, error) {
 		return nil, c.Problems(problems)
 	}
 	return &Config{Config: c, Engine: eng}, nil
+}
+
+// HTTPEngine is the policies as the HTTP door decides them: Engine, with
+// the door's client address rule (http_authz.trusted_hops).
+func (c *Config) HTTPEngine() *extauthz.Engine {
+	if h := c.HTTPAuthz.TrustedHops; h != nil {
+		return c.Engine.WithTrustedHops(*h)
+	}
+	return c.Engine
 }
 
 // noFrontEnd is the problem of a configuration that turns no front end on.
