@@ -104,8 +104,8 @@ func TestServeRunsTheHTTPDoorBesideCheck(t *testing.T) {
 	}
 
 	for sample, want := range map[string]string{
-		`floodgate_http_authz_requests_total{outcome="allowed"}`: "3",
-		`floodgate_http_authz_requests_total{outcome="denied"}`:  "1",
+		`floodgate_http_authz_requests_total{outcome="allowed"}`:  "3",
+		`floodgate_http_authz_requests_total{outcome="denied"}`:   "1",
 		`floodgate_decisions_total{policy="api",result="denied"}`: "2",
 		`floodgate_checks_total{outcome="denied"}`:                "1",
 	} {
