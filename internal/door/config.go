@@ -139,6 +139,17 @@ func EngineOptions(c *config.Config) extauthz.Options {
 	return extauthz.Options{ClientIP: c.ClientIP, Headers: c.Headers, HashSecret: c.HashSecret()}
 }
 
+// HTTPEngineOptions are EngineOptions with the HTTP door's client address
+// rule (http_authz.trusted_hops), for a caller that compiles the policies
+// as the door decides them (floodgate replay --door http).
+func HTTPEngineOptions(c *config.Config) extauthz.Options {
+	o := EngineOptions(c)
+	if h := c.HTTPAuthz.TrustedHops; h != nil && len(o.ClientIP.TrustedCIDRs) == 0 {
+		o.ClientIP.TrustedHops = *h
+	}
+	return o
+}
+
 // ReadLimits reads the limits rls.config names and applies rls.burst to
 // them (none without rls.config). Problems in the limits are reported at
 // their own files and lines; a burst naming no limit at its line in the
