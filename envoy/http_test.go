@@ -16,9 +16,9 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 )
 
 const (
@@ -30,43 +30,25 @@ const (
 // allow (shared/DESIGN, "Response headers"), which the client must get.
 var rateLimitHeaders = []string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset", "ratelimit-policy", "ratelimit", "x-ratelimit-degraded"}
 
-// httpDoorConfig is what the checks need from the Floodgate configuration
-// beside the http_service example: the HTTP door's keys, read from the YAML
-// itself because internal/config does not know them yet, and the rest as
-// config.Parse loads it.
+// httpDoorConfig is the Floodgate configuration beside the http_service
+// example, as floodgate loads it (door.Load; door.Parse for a mutated
+// copy, which reads no secret).
 type httpDoorConfig struct {
 	listenHTTP string
 	pathPrefix string
-	cfg        *config.Config
+	cfg        *door.Config
+}
+
+func newHTTPDoorConfig(c *door.Config) *httpDoorConfig {
+	return &httpDoorConfig{listenHTTP: c.Listen.HTTP, pathPrefix: c.HTTPAuthz.PathPrefix, cfg: c}
 }
 
 func parseHTTPDoorConfig(data []byte) (*httpDoorConfig, error) {
-	var doc map[string]any
-	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
-		return nil, err
-	}
-	hc := &httpDoorConfig{}
-	if listen, ok := doc["listen"].(map[string]any); ok {
-		hc.listenHTTP, _ = listen["http"].(string)
-		delete(listen, "http")
-	}
-	if authz, ok := doc["http_authz"].(map[string]any); ok {
-		hc.pathPrefix, _ = authz["path_prefix"].(string)
-		for k := range authz {
-			if k != "path_prefix" && k != "original_uri_header" && k != "original_method_header" {
-				return nil, fmt.Errorf("http_authz.%s: not a key of the HTTP door", k)
-			}
-		}
-		delete(doc, "http_authz")
-	}
-	rest, err := yaml.Marshal(doc)
+	c, err := door.Parse(httpFloodgate, data)
 	if err != nil {
 		return nil, err
 	}
-	if hc.cfg, err = config.Parse(httpFloodgate, rest); err != nil {
-		return nil, err
-	}
-	return hc, nil
+	return newHTTPDoorConfig(c), nil
 }
 
 // httpBootstrap is the http_service example, unpacked.
@@ -191,9 +173,13 @@ func httpProblems(hb *httpBootstrap, fc *httpDoorConfig) []string {
 	}
 	// Envoy's HTTP client appends Envoy's own address to the X-Forwarded-For it sends
 	// (AsyncStreamImpl::sendHeaders, source/common/http/async_client_impl.cc: send_xff is true
-	// unless a caller turns it off, and RawHttpClientImpl::check does not).
-	if got, want := fc.cfg.ClientIP.TrustedHops, int(hb.hcm.GetXffNumTrustedHops())+1; got != want {
-		bad("client_ip.trusted_hops %d, want xff_num_trusted_hops + 1 = %d (Envoy's HTTP client appends its own address)", got, want)
+	// unless a caller turns it off, and RawHttpClientImpl::check does not): the door counts one
+	// hop more than a Check from the same Envoy, whose X-Forwarded-For lacks it.
+	if got, want := *fc.cfg.HTTPAuthz.TrustedHops, int(hb.hcm.GetXffNumTrustedHops())+1; got != want {
+		bad("http_authz.trusted_hops %d, want xff_num_trusted_hops + 1 = %d (Envoy's HTTP client appends its own address)", got, want)
+	}
+	if got, want := fc.cfg.ClientIP.TrustedHops, int(hb.hcm.GetXffNumTrustedHops()); got != want {
+		bad("client_ip.trusted_hops %d, want xff_num_trusted_hops = %d, what a Check from this Envoy needs", got, want)
 	}
 	if !hb.hcm.GetUseRemoteAddress().GetValue() {
 		bad("use_remote_address must be true at the edge")
@@ -266,19 +252,19 @@ func readHTTPExample(t *testing.T) (*httpBootstrap, *httpDoorConfig, []byte, []b
 	if err != nil {
 		t.Fatalf("%s: %v", httpExample, err)
 	}
-	fc, err := parseHTTPDoorConfig(fgSrc)
+	c, err := door.Load(httpFloodgate)
 	if err != nil {
 		t.Fatalf("%s: %v", httpFloodgate, err)
 	}
-	return hb, fc, envoySrc, fgSrc
+	return hb, newHTTPDoorConfig(c), envoySrc, fgSrc
 }
 
 // TestTheHTTPServiceExampleFitsTheDoor decodes envoy/http/envoy.yaml as Envoy
 // would and holds it to the Floodgate configuration beside it.
 func TestTheHTTPServiceExampleFitsTheDoor(t *testing.T) {
 	hb, fc, _, _ := readHTTPExample(t)
-	if fc.listenHTTP == "" {
-		t.Fatalf("%s sets no listen.http", httpFloodgate)
+	if fc.listenHTTP == "" || !slices.ContainsFunc(door.Describe(fc.cfg), func(s string) bool { return strings.HasPrefix(s, "HTTP authorization") }) {
+		t.Fatalf("%s does not turn the HTTP door on", httpFloodgate)
 	}
 	for _, problem := range httpProblems(hb, fc) {
 		t.Error(problem)
@@ -303,7 +289,8 @@ func TestTheHTTPServiceChecksCanFail(t *testing.T) {
 		{"fail closed", "envoy", "failure_mode_allow: true", "failure_mode_allow: false", "fail open"},
 		{"HTTP/2 to the door", "envoy", "      connect_timeout: 0.25s\n", "      connect_timeout: 0.25s\n      typed_extension_protocol_options:\n        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n          \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n          explicit_http_config: { http2_protocol_options: {} }\n", "HTTP/2"},
 		{"health check elsewhere", "envoy", "health_check_config: { port_value: 9192 }", "health_check_config: { port_value: 9193 }", "listen.admin"},
-		{"trusted hops as for gRPC", "floodgate", "trusted_hops: 1", "trusted_hops: 0", "trusted_hops"},
+		{"the door's hops as for gRPC", "floodgate", "  trusted_hops: 1", "  trusted_hops: 0", "http_authz.trusted_hops"},
+		{"the gRPC hops as for the door", "floodgate", "  trusted_hops: 0\n", "  trusted_hops: 1\n", "client_ip.trusted_hops"},
 		{"door port", "floodgate", "http: 0.0.0.0:9193", "http: 0.0.0.0:9194", "listen.http"},
 		{"path prefix", "floodgate", "path_prefix: /authz", "path_prefix: /check", "path_prefix"},
 		{"drain shorter than the health check", "floodgate", "drain_delay: 5s", "drain_delay: 4s", "drain_delay"},

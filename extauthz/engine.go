@@ -111,3 +111,21 @@ func compileClientIP(s ClientIPSpec, el *errorList) ClientIP {
 	}
 	return c
 }
+
+// WithTrustedHops returns e with client_ip's trusted_hops set to n and
+// everything else shared: the same policies (the same buckets, counters
+// and report), for a door whose requests carry one more proxy's address in
+// X-Forwarded-For (the HTTP door behind Envoy, whose HTTP client appends
+// its own). n must be within [0, MaxXFFEntries); under trusted CIDRs,
+// which skip the proxies by their ranges, it changes nothing.
+func (e *Engine) WithTrustedHops(n int) *Engine {
+	if n == e.clientIP.TrustedHops || len(e.clientIP.TrustedCIDRs) > 0 {
+		return e
+	}
+	if n < 0 || n >= MaxXFFEntries {
+		panic(fmt.Sprintf("extauthz: WithTrustedHops(%d): must be within [0, %d)", n, MaxXFFEntries))
+	}
+	c := *e
+	c.clientIP.TrustedHops = n
+	return &c
+}

@@ -25,6 +25,8 @@ const (
 	HeaderRateLimit  = respond.HeaderRateLimit
 	HeaderRetryAfter = respond.HeaderRetryAfter
 	HeaderDegraded   = respond.HeaderDegraded
+	// HeaderContentType is a denial's, whose body is JSON.
+	HeaderContentType = "content-type"
 	// For gRPC callers (see denyResponse).
 	HeaderGRPCStatus   = "grpc-status"
 	HeaderGRPCPushback = "grpc-retry-pushback-ms"
@@ -196,10 +198,7 @@ type okBlock struct {
 func (e *Engine) okResponse(o *outcome) *authv3.CheckResponse {
 	r := getRenderer()
 	defer r.release()
-	e.rateLimitHeaders(o, -1, r)
-	if o.degraded {
-		r.fixed(HeaderDegraded, "true")
-	}
+	e.renderOK(o, r)
 	b := &okBlock{}
 	b.ok.ResponseHeadersToAdd = r.options(string(r.buf), b.opts[:0])
 	b.status.Code = int32(codes.OK)
@@ -233,9 +232,35 @@ type denyBlock struct {
 // milliseconds, which a gRPC client's retry policy waits for (gRFC A6); a
 // request that can never pass gets a negative pushback: do not retry.
 func (e *Engine) denyResponse(o *outcome, retryAfter time.Duration) *authv3.CheckResponse {
-	d := respond.Denying(o.results)
 	r := getRenderer()
 	defer r.release()
+	bodyStart := e.renderDeny(o, retryAfter, r)
+	text := string(r.buf)
+
+	b := &denyBlock{}
+	b.denied.Headers = r.options(text, b.opts[:0])
+	b.denied.Body = text[bodyStart:]
+	b.httpSt.Code = typev3.StatusCode_TooManyRequests
+	b.denied.Status = &b.httpSt
+	b.status.Code, b.status.Message = int32(codes.ResourceExhausted), "rate limited"
+	b.http.DeniedResponse = &b.denied
+	b.resp.Status, b.resp.HttpResponse = &b.status, &b.http
+	return &b.resp
+}
+
+// renderOK renders an allow's headers into r: the RateLimit fields and,
+// when the failure mode decided, the degraded mark.
+func (e *Engine) renderOK(o *outcome, r *renderer) {
+	e.rateLimitHeaders(o, -1, r)
+	if o.degraded {
+		r.fixed(HeaderDegraded, "true")
+	}
+}
+
+// renderDeny renders a deny into r: its headers (see denyResponse), then
+// its JSON body, last in the buffer from the offset it returns.
+func (e *Engine) renderDeny(o *outcome, retryAfter time.Duration, r *renderer) (bodyStart int) {
+	d := respond.Denying(o.results)
 	e.rateLimitHeaders(o, d, r)
 	exceeds := d >= 0 && o.results[d].ExceedsCapacity
 	n := respond.RetryAfter(retryAfter)
@@ -253,25 +278,15 @@ func (e *Engine) denyResponse(o *outcome, retryAfter time.Duration) *authv3.Chec
 			r.int(HeaderGRPCPushback, n*1000)
 		}
 	}
-	r.fixed("content-type", respond.ContentTypeJSON)
+	r.fixed(HeaderContentType, respond.ContentTypeJSON)
 	// The body goes last in the buffer.
-	bodyStart := r.mark()
+	bodyStart = r.mark()
 	body := respond.Body{RetryAfter: n, Never: exceeds, Degraded: o.degraded}
 	if d >= 0 {
 		body.Limit = o.policies[d].Name
 	}
 	r.buf = respond.AppendBody(r.buf, body)
-	text := string(r.buf)
-
-	b := &denyBlock{}
-	b.denied.Headers = r.options(text, b.opts[:0])
-	b.denied.Body = text[bodyStart:]
-	b.httpSt.Code = typev3.StatusCode_TooManyRequests
-	b.denied.Status = &b.httpSt
-	b.status.Code, b.status.Message = int32(codes.ResourceExhausted), "rate limited"
-	b.http.DeniedResponse = &b.denied
-	b.resp.Status, b.resp.HttpResponse = &b.status, &b.http
-	return &b.resp
+	return bodyStart
 }
 
 // statusBlock is a response that is a status alone.

@@ -84,12 +84,17 @@ func NewServer(e *Engine, store limiter.Store, o ServerOptions) *Server {
 
 // SetEngine switches to a new engine atomically: Checks in flight finish on
 // the old one, new Checks use the new one.
-func (s *Server) SetEngine(e *Engine) {
+func (s *Server) SetEngine(e *Engine) { s.state.Store(s.newState(e)) }
+
+// newState is e with its policies' counters and tallies resolved. Another
+// door deciding the same policies (the HTTP door) resolves its own: the
+// counters and tallies are looked up by policy name, so both count alike.
+func (s *Server) newState(e *Engine) *serverState {
 	st := &serverState{engine: e, counters: make(map[*Policy]policyCounters, len(e.Policies)), tallies: newTallies(s.opts.Recorder, e)}
 	for _, p := range e.Policies {
 		st.counters[p] = s.metrics.forPolicy(p.Name)
 	}
-	s.state.Store(st)
+	return st
 }
 
 // Engine returns the engine in use.
@@ -170,11 +175,57 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	}()
 	v := &sc.view
 	v.Reset(req)
+	vd, o := s.decide(ctx, st, sc, start)
+	oc := &s.metrics.outcomes
+	switch {
+	case vd == verdictUnmatched:
+		oc.unmatched.Inc()
+		return plainOK(), nil
+	case vd == verdictShadowOnly:
+		oc.allowed.Inc()
+		return plainOK(), nil
+	case vd == verdictFailed:
+		return s.failed(st.engine, &o), nil
+	case !v.HTTP && o.allowed:
+		oc.allowed.Inc()
+		return plainOK(), nil
+	case !v.HTTP:
+		oc.denied.Inc()
+		return tcpDeny(), nil
+	case o.allowed:
+		pickCounter(o.degraded, oc.degradedAllowed, oc.allowed).Inc()
+		return st.engine.okResponse(&o), nil
+	}
+	pickCounter(o.degraded, oc.degradedDenied, oc.denied).Inc()
+	return st.engine.denyResponse(&o, limiter.RetryAfter(o.results)), nil
+}
+
+// verdict is what deciding a request came to, for its door to answer.
+type verdict uint8
+
+const (
+	// verdictUnmatched: no policy applied; the request passes untouched.
+	verdictUnmatched verdict = iota
+	// verdictShadowOnly: only shadow policies applied, which never deny;
+	// the request passes untouched.
+	verdictShadowOnly
+	// verdictFailed: the store could not decide; the failure mode answers.
+	verdictFailed
+	// verdictDecided: the outcome holds the enforced policies' decision.
+	verdictDecided
+)
+
+// decide is the part of answering a request that every door deciding the
+// policies shares: it plans the request in sc.view under st, decides the
+// plan (enforced policies together, shadow ones beside them), and counts,
+// logs and records the decision. The door counts its own outcome and
+// renders the answer. The outcome's slices are sc's.
+func (s *Server) decide(ctx context.Context, st *serverState, sc *scratch, start time.Time) (verdict, outcome) {
+	v := &sc.view
 	plan := &sc.plan
 	st.engine.Plan(v, plan)
 	if len(plan.Buckets) == 0 {
-		s.metrics.outcomes.unmatched.Inc()
-		return plainOK(), nil
+		return verdictUnmatched, outcome{}
 	}
 	s.noteMissing(st, plan, v)
 
@@ -188,13 +239,12 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	o := outcome{allowed: d.Allowed, degraded: d.Degraded, grpc: v.GRPC}
 	o.policies, o.results = sc.enforced(plan, res)
 	if len(o.policies) == 0 {
-		s.metrics.outcomes.allowed.Inc()
-		return plainOK(), nil
+		return verdictShadowOnly, o
 	}
 	if d.Err != nil {
 		s.metrics.StoreErrors.Inc()
 		s.log.Warn("store could not decide; failure mode answers", zap.Error(d.Err), zap.String("path", v.Path))
-		return s.failed(st.engine, &outcome{grpc: v.GRPC}), nil
+		return verdictFailed, outcome{grpc: v.GRPC}
 	}
 	for i, p := range o.policies {
 		c := st.counters[p]
@@ -204,25 +254,11 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 			c.denied.Inc()
 		}
 	}
-	oc := &s.metrics.outcomes
-	switch {
-	case !v.HTTP && o.allowed:
-		oc.allowed.Inc()
-		return plainOK(), nil
-	case !v.HTTP:
-		oc.denied.Inc()
-		return tcpDeny(), nil
-	case o.allowed:
-		pickCounter(o.degraded, oc.degradedAllowed, oc.allowed).Inc()
-		return st.engine.okResponse(&o), nil
-	}
-	pickCounter(o.degraded, oc.degradedDenied, oc.denied).Inc()
-	retryAfter := limiter.RetryAfter(o.results)
-	if i := respond.Denying(o.results); i >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
+	if i := respond.Denying(o.results); !o.allowed && i >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
 		s.log.Debug("denied", zap.String("policy", o.policies[i].Name), zap.String("identity", identityOf(plan, o.policies[i])),
-			zap.Duration("retry_after", retryAfter), zap.String("path", v.Path))
+			zap.Duration("retry_after", limiter.RetryAfter(o.results)), zap.String("path", v.Path))
 	}
-	return st.engine.denyResponse(&o, retryAfter), nil
+	return verdictDecided, o
 }
 
 // identityOf is the bucket identity plan gives p.

@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +14,9 @@ import (
 // View is the part of a CheckRequest that policies look at, read once.
 // Headers come from the `headers` map and, in Envoy's encode_raw_headers
 // mode, from `header_map` (both are read when both are set), with names
-// matched case-insensitively.
+// matched case-insensitively. The HTTP door reads its requests into the
+// same View (resetHTTP), so the policies see a request alike through
+// either door.
 type View struct {
 	// HTTP is false for a check from Envoy's network (TCP) filter.
 	HTTP   bool
@@ -34,6 +37,10 @@ type View struct {
 	headers map[string]string
 	raw     []*corev3.HeaderValue
 	folded  bool // headers has keys that are not lower case: look up by folding
+	// hh and hostHdr are an HTTP door request's headers (resetHTTP), read
+	// when neither headers nor raw is set.
+	hh      http.Header
+	hostHdr string
 
 	context  map[string]string
 	metadata map[string]*structpb.Struct
@@ -176,6 +183,9 @@ func (v *View) mapHeader(name string) (string, bool) {
 				return s, true
 			}
 		}
+	}
+	if v.hh != nil {
+		return v.httpHeader(name)
 	}
 	return "", false
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/floodgate/floodgate/internal/config"
 )
@@ -133,14 +131,31 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 			door = &svc.Spec.Ports[i]
 		}
 	}
-	m := regexp.MustCompile(`listen:\s*\{\s*http:\s*\S+:(\d+)\s*\}`).FindStringSubmatch(yamlComments(string(files[istioHTTPDir+"/kustomization.yaml"])))
+	// The base ConfigMap turns the door on: listen.http on the container port the Service
+	// targets, http_authz as the provider sends its requests.
+	cm := named[*corev1.ConfigMap](base, "floodgate-config")
+	cfg, _, err := floodgateConfig(cm.Data["floodgate.yaml"])
+	if err != nil {
+		return append(p, err.Error())
+	}
+	var target corev1.ContainerPort
 	switch {
 	case door == nil:
 		bad("Service %s has no port named http-*: Istio would not treat it as HTTP", svc.Name)
-	case m == nil:
-		bad("kustomization.yaml no longer says which listen.http to set")
-	case door.TargetPort != intstr.FromString(m[1]) && door.TargetPort != intstr.FromInt32(portNumber(m[1])):
-		bad("Service %s targets port %s, but the listen.http to set is port %s", svc.Name, door.TargetPort.String(), m[1])
+	case cfg.Listen.HTTP == "":
+		bad("the ConfigMap floodgate-config sets no listen.http: the door the provider asks is off")
+	default:
+		cp, ok := containerPort(&fd.Spec.Template.Spec.Containers[0], door.TargetPort)
+		if !ok || cp.ContainerPort != portOf(cfg.Listen.HTTP) {
+			bad("Service %s targets port %s, but the door listens on listen.http %s (a container port of Deployment floodgate)", svc.Name, door.TargetPort.String(), cfg.Listen.HTTP)
+		}
+		target = cp
+	}
+	// The sidecar asking the door sends it X-Forwarded-For with its own address appended, which
+	// its gRPC Checks do not carry (Envoy's async HTTP client, AsyncStreamImpl::sendHeaders in
+	// source/common/http/async_client_impl.cc, appends the local address unless send_xff is off).
+	if h := cfg.HTTPAuthz.TrustedHops; h == nil || *h != cfg.ClientIP.TrustedHops+1 {
+		bad("http_authz.trusted_hops %v, want client_ip.trusted_hops + 1 = %d (the sidecar's HTTP client appends its own address)", h, cfg.ClientIP.TrustedHops+1)
 	}
 
 	// The provider.
@@ -159,11 +174,6 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 	if door != nil && prov.GetPort() != uint32(door.Port) {
 		bad("provider %s port %d, want the Service's %s port %d", istioHTTPProvider, prov.GetPort(), door.Name, door.Port)
 	}
-	cm := named[*corev1.ConfigMap](base, "floodgate-config")
-	cfg, _, err := floodgateConfig(cm.Data["floodgate.yaml"])
-	if err != nil {
-		return append(p, err.Error())
-	}
 	if to := prov.GetTimeout().AsDuration(); to <= cfg.Store.Redis.Timeout || to <= config.DefaultRedisTimeout || to > time.Second {
 		bad("provider %s timeout %v: set it above Floodgate's store.redis.timeout (%v) and at most 1s (Istio's default is 600s)", istioHTTPProvider, to, cfg.Store.Redis.Timeout)
 	}
@@ -173,8 +183,8 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 	if prov.GetStatusOnError() != "503" {
 		bad("provider %s: statusOnError %q, want 503 (Envoy's default is 403)", istioHTTPProvider, prov.GetStatusOnError())
 	}
-	if pp := prov.GetPathPrefix(); pp == "" || !strings.HasPrefix(pp, "/") || !strings.Contains(yamlComments(string(files[istioHTTPDir+"/kustomization.yaml"])), "path_prefix: "+pp) {
-		bad("provider %s pathPrefix %q: want one starting with /, and kustomization.yaml telling http_authz.path_prefix the same", istioHTTPProvider, pp)
+	if pp := prov.GetPathPrefix(); pp == "" || !strings.HasPrefix(pp, "/") || pp != cfg.HTTPAuthz.PathPrefix {
+		bad("provider %s pathPrefix %q: want one starting with /, and http_authz.path_prefix (%q) the same", istioHTTPProvider, pp, cfg.HTTPAuthz.PathPrefix)
 	}
 	//lint:ignore SA1019 the test checks that the deprecated field is not used
 	if len(prov.GetIncludeHeadersInCheck()) > 0 {
@@ -224,7 +234,7 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 		}
 		for _, r := range o.policy.GetRules() {
 			for _, to := range r.GetTo() {
-				if door == nil || !slices.Contains(to.GetOperation().GetPorts(), strconv.Itoa(int(door.TargetPort.IntVal))) {
+				if door == nil || !slices.Contains(to.GetOperation().GetPorts(), strconv.Itoa(int(target.ContainerPort))) {
 					continue
 				}
 				for _, f := range r.GetFrom() {
@@ -242,7 +252,7 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 	for _, np := range all[*networkingv1.NetworkPolicy](v) {
 		for _, in := range np.Spec.Ingress {
 			for _, pt := range in.Ports {
-				netAdmits = netAdmits || (door != nil && pt.Port != nil && pt.Port.IntVal == door.TargetPort.IntVal && len(in.From) > 0)
+				netAdmits = netAdmits || (door != nil && pt.Port != nil && (pt.Port.IntVal == target.ContainerPort || pt.Port.StrVal == target.Name) && len(in.From) > 0)
 			}
 		}
 	}
@@ -250,11 +260,6 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 		bad("no NetworkPolicy admits the door's port from its callers: manifests/network-policy.yaml denies it")
 	}
 	return p
-}
-
-func portNumber(s string) int32 {
-	n, _ := strconv.Atoi(s)
-	return int32(n)
 }
 
 // TestIstioHTTPProviderPointsAtTheDoor decodes manifests/istio/http strictly
@@ -291,15 +296,23 @@ func TestIstioHTTPBrokenCopiesAreCaught(t *testing.T) {
 		{"no content-type on deny", istioHTTPMesh, "          - content-type\n", "", "content-type"},
 		{"no RateLimit on allow", istioHTTPMesh, "        headersToDownstreamOnAllow:\n          - ratelimit-limit\n", "        headersToDownstreamOnAllow:\n", "ratelimit-limit"},
 		{"path prefix not told", istioHTTPMesh, "pathPrefix: /authz", "pathPrefix: /check", "pathPrefix"},
-		{"service elsewhere", istioHTTPDir + "/service.yaml", "targetPort: 9193", "targetPort: 9191", "targets port"},
+		{"service elsewhere", istioHTTPDir + "/service.yaml", "targetPort: http-authz", "targetPort: grpc", "targets port"},
 		{"not http", istioHTTPDir + "/service.yaml", "name: http-authz", "name: authz", "http-*"},
 		{"wrong provider", istioHTTPDir + "/authorization-policy.yaml", "name: floodgate-http", "name: floodgate", "want CUSTOM with provider"},
 		{"caller not admitted", istioHTTPDir + "/floodgate-access.yaml", `principals: ["cluster.local/ns/demo/sa/httpbin"]`, `principals: ["cluster.local/ns/other/sa/httpbin"]`, "admits …/ns/demo/sa/…"},
 		{"no network path", istioHTTPDir + "/floodgate-access.yaml", "        - port: 9193\n", "        - port: 9194\n", "NetworkPolicy"},
 		{"unlisted file", istioHTTPDir + "/kustomization.yaml", "  - floodgate-access.yaml\n", "", "does not list floodgate-access.yaml"},
+		{"the door off", "configmap.yaml", "      http: 0.0.0.0:9193\n", "", "listen.http"},
+		{"the door elsewhere", "configmap.yaml", "http: 0.0.0.0:9193", "http: 0.0.0.0:9194", "listens on listen.http"},
+		{"the door's hops as for gRPC", "configmap.yaml", "      trusted_hops: 1\n", "      trusted_hops: 0\n", "http_authz.trusted_hops"},
+		{"another prefix", "configmap.yaml", "path_prefix: /authz", "path_prefix: /check", "pathPrefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			baseFiles := readFiles(t)
 			src, ok := files[tc.file]
+			if !ok {
+				src, ok = baseFiles[tc.file]
+			}
 			if !ok || !strings.Contains(string(src), tc.old) {
 				t.Fatalf("%s no longer contains %q: update this test", tc.file, tc.old)
 			}
@@ -307,11 +320,20 @@ func TestIstioHTTPBrokenCopiesAreCaught(t *testing.T) {
 			for k, v := range files {
 				broken[k] = v
 			}
-			broken[tc.file] = []byte(strings.Replace(string(src), tc.old, tc.new, 1))
+			b := base
+			if _, inBase := baseFiles[tc.file]; inBase {
+				baseFiles[tc.file] = []byte(strings.Replace(string(src), tc.old, tc.new, 1))
+				var err error
+				if b, err = load(baseFiles); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				broken[tc.file] = []byte(strings.Replace(string(src), tc.old, tc.new, 1))
+			}
 			v, err := loadHTTPVariant(broken)
 			got := []string{fmt.Sprint(err)}
 			if err == nil {
-				got = httpVariantProblems(v, base, broken)
+				got = httpVariantProblems(v, b, broken)
 			}
 			if !slices.ContainsFunc(got, func(s string) bool { return strings.Contains(s, tc.want) }) {
 				t.Fatalf("not caught: %v (want %q)", got, tc.want)

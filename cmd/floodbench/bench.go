@@ -87,7 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var o benchOptions
 	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
-	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g,b-rls,rt,naive", "scenarios to run, from a b b0 b2 c d e f g a' r b-rls rt naive (rt: one go-redis script round trip from the load generator, the floor of the added-latency table; naive: one GET + SET script call per decision from the load generator, distinct keys, the reference of Redis CPU per decision; b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit; b-rls: floodgate's rate limit service on (r)'s requests and limits; r and b-rls bring their baseline a', the no-op server on the rate limit API)")
+	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g,b-rls,b-http,rt,naive", "scenarios to run, from a b b0 b2 c d e f g a' r b-rls a-http b-http rt naive (b-http: floodgate's HTTP authorization door on (b)'s callers as Envoy's http_service sends them, against a-http, a no-op HTTP server; rt: one go-redis script round trip from the load generator, the floor of the added-latency table; naive: one GET + SET script call per decision from the load generator, distinct keys, the reference of Redis CPU per decision; b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit; b-rls: floodgate's rate limit service on (r)'s requests and limits; r and b-rls bring their baseline a', the no-op server on the rate limit API)")
 	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
 	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
@@ -243,8 +243,12 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	}
 
 	clients := map[string]*client{}
+	httpClients := map[string]*httpClient{}
 	defer func() {
 		for _, c := range clients {
+			c.close()
+		}
+		for _, c := range httpClients {
 			c.close()
 		}
 	}()
@@ -254,7 +258,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	if err := os.WriteFile(rlsConfig, []byte(ratelimitConfig), 0o600); err != nil {
 		return err
 	}
-	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "redis-rls", "memory", "ratelimit"} {
+	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "redis-rls", "memory", "ratelimit", "noop-http", "redis-http"} {
 		if !wanted[name] {
 			continue
 		}
@@ -268,6 +272,12 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 		procs = append(procs, p)
 		servers[name] = p
+		if name == "noop-http" || name == "redis-http" {
+			if httpClients[name], err = dialHTTP(p.http); err != nil {
+				return err
+			}
+			continue
+		}
 		if clients[name], err = dial(p.addr, o.conns, o.client); err != nil {
 			return err
 		}
@@ -297,7 +307,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}
 
-	m := &measurer{o: o, scs: scs, servers: servers, clients: clients, direct: direct, ghz: ghz, work: work, statsOf: statsOf}
+	m := &measurer{o: o, scs: scs, servers: servers, clients: clients, httpClients: httpClients, direct: direct, ghz: ghz, work: work, statsOf: statsOf}
 	rows, steady, traced, err := m.measureAll(ctx, stderr)
 	if err != nil {
 		return err
@@ -338,6 +348,8 @@ func startServer(ctx context.Context, o benchOptions, name, self, dir string, ad
 	switch name {
 	case "noop":
 		return startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0", "--gogc", strconv.Itoa(o.gcPercent()))
+	case "noop-http":
+		return startServing(ctx, "floodbench noop-http", self, "noop-http", "--listen", "127.0.0.1:0", "--gogc", strconv.Itoa(o.gcPercent()))
 	case "ratelimit":
 		return startRatelimit(ctx, o.ratelimit, dir, addrs[0])
 	}
@@ -379,6 +391,9 @@ func selectScenarios(o benchOptions) ([]scenario, map[string]bool, error) {
 		if sc.server == "redis-cluster" && o.redisRTT > 0 {
 			return nil, nil, fmt.Errorf("scenario %s with --redis-rtt: the cluster's nodes announce their own addresses, which the delaying proxy does not stand in for", sc.id)
 		}
+		if sc.isHTTP() && o.ghz != "" {
+			return nil, nil, fmt.Errorf("scenario %s speaks HTTP, and ghz gRPC: run it without --ghz", sc.id)
+		}
 		if sc.server == "ratelimit" && o.ratelimit == "" {
 			return nil, nil, fmt.Errorf("scenario %s needs --ratelimit, envoyproxy/ratelimit's service_cmd (make bench-tools installs it: go install github.com/envoyproxy/ratelimit/src/service_cmd@%s)", sc.id, ratelimitVersion)
 		}
@@ -400,10 +415,12 @@ type measurer struct {
 	scs     []scenario
 	servers map[string]*proc
 	clients map[string]*client
-	direct  *directDriver
-	ghz     *ghzDriver
-	work    map[string]workload
-	statsOf func(server string) []*redis.Client // whose Redis counters a server's rows read
+	// httpClients drive the HTTP servers ((a-http), (b-http)).
+	httpClients map[string]*httpClient
+	direct      *directDriver
+	ghz         *ghzDriver
+	work        map[string]workload
+	statsOf     func(server string) []*redis.Client // whose Redis counters a server's rows read
 }
 
 // measureAll measures every cell. Cells run concurrency-major, (a) first at
@@ -488,6 +505,9 @@ func (m *measurer) measureRound(ctx context.Context, r *row, last bool, stderr i
 			return nil, fmt.Errorf("%s, concurrency %d: %w", sc.label, conc, err)
 		}
 		serverCPU = procCPU(server) - serverBefore
+	case sc.isHTTP():
+		res = m.httpClients[sc.server].drive(ctx, m.work[sc.cache(o.keys)], cl)
+		serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
 	default:
 		res = m.clients[sc.server].drive(ctx, m.work[sc.cache(o.keys)], cl)
 		serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
@@ -562,7 +582,7 @@ func (c costs) total() float64 { return c.server + c.redis }
 type ratios struct{ total, server, rate, p99 string }
 
 func rowRatios(r, base row) ratios {
-	if r.sc.id == "a" || r.sc.id == "a'" {
+	if r.sc.isBaseline() {
 		return ratios{"1", "1", "1", "1"}
 	}
 	q := ratios{"?", "?", "?", "?"}
@@ -656,7 +676,7 @@ func byRound(rows []row) []string {
 	for _, sc := range scenarios { // table order
 		for _, r := range rows {
 			b, ok := base[cellID{sc.baseID(), r.conc}]
-			if r.sc.id != sc.id || sc.id == "a" || sc.id == "a'" || sc.server == redisDirect || !ok || len(r.rounds) < 2 || len(b.rounds) != len(r.rounds) {
+			if r.sc.id != sc.id || sc.isBaseline() || sc.server == redisDirect || !ok || len(r.rounds) < 2 || len(b.rounds) != len(r.rounds) {
 				continue
 			}
 			var total, server []float64
@@ -839,7 +859,7 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 	if o.redisRTT > 0 {
 		fmt.Fprintf(w, "Redis a hop away: behind floodbench's delaying proxy on 127.0.0.1, %v added to every round trip of floodgate's, envoyproxy/ratelimit's, (rt)'s and (naive)'s connections (Redis' counters read directly)\n", o.redisRTT)
 	}
-	fmt.Fprintln(w, "ratios divide by (a) at the same concurrency, from this run ((r)'s and (b-rls)'s by (a'): the same no-op server answering the rate-limit API).")
+	fmt.Fprintln(w, "ratios divide by (a) at the same concurrency, from this run ((r)'s and (b-rls)'s by (a'): the same no-op server answering the rate-limit API; (b-http)'s by (a-http), a no-op HTTP server).")
 	fmt.Fprintln(w, "server+Redis ×(a) (the headline): the serving process' CPU plus Redis' per decision over the no-op server's CPU per Check; server ×(a): the serving process' alone.")
 	fmt.Fprintln(w, "CPU per decision over the windows: Redis (INFO used_cpu_user+used_cpu_sys),")
 	fmt.Fprintln(w, "the serving process (floodgate, or the no-op server for (a); /proc/PID/stat) and the load generator; scripts/dec: EVALSHA+EVAL calls per decision;")
@@ -884,6 +904,12 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 		fmt.Fprintln(w, "floodgate (b) against envoyproxy/ratelimit (r), both on the same redis-server with the same callers: CPU per decision")
 		fmt.Fprintln(w)
 		writeMarkdown(w, peer)
+	}
+	if h := httpRows(rows); h != nil {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, httpNote)
+		fmt.Fprintln(w)
+		writeMarkdown(w, h)
 	}
 	if r := rlsRows(rows); r != nil {
 		fmt.Fprintln(w)

@@ -64,7 +64,7 @@ func TestSmoke(t *testing.T) {
 	var out, log bytes.Buffer
 	err := bench(ctx, benchOptions{
 		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
-		scenarios: []string{"b", "d", "g", "b-rls", "rt", "naive"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
+		scenarios: []string{"b", "d", "g", "b-rls", "b-http", "rt", "naive"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
 		maxCount: 100_000, keys: 1000, conns: 1, traceDir: t.TempDir(),
 	}, &out, &log)
 	if err != nil {
@@ -89,10 +89,10 @@ func TestSmoke(t *testing.T) {
 	rows := map[string]map[string]string{} // "(b)" → column → cell
 	for label, r := range parseTable(t, out.String()) {
 		if strings.HasPrefix(label, "(") && !strings.Contains(label, " @") {
-			rows[label[:3]] = r
+			rows[label[:strings.IndexByte(label, ')')+1]] = r
 		}
 	}
-	for _, id := range []string{"(a)", "(b)", "(d)", "(g)", "(a'", "(b-"} {
+	for _, id := range []string{"(a)", "(b)", "(d)", "(g)", "(a')", "(b-rls)", "(a-http)", "(b-http)"} {
 		r, ok := rows[id]
 		if !ok {
 			t.Errorf("no row for %s:\n%s", id, out.String())
@@ -131,17 +131,31 @@ func TestSmoke(t *testing.T) {
 	}
 	// (b-rls) decides in Redis like (b): every answer OK (errors 0 above),
 	// and at most one script call per decision.
-	if r := rows["(b-"]; r != nil {
+	if r := rows["(b-rls)"]; r != nil {
 		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n <= 0 || n > 1.1 {
 			t.Errorf("(b-rls): %s script calls per decision, want more than 0 and at most 1", r["scripts/dec"])
 		}
+	}
+	// (b-http) decides (b)'s callers through the HTTP door: every answer a
+	// 200 (errors 0 above), at most one script call per decision, and a
+	// line against (a-http) and (b); (a-http) touches no Redis.
+	if r := rows["(b-http)"]; r != nil {
+		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n <= 0 || n > 1.1 {
+			t.Errorf("(b-http): %s script calls per decision, want more than 0 and at most 1", r["scripts/dec"])
+		}
+	}
+	if r := rows["(a-http)"]; r != nil && r["scripts/dec"] != "0.00" {
+		t.Errorf("(a-http): %s script calls per request, want none", r["scripts/dec"])
+	}
+	if !strings.Contains(out.String(), "\nfloodgate's HTTP authorization door (b-http) against the no-op HTTP server (a-http) and against Check (b)") {
+		t.Errorf("no HTTP door comparison:\n%s", out.String())
 	}
 	if !strings.Contains(out.String(), "\nfloodgate's rate limit service (b-rls) against its Check path (b)") {
 		t.Errorf("no rate limit service comparison:\n%s", out.String())
 	}
 	// (rt) and (naive) are the load generator's own script calls: exactly
 	// one per call, no server process, answered as expected.
-	for _, id := range []string{"(rt", "(na"} {
+	for _, id := range []string{"(rt)", "(naive)"} {
 		r, ok := rows[id]
 		if !ok {
 			t.Errorf("no row for %s:\n%s", id, out.String())
@@ -211,6 +225,7 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		{"redis-2flushers", one, "redis", true, 2},
 		{"redis-cluster", three, "redis", true, config.DefaultPipelineFlushers},
 		{"memory", nil, "memory", true, config.DefaultPipelineFlushers},
+		{"redis-http", one, "redis", true, config.DefaultPipelineFlushers},
 	} {
 		y, err := floodgateConfig(tc.server, tc.addrs, 250, "")
 		if err != nil {
@@ -226,6 +241,10 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		}
 		if tc.backend == "redis" && !slices.Equal(r.Addresses, tc.addrs) {
 			t.Errorf("%s: addresses %v, want %v (several make a Cluster)", tc.server, r.Addresses, tc.addrs)
+		}
+		// Only (b-http)'s instance opens the HTTP door, as envoy/http/floodgate.yaml does.
+		if h := c.HTTPAuthz; (c.Listen.HTTP != "") != (tc.server == "redis-http") || (tc.server == "redis-http" && (h.PathPrefix != httpPathPrefix || *h.TrustedHops != 1)) {
+			t.Errorf("%s: listen.http %q, http_authz %+v", tc.server, c.Listen.HTTP, h)
 		}
 		// The no-op server's collector setting: GOGC 250 (its --gogc), no memory limit.
 		if c.Runtime.GOGC == nil || *c.Runtime.GOGC != 250 || c.Runtime.MemoryLimitRatio == nil || *c.Runtime.MemoryLimitRatio != 0 {

@@ -459,3 +459,39 @@ func mustScenario(t *testing.T, id string) scenario {
 	}
 	return s
 }
+
+func TestHTTPRows(t *testing.T) {
+	mk := func(id string, conc int, n int64, server, redis float64) row {
+		return row{sc: mustScenario(t, id), conc: conc, res: result{decisions: n, window: time.Second}, serverCPU: server, redis: redisStats{cpu: redis}}
+	}
+	if p := httpRows([]row{mk("b", 64, 1000, 0.05, 0.01)}); p != nil {
+		t.Fatalf("an HTTP door table without (b-http): %v", p)
+	}
+	p := httpRows([]row{
+		// conc 64: (a-http) 20 µs, (b) 40 µs, (b-http) 50 µs: 2.50 and 1.25.
+		mk("a", 64, 10000, 0.2, 0), mk("b", 64, 10000, 0.3, 0.1), mk("a-http", 64, 10000, 0.2, 0), mk("b-http", 64, 10000, 0.4, 0.1),
+		// conc 16: no (b).
+		mk("a-http", 16, 10000, 0.2, 0), mk("b-http", 16, 10000, 0.5, 0.1),
+	})
+	want := [][]string{{"64", "50.0", "20.0", "2.50", "40.0", "1.25"}, {"16", "60.0", "20.0", "3.00", "-", "-"}}
+	if len(p) != 3 {
+		t.Fatalf("rows %v, want the header and two", p)
+	}
+	for i, w := range want {
+		if strings.Join(p[i+1], " ") != strings.Join(w, " ") {
+			t.Errorf("row %d: %v, want %v", i, p[i+1], w)
+		}
+	}
+	var out bytes.Buffer
+	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 64, 10000, 0.2, 0), mk("a-http", 64, 10000, 0.2, 0), mk("b-http", 64, 10000, 0.4, 0.1)})
+	// (b-http)'s ratios divide by (a-http), the no-op HTTP server.
+	if r := parseTable(t, out.String())["(b-http) Floodgate HTTP door, Redis, distinct keys"]; r == nil || r["server ×(a)"] != "2.00" || r["server+Redis ×(a)"] != "2.50" {
+		t.Errorf("(b-http)'s ratios %v, want 2.00 and 2.50 over (a-http)", r)
+	}
+	if _, err := func() ([]scenario, error) {
+		scs, _, err := selectScenarios(benchOptions{scenarios: []string{"b-http"}, ghz: "bin/ghz"})
+		return scs, err
+	}(); err == nil || !strings.Contains(err.Error(), "speaks HTTP") {
+		t.Errorf("b-http with --ghz: %v, want refused", err)
+	}
+}

@@ -69,7 +69,7 @@ func latencyRows(rows []row, hop time.Duration) [][]string {
 	out := [][]string{{"scenario", "conc", "p50", "added p50", "added p99", "(rt) p50", "(rt) p99",
 		"added p50 ÷ (rt) p50", "by round", "added p99 ÷ (rt) p99", "target (÷ rt)", "met?"}}
 	for _, sc := range scenarios { // table order
-		if sc.id == "a" || sc.id == "a'" || sc.server == redisDirect {
+		if sc.isBaseline() || sc.server == redisDirect {
 			continue
 		}
 		for _, r := range rows {

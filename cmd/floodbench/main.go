@@ -17,6 +17,7 @@
 //
 //	floodbench run  [--floodgate bin/floodgate] [--cell 2s] [--conc 1,16,64] [--redis-rtt 1ms] ...
 //	floodbench noop [--listen 127.0.0.1:0]
+//	floodbench noop-http [--listen 127.0.0.1:0]
 //	floodbench load --target HOST:PORT [--scenario b] [--conc 64] [--duration 10s]
 //	floodbench wakeups TRACE...
 //	floodbench instructions [--floodgate bin/floodgate] [--scenarios a,b,e,b-rls] [--requests 2000] ...
@@ -39,6 +40,7 @@ const usage = `floodbench — Floodgate's end-to-end benchmark (make bench)
 Usage:
   floodbench run  [flags]   start redis-server, a no-op server and floodgate; print the table
   floodbench noop [flags]   serve a no-op ext_authz server (the ceiling)
+  floodbench noop-http [flags]  serve a no-op HTTP authorization server (the HTTP door's ceiling)
   floodbench load [flags]   drive one server with one scenario's requests
   floodbench wakeups TRACE...  what each gRPC call wakes in Go execution traces (run --trace writes them)
   floodbench instructions [flags]  instructions per decision under valgrind's callgrind, floodgate against the no-op server
@@ -62,6 +64,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "noop":
 		return runNoop(ctx, args[1:], stdout, stderr)
+	case "noop-http":
+		return runNoopHTTP(ctx, args[1:], stdout, stderr)
 	case "load":
 		return runLoad(ctx, args[1:], stdout, stderr)
 	case "wakeups":

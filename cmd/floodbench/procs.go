@@ -25,6 +25,7 @@ type proc struct {
 	name  string
 	cmd   *exec.Cmd
 	addr  string // the gRPC (or Redis) address it serves on
+	http  string // the HTTP address it serves on: floodgate's listen.http, floodbench noop-http's
 	pprof string // floodgate --pprof: the profiler's address
 	done  chan struct{}
 
@@ -114,16 +115,21 @@ func startServingCmd(ctx context.Context, name string, cmd *exec.Cmd, within tim
 			p.mu.Unlock()
 		}
 		if m["msg"] == "serving" {
-			if a, ok := m["grpc"].(string); ok {
+			grpcAddr, g := m["grpc"].(string)
+			httpAddr, h := m["http"].(string)
+			if g || h {
+				p.mu.Lock()
+				p.http = httpAddr
+				p.mu.Unlock()
 				select {
-				case serving <- a:
+				case serving <- grpcAddr:
 				default:
 				}
 			}
 		}
 	})
 	select {
-	case p.addr = <-serving:
+	case p.addr = <-serving: // after p.http was set
 		return p, nil
 	case <-p.done:
 		return nil, fmt.Errorf("%s exited before serving:\n%s", name, p.output())

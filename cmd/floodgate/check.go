@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -41,6 +42,10 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	domain := fs.String("domain", "", "with --rls: the rate limit domain")
 	fs.Var(&descs, "descriptor", "with --rls: a descriptor's entries key=value[,key=value...] (repeatable: one descriptor each)")
 	hits := fs.Uint64("hits", 0, "with --rls: the request's hits_addend (0 means 1)")
+	httpCall := fs.Bool("http", false, "play a proxy asking the HTTP authorization door (listen.http; --addr defaults to "+defaultHTTPDoor+"): the client address goes in X-Forwarded-For")
+	pathPrefix := fs.String("path-prefix", "", "with --http: Envoy's http_service path_prefix, sent before --path (http_authz.path_prefix)")
+	uriHeader := fs.String("uri-header", "", "with --http: ask /_floodgate, carrying --path in this header and --method in --method-header, as nginx's recipe does (X-Original-URI)")
+	methodHeader := fs.String("method-header", "", "with --http and --uri-header: the header that carries --method (X-Original-Method)")
 	if !parseArgs(fs, args) {
 		return 2
 	}
@@ -53,6 +58,16 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *grpcCaller {
 		hdrs = append(listFlag{"content-type: application/grpc"}, hdrs...)
+	}
+	if *httpCall {
+		a := httpArgs{addr: *addr, method: *method, host: *host, path: *path, source: *source, prefix: *pathPrefix,
+			uriHeader: *uriHeader, methodHeader: *methodHeader, hdrs: hdrs, count: *count, timeout: *timeout}
+		addrSet := false
+		fs.Visit(func(f *flag.Flag) { addrSet = addrSet || f.Name == "addr" })
+		if !addrSet {
+			a.addr = defaultHTTPDoor
+		}
+		return checkHTTP(ctx, a, stdout, stderr)
 	}
 	req, err := buildCheckRequest(*method, *host, *path, *source, hdrs, ctxExt, *raw)
 	if err != nil {

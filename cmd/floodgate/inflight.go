@@ -48,6 +48,17 @@ func requestBytesInFlight(set int, memLimit, storeBytes int64) (int64, string) {
 		requestBytesShare, memLimit, storeBytes, requestBytesFloor>>20)
 }
 
+// requestBudget is the budget of request bytes in flight, shared by the
+// gRPC requests (the request gate) and the HTTP door's (inflight.HTTPGate).
+func requestBudget(cfg *door.Config, log *zap.Logger) *inflight.Budget {
+	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), store.MemoryBytes(cfg.Config))
+	if limit < int64(cfg.Listen.MaxRequestBytes) {
+		from += fmt.Sprintf("; below listen.max_request_bytes (%d): a larger request waits until it is read alone", cfg.Listen.MaxRequestBytes)
+	}
+	log.Info("request bytes in flight", zap.Int64("limit", limit), zap.String("limit_from", from))
+	return inflight.NewBudget(limit)
+}
+
 // newRequestGate is the gate every gRPC request is read through: within
 // the budget of request bytes in flight, a request that finds no room in
 // time is answered by its door's failure mode (door.Door.Unread), as when
@@ -58,18 +69,13 @@ func requestBytesInFlight(set int, memLimit, storeBytes int64) (int64, string) {
 // Envoy's router takes a complete answer to a request it is still sending
 // as the answer, resetting its side itself (Filter::onUpstreamComplete,
 // source/common/router/router.cc).
-func newRequestGate(cfg *door.Config, doors []door.Door, reg prometheus.Registerer, log *zap.Logger) *inflight.Gate {
-	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), store.MemoryBytes(cfg.Config))
-	if limit < int64(cfg.Listen.MaxRequestBytes) {
-		from += fmt.Sprintf("; below listen.max_request_bytes (%d): a larger request waits until it is read alone", cfg.Listen.MaxRequestBytes)
-	}
-	log.Info("request bytes in flight", zap.Int64("limit", limit), zap.String("limit_from", from))
+func newRequestGate(cfg *door.Config, doors []door.Door, budget *inflight.Budget, reg prometheus.Registerer) *inflight.Gate {
 	unread := map[string]func(context.Context) (any, error){}
 	for _, d := range doors {
 		maps.Copy(unread, d.Unread())
 	}
 	return inflight.New(inflight.Options{
-		Budget:     inflight.NewBudget(limit),
+		Budget:     budget,
 		MaxMessage: cfg.Listen.MaxRequestBytes,
 		Codec:      gateCodec(cfg.Listen.Decoder),
 		Wait:       inflight.DefaultWait,

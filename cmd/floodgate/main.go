@@ -22,7 +22,7 @@ const usage = `floodgate — a distributed rate limiter for Envoy and Istio (ext
 Usage:
   floodgate serve    [--config FILE] [--log-format json|console] [--pprof 127.0.0.1:PORT]
   floodgate validate --config FILE [--connect]
-  floodgate check    [--addr 127.0.0.1:9191] [--path /] [-H 'name: value']... [--count N] [--grpc]
+  floodgate check    [--addr 127.0.0.1:9191] [--path /] [-H 'name: value']... [--count N] [--grpc | --http]
   floodgate replay   --config FILE --log FILE|- [--json] [--html FILE] [--set POLICY.FIELD=V]... [--compare]
                      [--top N] [--redact] [--reorder-window 60s] | --config FILE --print-log-format [--print-log-to FILE|-]
   floodgate top      [--admin HOST:PORT[,HOST:PORT...]] [--once | --json] [--rows N] [--interval 2s]

@@ -34,6 +34,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.BoolVar(&j.PrintLogFormat, "print-log-format", false, "print the Envoy access-log block that logs what this configuration's policies read, and exit")
 	fs.StringVar(&j.PrintLogTo, "print-log-to", replay.DefaultLogPath, "with --print-log-format: the file Envoy's access logger writes, or - for Envoy's standard output (a container's log)")
 	fs.StringVar(&j.HTMLPath, "html", "", "also write a self-contained HTML report (inline SVG charts) to this file")
+	fs.StringVar(&j.Door, "door", "check", "whose decisions to replay: check (Envoy's ext_authz Check, from an Envoy access log) or http (the HTTP authorization door, from the nginx log --print-log-format --door http prints; client addresses by http_authz.trusted_hops)")
 	if !parseArgs(fs, args) {
 		return 2
 	}
@@ -50,6 +51,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		printProblems(stderr, err)
 		return 1
+	}
+	if j.PrintLogFormat && j.Door == "http" {
+		to := j.PrintLogTo
+		if !j.PrintLogToGiven {
+			to = replay.DefaultNginxLogPath
+		}
+		fmt.Fprint(stdout, replay.NginxLogFormat(cfg.Engine, j.ConfigPath, to))
+		return 0
 	}
 	if j.PrintLogFormat {
 		fmt.Fprint(stdout, replay.LogFormat(cfg.Engine, j.ConfigPath, j.PrintLogTo))

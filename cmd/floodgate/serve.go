@@ -144,10 +144,11 @@ type server struct {
 
 	grpcLis   net.Listener
 	gs        *grpc.Server
-	admin     *http.Server // nil without listen.admin
+	https     []*httpListener // the listeners of doors with their own (listen.http)
+	admin     *http.Server    // nil without listen.admin
 	adminAddr string
 	ready     atomic.Bool // /readyz: serving and not draining
-	errc      chan error  // the gRPC server's end
+	errc      chan error  // the gRPC server's end, or an HTTP server's
 }
 
 // newServer connects the store and builds every front end on it. The
@@ -207,11 +208,16 @@ func (s *server) listen() error {
 	if err != nil {
 		return err
 	}
-	gate := newRequestGate(cfg, s.doors, s.reg, s.log) // bounds the request bytes in flight
+	budget := requestBudget(cfg, s.log)                 // the request bytes in flight, gRPC and HTTP
+	gate := newRequestGate(cfg, s.doors, budget, s.reg) // reads gRPC requests within it
 	serverOpts = append(serverOpts, gate.ServerOptions()...)
 	s.grpcLis, err = net.Listen("tcp", cfg.Listen.GRPC)
 	if err != nil {
 		return fmt.Errorf("listen.grpc %s: %w", cfg.Listen.GRPC, err)
+	}
+	if err := s.listenHTTP(budget); err != nil {
+		s.grpcLis.Close()
+		return err
 	}
 	s.gs = grpc.NewServer(serverOpts...)
 	services := gate.Registrar(s.gs)
@@ -225,6 +231,7 @@ func (s *server) listen() error {
 		adminLis, err := net.Listen("tcp", cfg.Listen.Admin)
 		if err != nil {
 			s.grpcLis.Close()
+			s.closeHTTP()
 			return fmt.Errorf("listen.admin %s: %w", cfg.Listen.Admin, err)
 		}
 		s.adminAddr = adminLis.Addr().String()
@@ -240,11 +247,12 @@ func (s *server) listen() error {
 func (s *server) start() {
 	cfg := s.cfg
 	go func() { s.errc <- s.gs.Serve(s.grpcLis) }()
+	s.startHTTP()
 	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	setDoorHealth(s.hs, s.doors, cfg)
 	s.ready.Store(true)
 	s.log.Info("serving",
-		zap.String("grpc", s.grpcLis.Addr().String()), zap.String("admin", s.adminAddr),
+		zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.httpAddr()), zap.String("admin", s.adminAddr),
 		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
 		zap.Int("policies", len(cfg.Policies)), zap.Strings("rls_domains", cfg.Limits.Domains()),
 		zap.Strings("doors", door.Describe(cfg)),
@@ -280,7 +288,7 @@ func (s *server) serve(ctx context.Context, hup <-chan os.Signal) error {
 		case <-hup:
 			rl.reload(true)
 		case err := <-s.errc:
-			return fmt.Errorf("grpc server: %w", err)
+			return fmt.Errorf("serving stopped: %w", err)
 		case <-ctx.Done():
 			return nil
 		}
@@ -288,8 +296,8 @@ func (s *server) serve(ctx context.Context, hup <-chan os.Signal) error {
 }
 
 // drain reports not ready so Envoy and Kubernetes move away (and keeps
-// answering for drain_delay while they do), finishes the Checks in flight
-// within config.DrainTimeout, then stops.
+// answering for drain_delay while they do), finishes the requests in
+// flight on every listener within config.DrainTimeout, then stops.
 func (s *server) drain() {
 	s.log.Info("draining", zap.Duration("delay", s.cfg.Listen.DrainDelay.Duration), zap.Duration("within", config.DrainTimeout))
 	s.ready.Store(false)
@@ -297,14 +305,19 @@ func (s *server) drain() {
 	if d := s.cfg.Listen.DrainDelay.Duration; d > 0 {
 		time.Sleep(d)
 	}
+	dctx, cancel := context.WithTimeout(context.Background(), config.DrainTimeout)
+	defer cancel()
+	httpDone := make(chan struct{})
+	go func() { s.drainHTTP(dctx); close(httpDone) }()
 	done := make(chan struct{})
 	go func() { s.gs.GracefulStop(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(config.DrainTimeout):
+	case <-dctx.Done():
 		s.log.Warn("drain timed out; closing remaining streams")
 		s.gs.Stop()
 	}
+	<-httpDone
 	if s.admin != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		s.admin.Shutdown(sctx)

@@ -13,8 +13,13 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/proxytest"
 )
+
+// TestMain removes the floodgate binary the recipe's tests build (the door
+// they run against).
+func TestMain(m *testing.M) { os.Exit(floodgatetest.Main(m)) }
 
 // The addresses haproxy.cfg is written with, which the tests replace.
 const (
@@ -68,7 +73,7 @@ func TestRecipe(t *testing.T) {
 // door reads, X-Forwarded-For with HAProxy's peer appended, no body; the
 // client's own copies of those headers replaced.
 func TestWhatHAProxySends(t *testing.T) {
-	standIn := proxytest.StartStandIn(t, door)
+	standIn := proxytest.StartStandIn(t)
 	up := proxytest.StartUpstream(t)
 	addr := start(t, standIn.Addr(), up.Addr)
 
@@ -114,7 +119,7 @@ func TestWhatHAProxySends(t *testing.T) {
 // TestFailClosed: with the last argument deny, a door that does not answer
 // gets the client a 503 and the upstream nothing.
 func TestFailClosed(t *testing.T) {
-	standIn := proxytest.StartStandIn(t, door)
+	standIn := proxytest.StartStandIn(t)
 	up := proxytest.StartUpstream(t)
 	addr := startWith(t, standIn.Addr(), up.Addr, " 250 allow", " 250 deny")
 	standIn.Stop()
@@ -154,7 +159,7 @@ func TestTheDoorsTimeoutLeavesFloodgateTime(t *testing.T) {
 // not HAProxy 2.6's core.httpclient (that client sent the same request four
 // times, one per timed-out try, when tried here).
 func TestOneAskPerRequestWhenHung(t *testing.T) {
-	standIn := proxytest.StartStandIn(t, door)
+	standIn := proxytest.StartStandIn(t)
 	up := proxytest.StartUpstream(t)
 	addr := start(t, standIn.Addr(), up.Addr)
 	standIn.Pause()

@@ -12,8 +12,13 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/proxytest"
 )
+
+// TestMain removes the floodgate binary the recipe's tests build (the door
+// they run against).
+func TestMain(m *testing.M) { os.Exit(floodgatetest.Main(m)) }
 
 // The addresses nginx.conf is written with, which the tests replace.
 const (
@@ -54,7 +59,7 @@ func TestRecipe(t *testing.T) {
 // headers; the proxy module's proxy_set_header replaces a client header of
 // the same name, and an empty value drops it).
 func TestWhatNginxSends(t *testing.T) {
-	standIn := proxytest.StartStandIn(t, door)
+	standIn := proxytest.StartStandIn(t)
 	up := proxytest.StartUpstream(t)
 	addr := start(t, standIn.Addr(), up.Addr)
 

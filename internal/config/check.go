@@ -28,6 +28,7 @@ func (v *validator) check(c *Config) {
 	}
 	v.checkStore(&c.Store)
 	v.checkRLS(&c.RLS)
+	v.checkHTTPAuthz(c)
 	v.oneOf("log.format", &c.Log.Format, "", "json", "console")
 	v.oneOf("log.level", &c.Log.Level, "", "debug", "info", "warn", "error")
 	if c.Runtime.GOGC == nil {
@@ -59,6 +60,10 @@ func (v *validator) checkListen(l *Listen) {
 		v.hostPort("listen.admin", l.Admin)
 	}
 	v.intIn("listen.max_request_bytes", &l.MaxRequestBytes, DefaultMaxRequestBytes, 4096, MaxMaxRequestBytes)
+	if l.HTTP != "" {
+		v.hostPort("listen.http", l.HTTP)
+	}
+	v.intIn("listen.max_header_bytes", &l.MaxHeaderBytes, DefaultMaxHeaderBytes, 4096, MaxMaxHeaderBytes)
 	if n := l.MaxRequestBytesInFlight; n != 0 && (n < MinRequestBytesInFlight || n > MaxRequestBytesInFlight) {
 		v.at("listen.max_request_bytes_in_flight", "must be between %d (1 MiB) and %d (64 GiB), or 0 to size it from the memory limit (got %d)", MinRequestBytesInFlight, MaxRequestBytesInFlight, n)
 	}

@@ -41,13 +41,16 @@ type Config struct {
 	Store    Store                 `yaml:"store"`
 	ClientIP extauthz.ClientIPSpec `yaml:"client_ip"`
 	// Headers lists the RateLimit header families: legacy, structured.
-	Headers  []string              `yaml:"headers"`
-	Identity Identity              `yaml:"identity"`
-	Log      Log                   `yaml:"log"`
-	Reload   Reload                `yaml:"reload"`
-	Runtime  Runtime               `yaml:"runtime"`
-	RLS      RLS                   `yaml:"rls"`
-	Policies []extauthz.PolicySpec `yaml:"policies"`
+	Headers  []string `yaml:"headers"`
+	Identity Identity `yaml:"identity"`
+	Log      Log      `yaml:"log"`
+	Reload   Reload   `yaml:"reload"`
+	Runtime  Runtime  `yaml:"runtime"`
+	RLS      RLS      `yaml:"rls"`
+	// HTTPAuthz reads the requests of the HTTP authorization door
+	// (listen.http).
+	HTTPAuthz HTTPAuthz             `yaml:"http_authz"`
+	Policies  []extauthz.PolicySpec `yaml:"policies"`
 
 	// Source names where the configuration came from (a path, or "embedded default").
 	Source string `yaml:"-"`
@@ -104,6 +107,15 @@ func (c *Config) RestartOnlyChanges(next *Config) []string {
 type Listen struct {
 	GRPC  string `yaml:"grpc"`  // ext_authz Check and grpc.health.v1
 	Admin string `yaml:"admin"` // HTTP /metrics, /healthz, /readyz; default DefaultAdmin, "" disables
+	// HTTP is the HTTP authorization door (Envoy's ext_authz http_service,
+	// nginx auth_request, ...), deciding the policies as Check does; off
+	// when unset.
+	HTTP string `yaml:"http"`
+	// MaxHeaderBytes bounds the request line and headers of one HTTP
+	// authorization request (default DefaultMaxHeaderBytes): a larger one
+	// is answered 431 by the HTTP server before it is decided. Every
+	// proxy's own default limit is far below it.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 
 	// TLS, when set, serves gRPC over TLS; with client_ca_file, mTLS.
 	TLS *ListenTLS `yaml:"tls"`
@@ -289,6 +301,8 @@ const (
 	DefaultReloadInterval       = 2 * time.Second
 	DefaultFailureRetryAfter    = time.Second
 	DefaultMaxRequestBytes      = 32 << 20
+	DefaultMaxHeaderBytes       = 1 << 20
+	MaxMaxHeaderBytes           = 16 << 20
 	MaxMaxRequestBytes          = 256 << 20
 	MinRequestBytesInFlight     = 1 << 20
 	MaxRequestBytesInFlight     = 64 << 30

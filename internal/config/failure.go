@@ -10,7 +10,8 @@ import "github.com/floodgate/floodgate/limiter/decide"
 // limit service alone may answer with an RPC error instead
 // (rls.on_failure: error), so that Envoy's ratelimit filter's own
 // failure_mode_deny decides; Check never does (Envoy's ext_authz filter
-// takes an error for an outage).
+// takes an error for an outage). The HTTP door has its own switch
+// (HTTPOnFailure: http_authz.on_failure: error answers 503).
 func (c *Config) OnFailure(rateLimitService bool) decide.OnFailure {
 	switch {
 	case rateLimitService && c.RLS.OnFailure == "error":

@@ -27,12 +27,7 @@ var checkKind = kind{
 // the policies.
 type checkDoor struct{ s *extauthz.Server }
 
-func newCheckDoor(c *Config, env Env) Door {
-	return &checkDoor{s: extauthz.NewServer(c.Engine, env.Store.Main, extauthz.ServerOptions{
-		Logger: env.Log, Registerer: env.Registerer, OnFailure: c.OnFailure(false),
-		FailureRetryAfter: c.Store.FailureRetryAfter.Duration, ShadowStore: env.Store.Shadow, Recorder: env.Recorder,
-	})}
-}
+func newCheckDoor(c *Config, env Env) Door { return &checkDoor{s: env.policyServer(c)} }
 
 // CheckServer is the ext_authz server behind the Check door of doors (nil
 // without one), for a caller that drives it directly (the fault tests).

@@ -104,6 +104,8 @@ func Compile(c *config.Config) (*Config, error) {
 	var problems fielderr.List
 	if len(c.Policies) == 0 && c.RLS.Config == "" {
 		problems = append(problems, &fielderr.Error{Path: "policies", Msg: noFrontEnd})
+	} else if len(c.Policies) == 0 && c.Listen.HTTP != "" {
+		problems = append(problems, &fielderr.Error{Path: "listen.http", Msg: "the HTTP authorization door decides the policies, and none is listed"})
 	}
 	eng, err := extauthz.Compile(c.Policies, EngineOptions(c))
 	var errs fielderr.List
@@ -119,6 +121,15 @@ func Compile(c *config.Config) (*Config, error) {
 	return &Config{Config: c, Engine: eng}, nil
 }
 
+// HTTPEngine is the policies as the HTTP door decides them: Engine, with
+// the door's client address rule (http_authz.trusted_hops).
+func (c *Config) HTTPEngine() *extauthz.Engine {
+	if h := c.HTTPAuthz.TrustedHops; h != nil {
+		return c.Engine.WithTrustedHops(*h)
+	}
+	return c.Engine
+}
+
 // noFrontEnd is the problem of a configuration that turns no front end on.
 const noFrontEnd = "no front end is configured: list at least one policy (Envoy's ext_authz Check) or set rls.config (Envoy's rate limit service)"
 
@@ -126,6 +137,17 @@ const noFrontEnd = "no front end is configured: list at least one policy (Envoy'
 // a caller that compiles them again (floodgate replay's --set).
 func EngineOptions(c *config.Config) extauthz.Options {
 	return extauthz.Options{ClientIP: c.ClientIP, Headers: c.Headers, HashSecret: c.HashSecret()}
+}
+
+// HTTPEngineOptions are EngineOptions with the HTTP door's client address
+// rule (http_authz.trusted_hops), for a caller that compiles the policies
+// as the door decides them (floodgate replay --door http).
+func HTTPEngineOptions(c *config.Config) extauthz.Options {
+	o := EngineOptions(c)
+	if h := c.HTTPAuthz.TrustedHops; h != nil && len(o.ClientIP.TrustedCIDRs) == 0 {
+		o.ClientIP.TrustedHops = *h
+	}
+	return o
 }
 
 // ReadLimits reads the limits rls.config names and applies rls.burst to

@@ -14,11 +14,14 @@ package door
 
 import (
 	"context"
+	"net/http"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/decide"
 )
@@ -32,8 +35,9 @@ type Door interface {
 	// door is registered whether or not the configuration turns it on,
 	// so that a reload can.
 	Register(r grpc.ServiceRegistrar)
-	// Services are the gRPC service names the door registers, whose
-	// health is SERVING while the configuration turns the door on.
+	// Services are the names grpc.health.v1 reports the door under,
+	// SERVING while the configuration turns the door on: the gRPC services
+	// it registers, or a Listener's name of its own.
 	Services() []string
 	// On reports whether c turns the door on.
 	On(c *Config) bool
@@ -46,6 +50,24 @@ type Door interface {
 	Reload(c *Config)
 }
 
+// Listener is a door that serves on a listener of its own besides the
+// gRPC one (the HTTP authorization door): serve opens it at Listen,
+// serves Handler on it with its request bytes in the request gate's
+// budget, keeps answering while it drains, then closes it, as it does the
+// gRPC listener.
+type Listener interface {
+	Door
+	// Listen is the address the door listens on, as the process started
+	// (a reload does not move a listener); "" when it has none.
+	Listen() string
+	// Handler serves the door's requests (nil when Listen is "").
+	Handler() http.Handler
+	// UnreadHTTP answers, as a whole HTTP/1.1 response that closes the
+	// connection, a request the server could not read within the budget
+	// in time: as the door answers when the store cannot decide.
+	UnreadHTTP() []byte
+}
+
 // Env is what every door decides with: the one store, and the process's
 // log, metrics and report of who is limited.
 type Env struct {
@@ -54,6 +76,33 @@ type Env struct {
 	Registerer prometheus.Registerer
 	// Recorder, when set, hears every decision (/debug/limited).
 	Recorder decide.Recorder
+
+	// policies is the ext_authz server the doors deciding the policies
+	// share (Check and the HTTP door), built once per Build.
+	policies *policyServer
+}
+
+// policyServer is the one ext_authz server of a Build: the doors deciding
+// the policies count, log and report through it alike.
+type policyServer struct {
+	once sync.Once
+	s    *extauthz.Server
+}
+
+// policyServer is env's ext_authz server, built on c the first time a door
+// asks for it.
+func (env Env) policyServer(c *Config) *extauthz.Server {
+	p := env.policies
+	if p == nil {
+		p = &policyServer{}
+	}
+	p.once.Do(func() {
+		p.s = extauthz.NewServer(c.Engine, env.Store.Main, extauthz.ServerOptions{
+			Logger: env.Log, Registerer: env.Registerer, OnFailure: c.OnFailure(false),
+			FailureRetryAfter: c.Store.FailureRetryAfter.Duration, ShadowStore: env.Store.Shadow, Recorder: env.Recorder,
+		})
+	})
+	return p.s
 }
 
 // kind is a door before it is built: its name, whether a configuration
@@ -66,11 +115,12 @@ type kind struct {
 }
 
 // kinds are every front end, in the order they are built and described.
-var kinds = []kind{checkKind, rateLimitKind}
+var kinds = []kind{checkKind, rateLimitKind, httpKind}
 
 // Build returns every door, each on c's part of the configuration and env,
 // in the order they are listed and logged.
 func Build(c *Config, env Env) []Door {
+	env.policies = &policyServer{}
 	doors := make([]Door, len(kinds))
 	for i, k := range kinds {
 		doors[i] = k.build(c, env)

@@ -19,8 +19,9 @@ import (
 // Process is a running floodgate.
 type Process struct {
 	Cmd *exec.Cmd
-	// GRPC and Admin are the addresses the "serving" line named (Start).
-	GRPC, Admin string
+	// GRPC, HTTP and Admin are the addresses the "serving" line named
+	// (Start); HTTP is "" without listen.http.
+	GRPC, HTTP, Admin string
 	// Conn is a connection to GRPC, for any service floodgate serves, and
 	// Client the ext_authz client on it (Start).
 	Conn   *grpc.ClientConn
@@ -43,6 +44,7 @@ func Start(t *testing.T, bin string, args ...string) *Process {
 	select {
 	case m := <-serving:
 		p.GRPC, _ = m["grpc"].(string)
+		p.HTTP, _ = m["http"].(string)
 		p.Admin, _ = m["admin"].(string)
 	case <-p.done:
 		p.waited = true

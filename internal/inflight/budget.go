@@ -15,7 +15,8 @@
 // the message themselves, through the ServerTransportStream grpc-go puts in
 // every RPC's context (its ReadMessageHeader and Read, the calls the parser
 // makes): the prefix first, then the budget for that many bytes, then the
-// body, then the codec.
+// body, then the codec. The requests of an HTTP server draw on the same
+// Budget (HTTPGate, http.go), counted as net/http reads them.
 package inflight
 
 import (

@@ -1,11 +1,21 @@
 package proxytest
 
-import "testing"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/floodgate/floodgate/internal/floodgatetest"
+	"github.com/floodgate/floodgate/limiter/redistest"
+)
 
 // DoorConfig is the part of a Floodgate configuration for the HTTP door that
-// a recipe's tests set: the keys of shared/DESIGN's http_authz section, the
-// client_ip setting and the policies, spelled as Floodgate's YAML spells
-// them, so that a real Floodgate can be configured from it word for word.
+// a recipe's tests set: the http_authz keys, client_ip.trusted_hops,
+// store.on_failure and the policies, spelled as Floodgate's YAML spells
+// them.
 type DoorConfig struct {
 	// PathPrefix is http_authz.path_prefix: stripped from the request path
 	// before policies match (Envoy's http_service path_prefix).
@@ -18,6 +28,8 @@ type DoorConfig struct {
 	// TrustedHops is client_ip.trusted_hops: the client is the
 	// (TrustedHops+1)-th address from the right of X-Forwarded-For.
 	TrustedHops int
+	// OnFailure is store.on_failure: allow (the default) or deny.
+	OnFailure string
 	// Policies are Floodgate's policies; each refills one token an hour
 	// (refill_per_second: 1/3600), so a test's burst never refills.
 	Policies []Policy
@@ -41,6 +53,49 @@ type Policy struct {
 // took.
 const RefillSeconds = 3600
 
+// StoreTimeout is the door's store.redis.timeout: a store that does not
+// answer within it is a failure, answered by store.on_failure (the recipes'
+// proxies wait 250 ms for the door).
+const StoreTimeout = "50ms"
+
+// YAML is Floodgate's configuration for cfg: the HTTP door on a free
+// loopback port, no admin port, buckets in the Redis at redisAddr.
+func (cfg DoorConfig) YAML(redisAddr string) string {
+	var b strings.Builder
+	onFailure := cfg.OnFailure
+	if onFailure == "" {
+		onFailure = "allow"
+	}
+	fmt.Fprintf(&b, `listen: {grpc: "127.0.0.1:0", http: "127.0.0.1:0", admin: ""}
+store:
+  backend: redis
+  redis: {addresses: [%q], timeout: %s}
+  on_failure: %s
+client_ip: {trusted_hops: %d}
+http_authz: {path_prefix: %q, original_uri_header: %q, original_method_header: %q}
+policies:
+`, redisAddr, StoreTimeout, onFailure, cfg.TrustedHops, cfg.PathPrefix, cfg.OriginalURIHeader, cfg.OriginalMethodHeader)
+	for _, p := range cfg.Policies {
+		fmt.Fprintf(&b, "  - name: %s\n    match: {", p.Name)
+		var match []string
+		if p.PathPrefix != "" {
+			match = append(match, fmt.Sprintf("path_prefix: %q", p.PathPrefix))
+		}
+		if p.Path != "" {
+			match = append(match, fmt.Sprintf("path: %q", p.Path))
+		}
+		if len(p.Methods) > 0 {
+			match = append(match, "methods: ["+strings.Join(p.Methods, ", ")+"]")
+		}
+		fmt.Fprintf(&b, "%s}\n    key: [%q", strings.Join(match, ", "), p.Key[0])
+		for _, k := range p.Key[1:] {
+			fmt.Fprintf(&b, ", %q", k)
+		}
+		fmt.Fprintf(&b, "]\n    capacity: %d\n    refill_per_second: 1/%d\n", p.Capacity, RefillSeconds)
+	}
+	return b.String()
+}
+
 // Door is Floodgate's HTTP authorization door as the recipes' tests drive
 // it: an address a proxy sends its authorization requests to, and the
 // faults a test puts it through.
@@ -54,19 +109,50 @@ type Door interface {
 	Resume()
 	// Stop ends the door: from now on connections are refused.
 	Stop()
-	// StoreDown makes the door's store fail (Redis stopped): from now on
-	// the door answers by store.on_failure, which is allow: 200, marked
-	// x-ratelimit-degraded: true.
+	// StoreDown makes the door's store hang (Redis stopped): from now on
+	// the door answers by store.on_failure within the store timeout.
 	StoreDown()
 }
 
-// StartDoor starts the door the recipes' tests run against, configured by
-// cfg, and ends it when the test ends. This is the one place the stand-in
-// (StartStandIn) is chosen; when Floodgate serves listen.http, this starts
-// Floodgate instead (a serve on a real redis-server, whose Pause/Resume are
-// SIGSTOP/SIGCONT, Stop a kill, StoreDown a kill of the redis-server), and
-// every recipe's suite runs against the real door unchanged.
+// StartDoor starts the door the recipes' tests run against: the floodgate
+// binary built from this module, serving listen.http as cfg configures it,
+// its buckets in a redis-server of its own. Both end when the test ends.
 func StartDoor(t *testing.T, cfg DoorConfig) Door {
 	t.Helper()
-	return StartStandIn(t, cfg)
+	redis := redistest.Start(t)
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	if err := os.WriteFile(path, []byte(cfg.YAML(redis.Addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := floodgatetest.Start(t, floodgatetest.Floodgate(t, floodgatetest.Build{}), "serve", "--config", path)
+	if p.HTTP == "" {
+		t.Fatalf("floodgate serves no listen.http:\n%s", p.Output())
+	}
+	return &floodgateDoor{t: t, p: p, redis: redis}
 }
+
+// floodgateDoor is a floodgate process and its redis-server.
+type floodgateDoor struct {
+	t     *testing.T
+	p     *floodgatetest.Process
+	redis *redistest.Server
+}
+
+func (d *floodgateDoor) Addr() string { return d.p.HTTP }
+
+// Pause stops the process (SIGSTOP): the kernel still accepts connections
+// for it, and nothing answers them.
+func (d *floodgateDoor) Pause()  { d.p.Cmd.Process.Signal(syscall.SIGSTOP) }
+func (d *floodgateDoor) Resume() { d.p.Cmd.Process.Signal(syscall.SIGCONT) }
+
+// Stop ends the process as an operator would (SIGTERM, which closes the
+// door's listener once the requests in flight are answered) and waits for
+// it to exit.
+func (d *floodgateDoor) Stop() {
+	d.Resume()
+	d.p.Stop(d.t)
+}
+
+// StoreDown stops the redis-server (SIGSTOP): connections stay open and
+// nothing answers, so every decision waits out the store timeout.
+func (d *floodgateDoor) StoreDown() { d.redis.Pause() }

@@ -2,9 +2,10 @@
 // nginx and HAProxy from their Debian packages, each started by the test as a
 // process of its own in a temporary directory, on a free 127.0.0.1 port, from
 // the configuration the repository ships (e2e/nginx, e2e/haproxy) with its
-// addresses replaced; an upstream that records every request it sees; a
-// stand-in for Floodgate's HTTP door; and the checks every recipe must pass,
-// seen from the proxy's client.
+// addresses replaced; Floodgate's HTTP door, the floodgate binary on a
+// redis-server of its own (StartDoor); an upstream that records every
+// request it sees; a stand-in authorizer that records what a proxy asks;
+// and the checks every recipe must pass, seen from the proxy's client.
 //
 // A missing proxy binary fails the test under CI (the CI variable set) and
 // skips it elsewhere, either way with the Debian package that provides it.

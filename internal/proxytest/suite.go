@@ -42,10 +42,14 @@ type recipeEnv struct {
 	client   *http.Client
 }
 
-func setup(t *testing.T, r Recipe) *recipeEnv {
+func setup(t *testing.T, r Recipe) *recipeEnv { t.Helper(); return setupFailing(t, r, "allow") }
+
+// setupFailing is setup with store.on_failure set to onFailure.
+func setupFailing(t *testing.T, r Recipe, onFailure string) *recipeEnv {
 	t.Helper()
 	cfg := r.Door
 	cfg.Policies = []Policy{apiPolicy, loginPolicy}
+	cfg.OnFailure = onFailure
 	// One trusted load balancer in front of the proxy: the tests' client
 	// plays it, writing the address it saw into X-Forwarded-For.
 	cfg.TrustedHops = 1
@@ -262,15 +266,37 @@ func RunRecipe(t *testing.T, r Recipe) {
 		e.unmarked()
 	})
 
-	t.Run("the store down: the client gets what on_failure promises", func(t *testing.T) {
+	// Redis hangs: each decision waits out the door's store timeout, and
+	// the door answers by on_failure before the proxy gives up on it (an
+	// answer after the proxy's timeout would reach the client as the
+	// proxy's own failure mode, marked for the upstream, which unmarked
+	// and the degraded mark rule out).
+	t.Run("the store down: the client gets what on_failure: allow promises", func(t *testing.T) {
 		e := setup(t, r)
 		e.door.StoreDown()
-		resp := e.do(http.MethodGet, "/api/items", "/public/spoofed", map[string]string{"X-Api-Key": "key-1"})
-		e.allowed("a request while the store is down (on_failure: allow)", resp)
-		if got := e.one(resp, "X-Ratelimit-Degraded"); got != "true" {
-			t.Errorf("x-ratelimit-degraded %q, want true: the client must learn the decision was degraded", got)
+		for i := 1; i <= 2; i++ {
+			resp := e.do(http.MethodGet, "/api/items", "/public/spoofed", map[string]string{"X-Api-Key": "key-1"})
+			e.allowed(fmt.Sprintf("request %d while the store is down (on_failure: allow)", i), resp)
+			if got := e.one(resp, "X-Ratelimit-Degraded"); got != "true" {
+				t.Errorf("request %d: x-ratelimit-degraded %q, want true: the client must learn the decision was degraded", i, got)
+			}
 		}
 		e.unmarked()
+	})
+
+	t.Run("the store down: the client gets what on_failure: deny promises", func(t *testing.T) {
+		e := setupFailing(t, r, "deny")
+		e.door.StoreDown()
+		resp := e.do(http.MethodGet, "/api/items", "/public/spoofed", map[string]string{"X-Api-Key": "key-1"})
+		if resp.Status != http.StatusTooManyRequests || e.one(resp, "Retry-After") != "1" || e.one(resp, "X-Ratelimit-Degraded") != "true" {
+			t.Fatalf("a request while the store is down (on_failure: deny): %v, want 429 with Retry-After 1 (store.failure_retry_after), marked degraded", resp)
+		}
+		if want := `{"error":"rate_limited","retry_after":1,"degraded":true}`; strings.TrimSpace(resp.Body) != want {
+			t.Errorf("body %q, want %s", resp.Body, want)
+		}
+		if n := len(e.upstream.Requests()); n != 0 {
+			t.Errorf("the upstream saw %d requests, want none", n)
+		}
 	})
 
 	t.Run("the door down: the proxy lets requests through, marked for the upstream", func(t *testing.T) {

@@ -36,6 +36,11 @@ type Job struct {
 	PrintLogFormat  bool
 	PrintLogTo      string
 	PrintLogToGiven bool
+	// Door is the front end whose decisions the log replays: "check" (the
+	// default: Envoy's ext_authz Check, an Envoy access log) or "http" (the
+	// HTTP authorization door: its client address rule,
+	// http_authz.trusted_hops, and nginx's log, NginxLogFormat).
+	Door string
 
 	sets []Set
 }
@@ -52,6 +57,13 @@ func usage(format string, a ...any) error { return UsageError{fmt.Sprintf(format
 func (j *Job) Validate() error {
 	if j.ConfigPath == "" {
 		return usage("--config FILE is required (the configuration whose policies decide the log)")
+	}
+	switch j.Door {
+	case "":
+		j.Door = "check"
+	case "check", "http":
+	default:
+		return usage("--door %q: want check (Envoy's Check, an Envoy access log) or http (the HTTP authorization door, nginx's log)", j.Door)
 	}
 	if j.PrintLogToGiven && !j.PrintLogFormat {
 		return usage("--print-log-to says where the block --print-log-format prints has Envoy write: give both")
@@ -114,7 +126,11 @@ func (j *Job) Replay(ctx context.Context, cfg *door.Config, stdin io.Reader, std
 	if cfg.SecretReplaced != "" {
 		fmt.Fprintf(stderr, "floodgate replay: %s: %s; replay shares no bucket, so it uses a random secret for this run (callers are the same within the run; --redact hashes differ from serve's)\n", j.ConfigPath, cfg.SecretReplaced)
 	}
-	engines, err := j.engines(cfg.Policies, door.EngineOptions(cfg.Config))
+	opts := door.EngineOptions(cfg.Config)
+	if j.Door == "http" {
+		opts = door.HTTPEngineOptions(cfg.Config)
+	}
+	engines, err := j.engines(cfg.Policies, opts)
 	if err != nil {
 		return nil, err
 	}

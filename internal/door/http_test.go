@@ -1,0 +1,114 @@
+package door
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/limiter/storetest"
+)
+
+const httpDoorFile = `
+listen: {grpc: "127.0.0.1:0", http: "127.0.0.1:0"}
+client_ip: {trusted_hops: 0}
+http_authz:
+  path_prefix: /authz
+  trusted_hops: 1
+policies:
+  - name: per-ip
+    key: [client_ip]
+    capacity: 1
+    refill_per_second: 1/60
+`
+
+func buildDoors(t *testing.T, yaml string) ([]Door, *Config) {
+	t.Helper()
+	c, err := Parse("http.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &store.Store{Main: storetest.Memory(nil)}
+	st.Shadow = st.Main
+	return Build(c, Env{Store: st, Log: zap.NewNop(), Registerer: prometheus.NewRegistry()}), c
+}
+
+// TestTheHTTPDoorIsAListenerDecidingCheckPolicies: with listen.http the
+// door is on, a Listener at that address, reported under its own health
+// name; it decides the policies with Check's server (one bucket per
+// caller across the doors), reading the client address with its own
+// trusted_hops.
+func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
+	doors, c := buildDoors(t, httpDoorFile)
+	d, ok := Find(doors, HTTPName).(Listener)
+	if !ok || d.Listen() != "127.0.0.1:0" || !d.On(c) || d.Handler() == nil || !slices.Equal(d.Services(), []string{HTTPHealthService}) {
+		t.Fatalf("the HTTP door: %#v", Find(doors, HTTPName))
+	}
+	if got := Describe(c); !slices.Contains(got, "HTTP authorization on 127.0.0.1:0") {
+		t.Errorf("Describe: %q", got)
+	}
+	if HTTPServer(doors).Engine().Policies[0] != CheckServer(doors).Engine().Policies[0] {
+		t.Error("the HTTP door's policies are not Check's")
+	}
+	ask := func(xff string) int {
+		r := httptest.NewRequest(http.MethodGet, "/authz/x", nil)
+		r.Header.Set("X-Forwarded-For", xff)
+		w := httptest.NewRecorder()
+		d.Handler().ServeHTTP(w, r)
+		return w.Code
+	}
+	// Envoy's own address last: trusted_hops 1 takes the client before it.
+	if ask("198.51.100.1, 10.0.0.5") != 200 || ask("198.51.100.2, 10.0.0.5") != 200 || ask("198.51.100.1, 10.0.0.5") != 429 {
+		t.Error("the door did not read the client one hop from the right")
+	}
+	resp, _ := CheckServer(doors).Check(context.Background(), checkReq("198.51.100.2"))
+	if resp.GetStatus().GetCode() == 0 {
+		t.Error("Check of 198.51.100.2 after its HTTP request took its one token: allowed")
+	}
+	// A reload applies to the door: a new prefix.
+	c2, err := Parse("http.yaml", []byte(strings.Replace(httpDoorFile, "path_prefix: /authz", "path_prefix: /check", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range doors {
+		d.Reload(c2)
+	}
+	if got := HTTPServer(doors).Engine(); got.Policies[0] != c2.Engine.Policies[0] {
+		t.Error("the reload did not reach the HTTP door")
+	}
+}
+
+// TestWithoutListenHTTPTheDoorIsOff: no listener, nothing built, health
+// NOT_SERVING, and validate does not list it.
+func TestWithoutListenHTTPTheDoorIsOff(t *testing.T) {
+	doors, c := buildDoors(t, goodPolicy)
+	d := Find(doors, HTTPName).(Listener)
+	if d.Listen() != "" || d.On(c) || d.Handler() != nil || HTTPServer(doors) != nil {
+		t.Errorf("off: listen %q on %v handler %v", d.Listen(), d.On(c), d.Handler())
+	}
+	for _, s := range Describe(c) {
+		if strings.Contains(s, "HTTP") {
+			t.Errorf("Describe lists %q", s)
+		}
+	}
+}
+
+func TestAnHTTPDoorNeedsPolicies(t *testing.T) {
+	_, err := Parse("bad.yaml", []byte("listen:\n  http: 127.0.0.1:9193\nrls:\n  config: /etc/ratelimit\n"))
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml:2: listen.http: the HTTP authorization door decides the policies, and none is listed") {
+		t.Errorf("got %v", err)
+	}
+}
+
+// checkReq is a Check of GET /x from source, with no X-Forwarded-For.
+func checkReq(source string) *authv3.CheckRequest {
+	return extauthztest.CheckRequest(source, map[string]string{":path": "/x"})
+}
