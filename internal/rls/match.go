@@ -8,11 +8,11 @@ type Entry struct{ Key, Value string }
 // Select returns the limit configured for a descriptor's entries in domain,
 // or nil when none applies (an unknown domain, a walk that leaves the tree,
 // or one that ends above or below a limit). At each level the walk takes the
-// exact key_value, else the first wildcard (in file order) whose prefix the
-// key_value starts with, else the key alone; it goes one level down per
-// entry and stops where the tree has no deeper level. The limit counts only
-// at the request's last entry (envoyproxy/ratelimit
-// src/config/config_impl.go, rateLimitConfigImpl.GetLimit).
+// exact key_value, else the first wildcard (in file order) the key_value
+// matches, else the key alone; it goes one level down per entry and stops
+// where the tree has no deeper level. The limit counts only at the
+// request's last entry (envoyproxy/ratelimit src/config/config_impl.go,
+// rateLimitConfigImpl.GetLimit).
 func (c *Config) Select(domain string, entries []Entry) *Limit {
 	lv := c.domains[domain]
 	if lv == nil || len(entries) == 0 {
@@ -23,8 +23,8 @@ func (c *Config) Select(domain string, entries []Entry) *Limit {
 		n := lv.next[kv]
 		if n == nil {
 			for _, w := range lv.wildcards {
-				if strings.HasPrefix(kv, strings.TrimSuffix(w, "*")) {
-					n = lv.next[w]
+				if wildcardMatch(w.parts, kv) {
+					n = lv.next[w.name]
 					break
 				}
 			}
@@ -44,6 +44,33 @@ func (c *Config) Select(domain string, entries []Entry) *Limit {
 		lv = &n.level
 	}
 	return nil
+}
+
+// wildcardMatch reports whether s matches a name split at its `*`s
+// (parts): each `*` stands for any run of characters, the empty one
+// included, so s starts with the first part, ends with the last, and holds
+// the others in order between them, none overlapping another; a name
+// without `*` matches only itself. This is how envoyproxy/ratelimit has
+// matched a `*` anywhere in a value since 2026-03 (wildcardMatch,
+// src/config/config_impl.go); with one `*` at the end it is the prefix
+// match it had before.
+func wildcardMatch(parts []string, s string) bool {
+	if len(parts) == 1 {
+		return parts[0] == s
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	rest := s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 // HasDomain reports whether domain is configured.
