@@ -63,9 +63,8 @@ type Limit struct {
 	// domain, then each level's key or key_value joined by dots
 	// (`test-domain.key1_value1.subkey1`). Two limits never share a Key:
 	// where that name would be the same for two places (a top-level key
-	// `a.b` and a key `a` with a key `b` below it), each is written with
-	// the levels that hold a dot quoted (`d."a.b"` and `d.a.b`; see
-	// Path).
+	// `a.b` and a key `a` with a key `b` below it), each is its Quoted
+	// name instead (`d."a.b"` and `d.a."b"`).
 	Key             string
 	Domain          string
 	Name            string // rate_limit.name, "" when unnamed
@@ -80,27 +79,45 @@ type Limit struct {
 	Replaces       []string
 	// Values are the values the tree names on the way to the limit, one
 	// per level from the top ("" where a level names its key alone, the
-	// prefix and its `*` for a wildcard), so that a report can tell the
+	// value with its `*`s for a wildcard), so that a report can tell the
 	// entries the configuration fixes from those the request brings.
 	Values []string
 	File   string // where it was configured, for messages
 	Line   int
 
-	// path is the limit's unambiguous name (Path).
-	path string
+	// levels are the limit's place: its domain, then each level's key or
+	// key_value.
+	levels []string
 	// bucket is the token bucket the limit is counted in, built when the
 	// limit is loaded (and again when a burst changes it); zero for an
 	// unlimited limit and a limit of 0, which no bucket holds.
 	bucket limiter.Limit
 }
 
-// Path is the limit's name in a form no other place in the tree can
-// have: its Key with each level (the domain, each key or key_value) that
-// holds a dot, a double quote or a backslash written in double quotes,
-// `"` and `\` escaped with a backslash (`edge."remote_address_10.0.0.1"`).
-// rls.burst accepts it for any limit, and the Key for a limit whose Key
-// no other limit has.
-func (l *Limit) Path() string { return l.path }
+// Quoted is the limit's name in a form no other place in the tree can
+// have: its levels (the domain, each key or key_value) joined by dots, a
+// level written in double quotes when it holds a dot, a double quote or a
+// backslash (`"` and `\` escaped with a backslash), and the last level
+// quoted when no other is, so that the name always holds a quote
+// (`edge."remote_address_10.0.0.1"`, `edge."api_key"`). A name that holds a
+// quote is read level by level; one that does not is ratelimit's form, the
+// Key. rls.burst accepts either: the Key when no other limit has it.
+func (l *Limit) Quoted() string {
+	var b strings.Builder
+	quotedOne := false
+	for i, lv := range l.levels {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		q := quoted(lv)
+		if i == len(l.levels)-1 && !quotedOne && q == lv {
+			q = `"` + lv + `"`
+		}
+		quotedOne = quotedOne || q != lv
+		b.WriteString(q)
+	}
+	return b.String()
+}
 
 // Bucket is the token bucket the limit is counted in: capacity the burst
 // (else requests_per_unit), refilled at requests_per_unit per unit. It is
@@ -142,12 +159,12 @@ func bucketOf(n, window, capacity int64) (limiter.Limit, error) {
 type Config struct {
 	domains map[string]*level
 	limits  []*Limit // in file order
-	// named finds a limit by the names rls.burst may give it: its Path,
-	// and its Key; ambiguous holds the Keys of ratelimit's form that name
-	// several places, with their Paths.
-	named     map[string]*Limit
-	ambiguous map[string][]string
-	files     []string
+	// byKey and byLevels find a limit by the names rls.burst may give it:
+	// ratelimit's form of its Key (which may name several), and its
+	// levels joined by NULs.
+	byKey    map[string][]*Limit
+	byLevels map[string]*Limit
+	files    []string
 }
 
 // level is one level of a domain's descriptor tree.
@@ -274,29 +291,81 @@ func Parse(names []string, sources map[string][]byte) (*Config, error) {
 	return l.cfg, nil
 }
 
-// name gives every limit its Key and Path, and indexes them: the Key of
-// ratelimit's form where no other limit has it, the Path where one does.
+// name gives every limit a Key no other has (its Quoted name where
+// ratelimit's form is the same for several places), and indexes them by
+// the names rls.burst may give them.
 func (c *Config) name() {
-	c.named = make(map[string]*Limit, 2*len(c.limits))
-	byKey := make(map[string][]*Limit, len(c.limits))
+	c.byKey = make(map[string][]*Limit, len(c.limits))
+	c.byLevels = make(map[string]*Limit, len(c.limits))
 	for _, lim := range c.limits {
-		byKey[lim.Key] = append(byKey[lim.Key], lim)
+		c.byKey[lim.Key] = append(c.byKey[lim.Key], lim)
+		c.byLevels[strings.Join(lim.levels, "\x00")] = lim
 	}
-	for key, lims := range byKey {
+	for _, lims := range c.byKey {
 		if len(lims) > 1 {
-			if c.ambiguous == nil {
-				c.ambiguous = map[string][]string{}
-			}
 			for _, lim := range lims {
-				lim.Key = lim.path
-				c.ambiguous[key] = append(c.ambiguous[key], lim.path)
+				lim.Key = lim.Quoted()
 			}
-			sort.Strings(c.ambiguous[key])
 		}
 	}
-	for _, lim := range c.limits {
-		c.named[lim.Key], c.named[lim.path] = lim, lim
+}
+
+// named finds the limit a burst names: by its levels when the name holds a
+// quote, else by ratelimit's form (the Key before ambiguity), which must
+// then name a single limit. ambiguous lists the Quoted names of the
+// limits an ambiguous name could mean.
+func (c *Config) named(name string) (lim *Limit, ambiguous []string) {
+	if strings.Contains(name, `"`) {
+		levels, ok := splitLevels(name)
+		if !ok {
+			return nil, nil
+		}
+		return c.byLevels[strings.Join(levels, "\x00")], nil
 	}
+	switch lims := c.byKey[name]; len(lims) {
+	case 0:
+		return nil, nil
+	case 1:
+		return lims[0], nil
+	default:
+		for _, l := range lims {
+			ambiguous = append(ambiguous, l.Quoted())
+		}
+		sort.Strings(ambiguous)
+		return nil, ambiguous
+	}
+}
+
+// splitLevels reads a name written as Quoted writes it into its levels.
+func splitLevels(name string) ([]string, bool) {
+	var levels []string
+	var b strings.Builder
+	for i := 0; i <= len(name); i++ {
+		switch {
+		case i == len(name) || name[i] == '.':
+			levels = append(levels, b.String())
+			b.Reset()
+		case name[i] == '"' && b.Len() == 0 && (i == 0 || name[i-1] == '.'):
+			// A quoted level runs to the next unescaped quote, which ends it.
+			for i++; ; i++ {
+				if i >= len(name) {
+					return nil, false
+				}
+				if name[i] == '\\' && i+1 < len(name) {
+					i++
+				} else if name[i] == '"' {
+					break
+				}
+				b.WriteByte(name[i])
+			}
+			if i+1 < len(name) && name[i+1] != '.' {
+				return nil, false
+			}
+		default:
+			b.WriteByte(name[i])
+		}
+	}
+	return levels, true
 }
 
 // maxDescriptorsPerFile bounds the descriptors one file may build, counted
@@ -378,7 +447,7 @@ func (l *loader) document(root *yaml.Node) {
 	top := &level{next: map[string]*node{}}
 	l.cfg.domains[domain] = top
 	l.domain = domain
-	l.descriptors(fields["descriptors"], top, domain, quoted(domain), nil)
+	l.descriptors(fields["descriptors"], top, domain, []string{domain}, nil)
 }
 
 // resolve follows an alias to the node it names.
@@ -543,8 +612,8 @@ func yamlBool(n *yaml.Node) (value, ok bool) {
 var descriptorKeys = map[string]bool{"key": true, "value": true, "rate_limit": true, "descriptors": true, "shadow_mode": true, "detailed_metric": true, "metadata": true}
 
 // descriptors loads a list of descriptors into a level of the tree: parent
-// is the level's Key (ratelimit's stats name), at its Path.
-func (l *loader) descriptors(list *yaml.Node, into *level, parent, at string, values []string) {
+// is the level's Key (ratelimit's stats name), at its levels.
+func (l *loader) descriptors(list *yaml.Node, into *level, parent string, at, values []string) {
 	if list == nil {
 		return
 	}
@@ -577,7 +646,7 @@ func (l *loader) descriptors(list *yaml.Node, into *level, parent, at string, va
 			name += "_" + v
 		}
 		here := append(values[:len(values):len(values)], v)
-		full, fullAt := parent+"."+name, at+"."+quoted(name)
+		full, fullAt := parent+"."+name, append(at[:len(at):len(at)], name)
 		if _, dup := into.next[name]; dup {
 			l.errorf(f["key"], "duplicate descriptor %s", full)
 			continue
@@ -594,7 +663,7 @@ func (l *loader) descriptors(list *yaml.Node, into *level, parent, at string, va
 		if rl := f["rate_limit"]; rl != nil {
 			n.limit = l.rateLimit(rl, full, path+"rate_limit: ")
 			if n.limit != nil {
-				n.limit.path = fullAt
+				n.limit.levels = fullAt
 				l.cfg.limits = append(l.cfg.limits, n.limit)
 				n.limit.ShadowMode, n.limit.DetailedMetric = shadow, detailed
 				n.limit.Values = here
@@ -709,10 +778,10 @@ func (e BurstErrors) Error() string {
 func (c *Config) SetBursts(bursts map[string]int64) error {
 	var problems BurstErrors
 	for k, n := range bursts {
-		lim := c.named[k]
+		lim, ambiguous := c.named(k)
 		switch {
-		case lim == nil && len(c.ambiguous[k]) > 0:
-			problems = append(problems, BurstError{k, fmt.Sprintf("names %d limits; write one of %s (a level holding a dot in double quotes)", len(c.ambiguous[k]), strings.Join(c.ambiguous[k], ", "))})
+		case len(ambiguous) > 0:
+			problems = append(problems, BurstError{k, fmt.Sprintf("names %d limits; write one of %s (each level holding a dot in double quotes)", len(ambiguous), strings.Join(ambiguous, ", "))})
 		case lim == nil:
 			problems = append(problems, BurstError{k, "names no limit (a limit is named by its domain, then each level's key or key_value, joined by dots; a level holding a dot in double quotes)"})
 		case lim.Unlimited:
@@ -730,7 +799,7 @@ func (c *Config) SetBursts(bursts map[string]int64) error {
 		return problems
 	}
 	for k, n := range bursts {
-		lim := c.named[k]
+		lim, _ := c.named(k)
 		lim.Burst = n
 		lim.build() // checked above
 	}
@@ -739,7 +808,7 @@ func (c *Config) SetBursts(bursts map[string]int64) error {
 
 // Empty is a configuration with no domain: every descriptor meets no limit.
 func Empty() *Config {
-	return &Config{domains: map[string]*level{}, named: map[string]*Limit{}}
+	return &Config{domains: map[string]*level{}}
 }
 
 // Snapshot is the content of the files a configuration at path is read

@@ -76,17 +76,22 @@ func wildcardMatch(parts []string, s string) bool {
 // HasDomain reports whether domain is configured.
 func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
 
-// SelectAll selects the limit of each of a request's descriptors in order,
+// selectAll selects the limit of each of a request's descriptors in order,
 // then applies ratelimit's request-wide rules: an unlimited limit is
 // reported as unlimited[i] and selects nothing, and a named limit that
 // another selected limit `replaces` selects nothing (envoyproxy/ratelimit
-// src/service/ratelimit.go, constructLimitsToCheck). selected[i] is nil
-// where no limit applies.
-func (c *Config) SelectAll(domain string, descriptors [][]Entry) (selected []*Limit, unlimited []bool) {
+// src/service/ratelimit.go, constructLimitsToCheck). A descriptor that
+// brings its own limit (overridden) is not looked up: ratelimit gives it a
+// limit with no name that replaces nothing (GetLimit,
+// src/config/config_impl.go). selected[i] is nil where no limit applies.
+func (c *Config) selectAll(domain string, descriptors [][]Entry, overridden func(int) bool) (selected []*Limit, unlimited []bool) {
 	selected = make([]*Limit, len(descriptors))
 	unlimited = make([]bool, len(descriptors))
 	var replaced map[string]bool
 	for i, d := range descriptors {
+		if overridden(i) {
+			continue
+		}
 		lim := c.Select(domain, d)
 		if lim == nil {
 			continue

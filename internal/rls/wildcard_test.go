@@ -64,7 +64,7 @@ descriptors:
 		{kv("path", "/api/v1/items"), "test-domain.path_/api/*/items"},
 		{kv("path", "/api/v2/items"), "test-domain.path_/api/v2/items"}, // the exact value first
 		{kv("path", "/api/v1/orders"), "test-domain.path_/api/*"},       // the first wildcard that matches
-		{kv("path", "/health"), "test-domain.path"},                      // the key alone last
+		{kv("path", "/health"), "test-domain.path"},                     // the key alone last
 		{kv("host", "api.example.com", "path", "/v1/admin/users"), "test-domain.host_*.example.com.path_*/admin/*"},
 		{kv("host", "example.com", "path", "/v1/admin/users"), ""},
 		{kv("same", "a"), ""}, // the literal parts may not overlap
