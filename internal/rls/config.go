@@ -468,67 +468,79 @@ func isNull(n *yaml.Node) bool {
 // pair is one key and its value in a mapping.
 type pair struct{ k, v *yaml.Node }
 
-// pairs lists a mapping's keys and values as YAML reads them: the keys
-// written in it, in order, then those its `<<` merge keys bring that it
-// does not write itself (of several merged mappings, the first that has a
-// key gives it), as the merge key type says. bad is the value of a merge
-// key that is not a mapping or a list of mappings.
-func pairs(m *yaml.Node) (out []pair, bad *yaml.Node) {
-	var merges []*yaml.Node
-	have := map[string]bool{}
+// pairs lists a mapping's keys and values as ratelimit's yaml.v2 reads
+// them: in order, a `<<` merge key setting the keys of the mapping it
+// names (or of each mapping of a list, the first one's winning) where it
+// stands, over any set before it, and a key written after it over the
+// merged one. twice lists keys the mapping itself writes more than once;
+// bad is the value of a merge key that is not a mapping or a list of
+// mappings.
+func pairs(m *yaml.Node) (out []pair, twice []*yaml.Node, bad *yaml.Node) {
+	at := map[string]int{} // index in out, by key
+	explicit := map[string]bool{}
+	set := func(p pair) {
+		if p.k.Kind != yaml.ScalarNode {
+			out = append(out, p)
+			return
+		}
+		if i, ok := at[p.k.Value]; ok {
+			out[i] = p
+			return
+		}
+		at[p.k.Value] = len(out)
+		out = append(out, p)
+	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
-		if k.Kind == yaml.ScalarNode && k.Tag == "!!merge" {
-			merges = append(merges, v)
+		if k.Kind != yaml.ScalarNode || k.Tag != "!!merge" {
+			if k.Kind == yaml.ScalarNode && explicit[k.Value] {
+				twice = append(twice, k)
+			}
+			explicit[k.Value] = true
+			set(pair{k, v})
 			continue
 		}
-		out = append(out, pair{k, v})
-		if k.Kind == yaml.ScalarNode {
-			have[k.Value] = true
-		}
-	}
-	var sources []*yaml.Node
-	for _, v := range merges {
+		var sources []*yaml.Node
 		switch v = resolve(v); v.Kind {
 		case yaml.MappingNode:
-			sources = append(sources, v)
+			sources = []*yaml.Node{v}
 		case yaml.SequenceNode:
-			for _, e := range v.Content {
-				if e = resolve(e); e.Kind != yaml.MappingNode {
-					return out, e
+			for j := len(v.Content) - 1; j >= 0; j-- { // the first wins: set last
+				e := resolve(v.Content[j])
+				if e.Kind != yaml.MappingNode {
+					return out, twice, e
 				}
 				sources = append(sources, e)
 			}
 		default:
-			return out, v
+			return out, twice, v
 		}
-	}
-	for _, src := range sources {
-		more, bad := pairs(src)
-		if bad != nil {
-			return out, bad
-		}
-		for _, p := range more {
-			if p.k.Kind == yaml.ScalarNode && have[p.k.Value] {
-				continue
+		for _, src := range sources {
+			merged, _, bad := pairs(src)
+			if bad != nil {
+				return out, twice, bad
 			}
-			out = append(out, p)
-			if p.k.Kind == yaml.ScalarNode {
-				have[p.k.Value] = true
+			for _, p := range merged {
+				set(p)
 			}
 		}
 	}
-	return out, nil
+	return out, twice, nil
 }
 
-// fields reads a mapping's keys, merge keys resolved, refusing any not in
-// known with the place and the key's path. A value written null is left
+// fields reads a mapping's keys, merge keys resolved (pairs), refusing any
+// not in known with the place and the key's path. A value written null is left
 // out, as yaml.v2 leaves the field it would fill.
 func (l *loader) fields(m *yaml.Node, path string, known map[string]bool) map[string]*yaml.Node {
 	out := map[string]*yaml.Node{}
-	ps, bad := pairs(m)
+	ps, twice, bad := pairs(m)
 	if bad != nil {
 		l.errorf(bad, "%s<<: want a mapping, or a list of mappings, to merge", path)
+	}
+	for _, k := range twice {
+		if known[k.Value] {
+			l.errorf(k, "%s%s: given twice", path, k.Value)
+		}
 	}
 	for _, p := range ps {
 		k, v := p.k, resolve(p.v)
@@ -546,9 +558,6 @@ func (l *loader) fields(m *yaml.Node, path string, known map[string]bool) map[st
 		case !known[k.Value]:
 			l.errorf(k, "%s%s: unknown key", path, k.Value)
 			continue
-		}
-		if _, dup := out[k.Value]; dup {
-			l.errorf(k, "%s%s: given twice", path, k.Value)
 		}
 		if isNull(v) {
 			continue

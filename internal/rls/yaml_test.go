@@ -52,9 +52,10 @@ descriptors:
 
 // TestAnchorsAliasesAndMergeKeysLoadAsTheyReadInYAML: envoyproxy/ratelimit
 // reads its files with gopkg.in/yaml.v2, which resolves anchors, aliases
-// and `<<:` merge keys (keys written beside a merge win, as the YAML merge
-// key type says); so does Floodgate, and the limits they build are the
-// ones the resolved YAML says, each at its own place.
+// and `<<:` merge keys, a merge setting its keys where it stands (over a
+// key written before it; a key written after it wins: decoder.merge and
+// mappingStruct in yaml.v2's decode.go); so does Floodgate, and the limits
+// they build are the ones the resolved YAML says, each at its own place.
 func TestAnchorsAliasesAndMergeKeysLoadAsTheyReadInYAML(t *testing.T) {
 	cfg := mustConfig(t, `domain: edge
 descriptors:
@@ -77,6 +78,10 @@ descriptors:
     descriptors: *users
   - <<: {key: path, rate_limit: {unit: hour, requests_per_unit: 3}}
     value: /login
+  - key: merged_last
+    rate_limit:
+      requests_per_unit: 5
+      <<: [*per-minute, {requests_per_unit: 7, unit: hour}]
 `)
 	for _, c := range []struct {
 		entries []Entry
@@ -89,6 +94,7 @@ descriptors:
 		{kv("tenant", "acme", "user", "u"), 20, "MINUTE", "edge.tenant_acme.user"},
 		{kv("tenant", "other", "user", "u"), 20, "MINUTE", "edge.tenant_other.user"},
 		{kv("path", "/login"), 3, "HOUR", "edge.path_/login"},
+		{kv("merged_last", "x"), 10, "MINUTE", "edge.merged_last"}, // the merge after the key wins, its first mapping first
 	} {
 		lim := cfg.Select("edge", c.entries)
 		if lim == nil || lim.RequestsPerUnit != c.rpu || lim.Unit.Name != c.unit || lim.Key != c.key {
