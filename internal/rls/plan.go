@@ -37,9 +37,9 @@ const (
 // mode at once, without a decision, counted (floodgate_rls_unplanned_
 // requests_total) and logged. Envoy sends one descriptor per rate_limits
 // action list of a route, a handful; the bounds leave room for generated
-// configurations by the thousand while keeping what one request can make
-// the store do (one bucket per descriptor, in one script call) to tens of
-// milliseconds.
+// configurations by the thousand while bounding what one request can make
+// the server and the store do (one bucket per descriptor, in one script
+// call).
 const (
 	MaxDescriptors = 32_768
 	MaxEntries     = 65_536
