@@ -780,7 +780,7 @@ func (e BurstErrors) Error() string {
 // burst may be below requests_per_unit: the bucket then holds fewer tokens
 // than a unit's worth, which smooths the limit (1000 an hour with a burst
 // of 10 lets 10 through at once, then one every 3.6 s). A limit is named
-// by its Path, or by its Key when no other limit has that Key. It changes
+// by its Quoted name, or by its Key when no other limit has it. It changes
 // nothing and returns BurstErrors when a key names no limit (or several),
 // names an unlimited limit or one of 0, or a capacity that cannot be
 // counted exactly.
