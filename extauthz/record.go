@@ -29,8 +29,9 @@ func newTallies(r decide.Recorder, e *Engine) tallies {
 
 // record tells the recorder how each policy of the decided plan answered
 // at time now (the Check's start) for the request in v: allowed, when its
-// decision (the enforced one, or the shadow one for a shadow policy)
-// passed; denied, for each policy whose bucket was short. The other
+// decision passed (the enforced one; for a shadow policy, its own bucket's,
+// each shadow policy deciding on its own); denied, for each policy whose
+// bucket was short. The other
 // policies of a denied decision paid nothing and are not counted, as in
 // floodgate_decisions_total; a decision the store could not make is not
 // counted at all. name is scratch space for the caller's label.
@@ -41,7 +42,7 @@ func (t tallies) record(now time.Time, e *Engine, plan *Plan, res []limiter.Resu
 	for i, p := range plan.Policies {
 		allowed, err := d.Allowed, d.Err
 		if p.Shadow {
-			allowed, err = d.ShadowAllowed, d.ShadowErr
+			allowed, err = res[i].Allowed, d.ShadowErr // each shadow policy decides on its own
 		}
 		denied := !allowed && !res[i].Allowed
 		if err != nil || (!allowed && !denied) {

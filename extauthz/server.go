@@ -286,16 +286,16 @@ func (s *Server) countShadow(st *serverState, plan *Plan, res []limiter.Result, 
 		if !p.Shadow {
 			continue
 		}
+		// Each shadow policy decides as if it were the only one
+		// (decide.Decider): its own bucket says how it fared.
 		c := st.counters[p]
-		if d.ShadowAllowed {
+		if res[i].Allowed {
 			c.shadowAllowed.Inc()
 			continue
 		}
 		c.shadowDenied.Inc()
-		if !res[i].Allowed {
-			s.log.Info("shadow policy would deny", zap.String("policy", p.Name),
-				zap.String("identity", plan.Buckets[i].Request.ID), zap.Duration("retry_after", res[i].RetryAfter), zap.String("path", v.Path))
-		}
+		s.log.Info("shadow policy would deny", zap.String("policy", p.Name),
+			zap.String("identity", plan.Buckets[i].Request.ID), zap.Duration("retry_after", res[i].RetryAfter), zap.String("path", v.Path))
 	}
 }
 

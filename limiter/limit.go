@@ -261,23 +261,29 @@ func (l Limit) String() string {
 // was taken or could have been (allowed).
 //
 // Remaining = floor(tokens), and 0 in debt. ResetAfter = time until the
-// bucket is full again (longer in debt). A Take not allowed has RetryAfter
-// = time until the bucket holds its cost (one whole token for a look of
-// cost 0), or ExceedsCapacity and no RetryAfter when the cost is above the
-// capacity: such a request can never pass. A Charge or a Refund is always
-// Allowed, with no RetryAfter. Durations count from the start of the
-// current step (see Limit), and stop at MaxDuration.
+// bucket is full again (longer in debt). InDebt: the bucket holds less
+// than nothing. A Take not allowed has RetryAfter = time until the bucket
+// holds its cost (one whole token for a look of cost 0), or
+// ExceedsCapacity and no RetryAfter when the cost is above the capacity:
+// such a request can never pass. A Charge or a Refund is always Allowed;
+// one that leaves its bucket in debt has RetryAfter = time until one whole
+// token is back (until a look would pass), else none. Durations count from
+// the start of the current step (see Limit), and stop at MaxDuration.
 func (l Limit) Result(missing int64, kind Kind, cost int64, allowed bool) Result {
 	full := l.CapacityUnits()
 	r := Result{
 		Allowed:    allowed || kind != Take,
 		Limit:      l.Capacity,
 		ResetAfter: l.wait(missing),
+		InDebt:     missing > full,
 	}
 	if missing < full {
 		r.Remaining = (full - missing) / l.k
 	}
 	if kind != Take {
+		if r.InDebt {
+			r.RetryAfter = l.wait(missing + l.k - full)
+		}
 		return r
 	}
 	if cost > l.Capacity {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -300,24 +301,28 @@ func TestKindsAreExactAtTheBounds(t *testing.T) {
 		want    int64
 		remains int64
 		reset   time.Duration
+		retry   time.Duration
 	}{
-		{"a charge that fits", 2 * k, limiter.Charge, 3, 5 * k, 5, 5 * time.Second},
-		{"a charge into debt", 2 * k, limiter.Charge, 12, 14 * k, 0, 14 * time.Second},
-		{"a charge to the debt bound", 0, limiter.Charge, 20, 2 * full, 0, 20 * time.Second},
-		{"a charge beyond the debt bound", k / 2, limiter.Charge, 20, 2 * full, 0, 20 * time.Second},
-		{"a charge of 2^63-1", 0, limiter.Charge, math.MaxInt64, 2 * full, 0, 20 * time.Second},
-		{"a charge of 2^63-1 at the bound", 2 * full, limiter.Charge, math.MaxInt64, 2 * full, 0, 20 * time.Second},
-		{"a charge of 0", 3, limiter.Charge, 0, 3, 9, 3 * time.Microsecond},
-		{"a refund", 5 * k, limiter.Refund, 2, 3 * k, 7, 3 * time.Second},
-		{"a refund to full", 5 * k, limiter.Refund, 5, 0, 10, 0},
-		{"a refund beyond full", k / 3, limiter.Refund, 1, 0, 10, 0},
-		{"a refund of 2^63-1", 2 * full, limiter.Refund, math.MaxInt64, 0, 10, 0},
-		{"a refund of a debt", 15 * k, limiter.Refund, 3, 12 * k, 0, 12 * time.Second},
+		{"a charge that fits", 2 * k, limiter.Charge, 3, 5 * k, 5, 5 * time.Second, 0},
+		{"a charge that empties the bucket", 2 * k, limiter.Charge, 8, full, 0, 10 * time.Second, 0},
+		{"a charge into debt", 2 * k, limiter.Charge, 12, 14 * k, 0, 14 * time.Second, 5 * time.Second},
+		{"a charge to the debt bound", 0, limiter.Charge, 20, 2 * full, 0, 20 * time.Second, 11 * time.Second},
+		{"a charge beyond the debt bound", k / 2, limiter.Charge, 20, 2 * full, 0, 20 * time.Second, 11 * time.Second},
+		{"a charge of 2^63-1", 0, limiter.Charge, math.MaxInt64, 2 * full, 0, 20 * time.Second, 11 * time.Second},
+		{"a charge of 2^63-1 at the bound", 2 * full, limiter.Charge, math.MaxInt64, 2 * full, 0, 20 * time.Second, 11 * time.Second},
+		{"a charge of 0", 3, limiter.Charge, 0, 3, 9, 3 * time.Microsecond, 0},
+		{"a refund", 5 * k, limiter.Refund, 2, 3 * k, 7, 3 * time.Second, 0},
+		{"a refund to full", 5 * k, limiter.Refund, 5, 0, 10, 0, 0},
+		{"a refund beyond full", k / 3, limiter.Refund, 1, 0, 10, 0, 0},
+		{"a refund of 2^63-1", 2 * full, limiter.Refund, math.MaxInt64, 0, 10, 0, 0},
+		{"a refund of a debt", 15 * k, limiter.Refund, 3, 12 * k, 0, 12 * time.Second, 3 * time.Second},
 	} {
 		got := l.Apply(tc.m, tc.kind, tc.cost)
 		r := l.Result(got, tc.kind, tc.cost, false)
-		if got != tc.want || !r.Allowed || r.Remaining != tc.remains || r.ResetAfter != tc.reset || r.RetryAfter != 0 || r.ExceedsCapacity {
-			t.Errorf("%s: missing %d → %d, %+v; want %d, allowed, %d remaining, reset %v", tc.name, tc.m, got, r, tc.want, tc.remains, tc.reset)
+		// In debt, the bucket says so, and when a look would pass again.
+		debt := tc.want > full
+		if got != tc.want || !r.Allowed || r.Remaining != tc.remains || r.ResetAfter != tc.reset || r.RetryAfter != tc.retry || r.InDebt != debt || r.ExceedsCapacity {
+			t.Errorf("%s: missing %d → %d, %+v; want %d, allowed, %d remaining, reset %v, retry after %v, in debt %v", tc.name, tc.m, got, r, tc.want, tc.remains, tc.reset, tc.retry, debt)
 		}
 	}
 	// A look needs one whole token and is told when one is there.
@@ -383,5 +388,25 @@ func TestValidateKnowsTheKinds(t *testing.T) {
 	}
 	if s := limiter.Kind(7).String(); s != "Kind(7)" || limiter.Charge.String() != "Charge" {
 		t.Errorf("Kind strings: %q %q", s, limiter.Charge.String())
+	}
+}
+
+// TestValidateFindsATwiceNamedBucketInLargeDecisions: past a handful of
+// buckets the duplicate check is linear (a map, not every pair), and still
+// finds the same bucket named twice, wherever it is; 20,000 distinct
+// buckets pass.
+func TestValidateFindsATwiceNamedBucketInLargeDecisions(t *testing.T) {
+	l := limiter.MustLimit(1, "1")
+	reqs := make([]limiter.Request, 20_000)
+	for i := range reqs {
+		reqs[i] = limiter.Request{Name: "n", ID: strconv.Itoa(i), Limit: l, Cost: 1}
+	}
+	res := make([]limiter.Result, len(reqs))
+	if err := limiter.Validate(reqs, res); err != nil {
+		t.Fatalf("20,000 distinct buckets: %v", err)
+	}
+	reqs[len(reqs)-1].ID = "17"
+	if err := limiter.Validate(reqs, res); !errors.Is(err, limiter.ErrDuplicate) || !strings.Contains(err.Error(), "requests 17 and 19999") {
+		t.Fatalf("bucket 17 named again last: %v, want ErrDuplicate naming both", err)
 	}
 }

@@ -66,8 +66,10 @@ func (k Kind) String() string {
 // how long until it is full again and, when it could not pay, how long until
 // it could. ExceedsCapacity marks a cost above the capacity: such a request can
 // never pass, so RetryAfter stays 0 rather than promise a time that would lie.
-// A Charge or a Refund is always Allowed, with no RetryAfter; a bucket in
-// debt has Remaining 0 and a ResetAfter longer than its refill window.
+// A Charge or a Refund is always Allowed; a bucket in debt (InDebt: a Charge
+// took more than it held) has Remaining 0, a ResetAfter longer than its
+// refill window and, after a Charge or a Refund, a RetryAfter until one whole
+// token is back.
 type Result struct {
 	Allowed         bool
 	Limit           int64
@@ -75,6 +77,10 @@ type Result struct {
 	ResetAfter      time.Duration
 	RetryAfter      time.Duration
 	ExceedsCapacity bool
+	// InDebt: after the decision the bucket holds less than nothing, so a
+	// Charge in it took more than was left (envoyproxy/ratelimit would
+	// call its counter over the limit).
+	InDebt bool
 	// Degraded marks a result decided without the shared store (the
 	// per-replica fallback while Redis is unreachable): right in shape,
 	// not exact across replicas.
@@ -144,11 +150,35 @@ func Validate(reqs []Request, res []Result) error {
 		if !r.Limit.Valid() {
 			return fmt.Errorf("%w (request %d: limit not built by NewLimit)", ErrCapacity, i)
 		}
+		if len(reqs) > maxPairwise {
+			continue
+		}
 		for j := 0; j < i; j++ {
 			if reqs[j].Name == r.Name && reqs[j].ID == r.ID {
 				return fmt.Errorf("%w (requests %d and %d: %s/%s)", ErrDuplicate, j, i, r.Name, r.ID)
 			}
 		}
+	}
+	if len(reqs) > maxPairwise {
+		return distinct(reqs)
+	}
+	return nil
+}
+
+// maxPairwise is the most buckets Validate compares pair by pair (no
+// allocation); a larger decision is checked through a map, in linear time.
+const maxPairwise = 16
+
+// distinct reports the first bucket named twice in reqs.
+func distinct(reqs []Request) error {
+	type pair struct{ name, id string }
+	seen := make(map[pair]int, len(reqs))
+	for i := range reqs {
+		p := pair{reqs[i].Name, reqs[i].ID}
+		if j, dup := seen[p]; dup {
+			return fmt.Errorf("%w (requests %d and %d: %s/%s)", ErrDuplicate, j, i, p.name, p.id)
+		}
+		seen[p] = i
 	}
 	return nil
 }

@@ -581,3 +581,63 @@ func checkLatencyThreshold(t *testing.T) {
 		}
 	}
 }
+
+// TestNoChecksWatchesEachAPIOnItsOwn: FloodgateNoChecks has, for each API
+// (floodgate_checks_total, floodgate_rls_requests_total), a branch of its
+// `or` that reads that API alone and labels the alert with it, so that one
+// API stopping while the other goes on still fires; and one that fires
+// when neither is called.
+func TestNoChecksWatchesEachAPIOnItsOwn(t *testing.T) {
+	var expr string
+	for _, g := range loadRules(t).Spec.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "FloodgateNoChecks" {
+				expr = r.Expr.String()
+			}
+		}
+	}
+	e, err := promql.ParseExpr(expr)
+	if err != nil {
+		t.Fatalf("FloodgateNoChecks: %v", err)
+	}
+	var branches []parser.Expr
+	var split func(parser.Expr)
+	split = func(e parser.Expr) {
+		if p, ok := e.(*parser.ParenExpr); ok {
+			split(p.Expr)
+			return
+		}
+		if b, ok := e.(*parser.BinaryExpr); ok && b.Op == parser.LOR {
+			split(b.LHS)
+			split(b.RHS)
+			return
+		}
+		branches = append(branches, e)
+	}
+	split(e)
+	const checks, rls = "floodgate_checks_total", "floodgate_rls_requests_total"
+	found := map[string]string{}
+	for _, b := range branches {
+		names, err := metricNames(b.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		api := ""
+		if c, ok := b.(*parser.Call); ok && c.Func.Name == "label_replace" && len(c.Args) == 5 && c.Args[1].String() == `"api"` {
+			api = strings.Trim(c.Args[2].String(), `"`)
+		}
+		switch {
+		case slices.Contains(names, checks) && slices.Contains(names, rls):
+			found["both"] = api
+		case slices.Contains(names, checks):
+			found[checks] = api
+		case slices.Contains(names, rls):
+			found[rls] = api
+		}
+	}
+	for _, want := range []struct{ metric, api string }{{checks, "ext_authz"}, {rls, "ratelimit"}, {"both", "any"}} {
+		if api, ok := found[want.metric]; !ok || api != want.api {
+			t.Errorf("FloodgateNoChecks has no branch on %s alone labelled api=%q (branches: %v)", want.metric, want.api, branches)
+		}
+	}
+}

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,13 +38,15 @@ type reloader struct {
 	started *config.Config // what the restart-only sections run with
 
 	mu       sync.Mutex
-	data     []byte // the file's content when last read
-	rlsPath  string // rls.config as the file last read names it
-	rlsData  []byte // the rate limit configuration's files when last read
+	data     []byte   // the file's content when last read
+	rlsPath  string   // rls.config as the file last read names it
+	rlsData  []byte   // the rate limit configuration's files when last read
+	domains  []string // the rate limit domains served
 	info     *prometheus.GaugeVec
 	failures prometheus.Counter
 	reloads  prometheus.Counter
 	ignored  *prometheus.CounterVec
+	removed  prometheus.Counter
 }
 
 // newReloader starts from the configuration in use, cfg, read from path
@@ -49,9 +54,11 @@ type reloader struct {
 // reloaded at the first poll, however early.
 func newReloader(cfg *door.Config, path string, doors []door.Door, hs *health.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
 	r := &reloader{path: path, doors: doors, health: hs, log: log, started: cfg.Config, rlsPath: cfg.RLS.Config, rlsData: rls.Snapshot(cfg.RLS.Config),
+		domains: domainsOf(cfg),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_config_info", Help: "The configuration in use: 1, labelled with the SHA-256 of its file (empty for the embedded default).",
-		}, []string{"sha256"}),
+			Name: "floodgate_config_info",
+			Help: "The configuration in use: 1, labelled with the SHA-256 of its file (sha256, empty for the embedded default) and of the rate limit files rls.config names, as read (rls_sha256, empty without them).",
+		}, []string{"sha256", "rls_sha256"}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "floodgate_config_reload_failures_total", Help: "Configuration reloads rejected (the previous configuration kept serving).",
 		}),
@@ -62,14 +69,36 @@ func newReloader(cfg *door.Config, path string, doors []door.Door, hs *health.Se
 			Name: "floodgate_config_reload_ignored_total",
 			Help: "Applied reloads that changed a section read at start only (listen, store, identity, log, runtime, reload), by section: the change waits for a restart.",
 		}, []string{"section"}),
+		removed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "floodgate_rls_domains_removed_total",
+			Help: "Rate limit domains a reload removed: their descriptors meet no limit from then on.",
+		}),
 	}
-	reg.MustRegister(r.info, r.failures, r.reloads, r.ignored)
+	reg.MustRegister(r.info, r.failures, r.reloads, r.ignored, r.removed)
 	hash := ""
 	if path != "" {
 		hash, r.data = cfg.Digest, cfg.Bytes()
 	}
-	r.info.WithLabelValues(hash).Set(1)
+	r.info.WithLabelValues(hash, digest(r.rlsData)).Set(1)
 	return r
+}
+
+// digest is the SHA-256 (hex) of the rate limit files' snapshot, "" for
+// none.
+func digest(snapshot []byte) string {
+	if len(snapshot) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(snapshot)
+	return hex.EncodeToString(sum[:])
+}
+
+// domainsOf lists the rate limit domains cfg serves.
+func domainsOf(cfg *door.Config) []string {
+	if cfg.Limits == nil {
+		return nil
+	}
+	return cfg.Limits.Domains()
 }
 
 // reload re-reads the file; force reloads even when the content is the
@@ -106,10 +135,16 @@ func (r *reloader) reload(force bool) {
 	}
 	setDoorHealth(r.health, r.doors, cfg)
 	r.info.Reset()
-	r.info.WithLabelValues(cfg.Digest).Set(1)
+	r.info.WithLabelValues(cfg.Digest, digest(r.rlsData)).Set(1)
 	r.reloads.Inc()
+	domains := domainsOf(cfg)
+	if gone := removedFrom(r.domains, domains); len(gone) > 0 {
+		r.removed.Add(float64(len(gone)))
+		r.log.Warn("rate limit domains removed: their descriptors meet no limit now", zap.Strings("removed", gone), zap.Strings("rls_domains", domains))
+	}
+	r.domains = domains
 	fields := []zap.Field{zap.String("config", r.path), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest),
-		zap.Strings("doors", door.Describe(cfg))}
+		zap.Strings("doors", door.Describe(cfg)), zap.Strings("rls_domains", domains), zap.String("rls_sha256", digest(r.rlsData))}
 	if secretErr != nil {
 		fields = append(fields, zap.NamedError("identity_secret", secretErr))
 	}
@@ -121,6 +156,18 @@ func (r *reloader) reload(force bool) {
 		return
 	}
 	r.log.Info("reloaded", fields...)
+}
+
+// removedFrom lists the domains of before (sorted) that after (sorted)
+// lacks.
+func removedFrom(before, after []string) []string {
+	var gone []string
+	for _, d := range before {
+		if _, found := slices.BinarySearch(after, d); !found {
+			gone = append(gone, d)
+		}
+	}
+	return gone
 }
 
 // compile parses data, resolves it for the running server (the identity

@@ -213,3 +213,51 @@ func TestARateLimitServiceAloneNeedsNoPolicy(t *testing.T) {
 		}
 	}
 }
+
+// rlsDigest is the rls_sha256 label of floodgate_config_info, once the
+// reloader exports it (it starts as the server starts serving).
+func rlsDigest(t *testing.T, p *proc) string {
+	t.Helper()
+	var line string
+	waitFor(t, 5*time.Second, "floodgate_config_info", func() bool {
+		line = grep(metrics(t, p), "floodgate_config_info{")
+		return line != ""
+	})
+	_, rest, ok := strings.Cut(line, `rls_sha256="`)
+	if !ok {
+		t.Fatalf("floodgate_config_info has no rls_sha256: %q", line)
+	}
+	d, _, _ := strings.Cut(rest, `"`)
+	return d
+}
+
+// TestARateLimitReloadIsVisible: floodgate_config_info's rls_sha256 changes
+// with the rate limit files (the configuration file unchanged), the
+// "reloaded" log names the domains served, and a domain a reload removes
+// is logged and counted (its descriptors meet no limit from then on).
+func TestARateLimitReloadIsVisible(t *testing.T) {
+	cfg, dir := rlsFloodgate(t, rlsLimits("5"), "")
+	if err := os.WriteFile(filepath.Join(dir, "partners.yaml"), []byte("domain: partners\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startCommand(t, "serve", "--config", cfg)
+	first := rlsDigest(t, p)
+	if len(first) != 64 {
+		t.Fatalf("rls_sha256 %q, want a SHA-256", first)
+	}
+	os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(rlsLimits("7")), 0o644)
+	waitFor(t, 5*time.Second, "the new limits to be served", func() bool { return shouldRateLimit(t, p, "k").Statuses[0].CurrentLimit.GetRequestsPerUnit() == 7 })
+	if second := rlsDigest(t, p); second == first || len(second) != 64 {
+		t.Errorf("rls_sha256 %q after the rate limit files changed, was %q", second, first)
+	}
+	if !strings.Contains(p.Output(), `"rls_domains":["edge","partners"]`) {
+		t.Errorf("the reload log does not name the domains:\n%s", grep(p.Output(), "reloaded"))
+	}
+	os.Remove(filepath.Join(dir, "partners.yaml"))
+	waitFor(t, 5*time.Second, "the removed domain to be logged", func() bool {
+		return strings.Contains(p.Output(), `"msg":"rate limit domains removed: their descriptors meet no limit now","removed":["partners"]`)
+	})
+	if got := metricValue(t, metrics(t, p), "floodgate_rls_domains_removed_total"); got != 1 {
+		t.Errorf("floodgate_rls_domains_removed_total = %v, want 1", got)
+	}
+}

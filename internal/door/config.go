@@ -169,13 +169,12 @@ func (c *Config) ReadLimits() error {
 		return c.Problems(fielderr.List{{Path: "rls.config", Msg: err.Error()}})
 	}
 	if err := rules.SetBursts(c.RLS.Burst); err != nil {
-		var unknown rls.UnknownLimits
-		if !errors.As(err, &unknown) {
+		var bursts rls.BurstErrors
+		if !errors.As(err, &bursts) {
 			return err
 		}
-		for _, k := range unknown {
-			problems = append(problems, &fielderr.Error{Path: "rls.burst." + k,
-				Msg: fmt.Sprintf("names no limit in %s (a limit is named by its domain, then each level's key or key_value, joined by dots)", c.RLS.Config)})
+		for _, b := range bursts {
+			problems = append(problems, &fielderr.Error{Path: "rls.burst." + b.Key, Msg: b.Msg + " (the limits of " + c.RLS.Config + ")"})
 		}
 		return c.Problems(problems)
 	}

@@ -32,7 +32,8 @@ type rateLimitDoor struct{ s *rls.Service }
 func newRateLimitDoor(c *Config, env Env) Door {
 	return &rateLimitDoor{s: rls.NewService(limits(c), rls.ServiceOptions{
 		Hash: c.Engine.HashIdentity, Store: env.Store.Main, ShadowStore: env.Store.Shadow, OnFailure: c.OnFailure(true),
-		Response: rls.ResponseOptions{Headers: c.RLS.Headers}, Logger: env.Log.Named("rls"), Registerer: env.Registerer,
+		FailureRetryAfter: c.Store.FailureRetryAfter.Duration,
+		Response:          rls.ResponseOptions{Headers: c.RLS.Headers}, Logger: env.Log.Named("rls"), Registerer: env.Registerer,
 		Recorder: env.Recorder,
 	})}
 }

@@ -435,7 +435,7 @@ func (d *sequencer) decide(e *entry) {
 	res := d.res[:n]
 	clear(res)
 	dec := d.dec.Decide(context.Background(), e.plan.Buckets, res)
-	allowed, shadowAllowed, err := dec.Allowed, dec.ShadowAllowed, dec.Err
+	allowed, err := dec.Allowed, dec.Err
 	if err != nil {
 		// The in-memory store refuses only malformed requests, which Plan
 		// does not make; count it as a skipped line rather than guess.
@@ -454,7 +454,7 @@ func (d *sequencer) decide(e *entry) {
 	for i, p := range e.plan.Policies {
 		ok := allowed
 		if p.Shadow {
-			ok = shadowAllowed
+			ok = res[i].Allowed // each shadow policy decides on its own (decide.Decider)
 		}
 		// A line's buckets often share an identity (per key, per address):
 		// look it up once.

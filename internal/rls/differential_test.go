@@ -223,3 +223,82 @@ descriptors:
 		t.Errorf("the other descriptor after a denial: ratelimit %d left (it counted the denied request), Floodgate %d (it took nothing); want 0 and 1", up.remaining[0], fg.remaining[0])
 	}
 }
+
+// TestChargesAndLongQuotasCountInBoth runs what a token budget and a
+// quota by the month send (envoyproxy/ratelimit src/utils/utilities.go,
+// GetHitsAddends: a descriptor's own hits_addend, 0 to check) against
+// envoyproxy/ratelimit and Floodgate on one redis-server, and requires the
+// same codes and limit_remaining: a 1001-a-month quota counts in both; a
+// charge larger than what is left is over the limit in both, and so is
+// every check after it; five rounds of "check with cost 0, then charge
+// 150" on 100 a minute pass the first check only, in both.
+func TestChargesAndLongQuotasCountInBoth(t *testing.T) {
+	// ratelimit's windows are aligned to the epoch: keep clear of the end
+	// of this minute and of this 30-day month (its MONTH; a 365-day year
+	// instead in the two minutes before a month ends), so that each
+	// sequence runs in one window. Waiting out the last seconds of a
+	// minute is waiting for ratelimit's own clock, which cannot be
+	// injected.
+	quotaUnit := "month"
+	if until := time.Until(time.Now().Truncate(30 * 24 * time.Hour).Add(30 * 24 * time.Hour)); until < 2*time.Minute {
+		quotaUnit = "year"
+	}
+	redis := redistest.Start(t)
+	yaml := fmt.Sprintf(`domain: budget
+descriptors:
+  - key: tenant
+    rate_limit: {unit: %s, requests_per_unit: 1001}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`, quotaUnit)
+	upstream := startRatelimit(t, redis.Addr, yaml)
+	ours := serve(t, NewService(mustConfig(t, yaml), ServiceOptions{Hash: plainHash, Store: redisstore.New(redis.Client(), "fg:")}))
+	askBoth := func(req *rlsv3.RateLimitRequest) (up, fg string) {
+		t.Helper()
+		for i, c := range []rlsv3.RateLimitServiceClient{upstream, ours} {
+			resp, err := c.ShouldRateLimit(context.Background(), req)
+			if err != nil {
+				t.Fatalf("server %d: %v", i, err)
+			}
+			a := resp.OverallCode.String()
+			for _, s := range resp.Statuses {
+				a += fmt.Sprintf(" %s/%d", s.Code, s.LimitRemaining)
+			}
+			if i == 0 {
+				up = a
+			} else {
+				fg = a
+			}
+		}
+		return up, fg
+	}
+	same := func(what string, want string, req *rlsv3.RateLimitRequest) {
+		t.Helper()
+		up, fg := askBoth(req)
+		if up != fg || up != want {
+			t.Errorf("%s: envoyproxy/ratelimit %q, Floodgate %q, want %q", what, up, fg, want)
+		}
+	}
+	one := func(d *rlcommon.RateLimitDescriptor, hits uint32) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "budget", HitsAddend: hits, Descriptors: []*rlcommon.RateLimitDescriptor{d}}
+	}
+
+	same("1001 a month, the first request", "OK OK/1000", one(desc("tenant", "t1"), 0))
+	same("1001 a month, the other 1000 at once", "OK OK/0", one(desc("tenant", "t1"), 1000))
+	same("1001 a month, past it", "OVER_LIMIT OVER_LIMIT/0", one(desc("tenant", "t1"), 0))
+
+	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
+	same("a charge of 150 of 100", "OVER_LIMIT OVER_LIMIT/0", one(withHits(desc("user", "u1"), 150, false), 0))
+	same("a check after it", "OVER_LIMIT OVER_LIMIT/0", one(withHits(desc("user", "u1"), 0, false), 0))
+	same("a request after it", "OVER_LIMIT OVER_LIMIT/0", one(desc("user", "u1"), 0))
+	for round := 1; round <= 5; round++ {
+		want := "OVER_LIMIT OVER_LIMIT/0"
+		if round == 1 {
+			want = "OK OK/100"
+		}
+		same(fmt.Sprintf("round %d, the check", round), want, one(withHits(desc("user", "u2"), 0, false), 0))
+		same(fmt.Sprintf("round %d, the charge of 150", round), "OVER_LIMIT OVER_LIMIT/0", one(withHits(desc("user", "u2"), 150, false), 0))
+	}
+}

@@ -8,11 +8,11 @@ type Entry struct{ Key, Value string }
 // Select returns the limit configured for a descriptor's entries in domain,
 // or nil when none applies (an unknown domain, a walk that leaves the tree,
 // or one that ends above or below a limit). At each level the walk takes the
-// exact key_value, else the first wildcard (in file order) whose prefix the
-// key_value starts with, else the key alone; it goes one level down per
-// entry and stops where the tree has no deeper level. The limit counts only
-// at the request's last entry (envoyproxy/ratelimit
-// src/config/config_impl.go, rateLimitConfigImpl.GetLimit).
+// exact key_value, else the first wildcard (in file order) the key_value
+// matches, else the key alone; it goes one level down per entry and stops
+// where the tree has no deeper level. The limit counts only at the
+// request's last entry (envoyproxy/ratelimit src/config/config_impl.go,
+// rateLimitConfigImpl.GetLimit).
 func (c *Config) Select(domain string, entries []Entry) *Limit {
 	lv := c.domains[domain]
 	if lv == nil || len(entries) == 0 {
@@ -23,8 +23,8 @@ func (c *Config) Select(domain string, entries []Entry) *Limit {
 		n := lv.next[kv]
 		if n == nil {
 			for _, w := range lv.wildcards {
-				if strings.HasPrefix(kv, strings.TrimSuffix(w, "*")) {
-					n = lv.next[w]
+				if wildcardMatch(w.parts, kv) {
+					n = lv.next[w.name]
 					break
 				}
 			}
@@ -46,20 +46,52 @@ func (c *Config) Select(domain string, entries []Entry) *Limit {
 	return nil
 }
 
+// wildcardMatch reports whether s matches a name split at its `*`s
+// (parts): each `*` stands for any run of characters, the empty one
+// included, so s starts with the first part, ends with the last, and holds
+// the others in order between them, none overlapping another; a name
+// without `*` matches only itself. This is how envoyproxy/ratelimit has
+// matched a `*` anywhere in a value since 2026-03 (wildcardMatch,
+// src/config/config_impl.go); with one `*` at the end it is the prefix
+// match it had before.
+func wildcardMatch(parts []string, s string) bool {
+	if len(parts) == 1 {
+		return parts[0] == s
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	rest := s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
 // HasDomain reports whether domain is configured.
 func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
 
-// SelectAll selects the limit of each of a request's descriptors in order,
+// selectAll selects the limit of each of a request's descriptors in order,
 // then applies ratelimit's request-wide rules: an unlimited limit is
 // reported as unlimited[i] and selects nothing, and a named limit that
 // another selected limit `replaces` selects nothing (envoyproxy/ratelimit
-// src/service/ratelimit.go, constructLimitsToCheck). selected[i] is nil
-// where no limit applies.
-func (c *Config) SelectAll(domain string, descriptors [][]Entry) (selected []*Limit, unlimited []bool) {
+// src/service/ratelimit.go, constructLimitsToCheck). A descriptor that
+// brings its own limit (overridden) is not looked up: ratelimit gives it a
+// limit with no name that replaces nothing (GetLimit,
+// src/config/config_impl.go). selected[i] is nil where no limit applies.
+func (c *Config) selectAll(domain string, descriptors [][]Entry, overridden func(int) bool) (selected []*Limit, unlimited []bool) {
 	selected = make([]*Limit, len(descriptors))
 	unlimited = make([]bool, len(descriptors))
 	var replaced map[string]bool
 	for i, d := range descriptors {
+		if overridden(i) {
+			continue
+		}
 		lim := c.Select(domain, d)
 		if lim == nil {
 			continue

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -24,9 +25,24 @@ const (
 	Unlimited
 	// Bucketed: decided in a token bucket, Bucket says which.
 	Bucketed
-	// Never: a limit of 0 requests per unit, which no request can pass; no
-	// bucket can hold it, so it is answered over the limit without one.
+	// Never: a limit of 0 requests per unit, which no request costing
+	// anything can pass; no bucket can hold it, so it is answered without
+	// one: over the limit, unless the descriptor only looks (a
+	// hits_addend of 0) or gives back.
 	Never
+)
+
+// MaxDescriptors and MaxEntries bound one request: past MaxDescriptors
+// descriptors, or MaxEntries entries in all, it is answered by the failure
+// mode at once, without a decision, counted (floodgate_rls_unplanned_
+// requests_total) and logged. Envoy sends one descriptor per rate_limits
+// action list of a route, a handful; the bounds leave room for generated
+// configurations by the thousand while bounding what one request can make
+// the server and the store do (one bucket per descriptor, in one script
+// call).
+const (
+	MaxDescriptors = 32_768
+	MaxEntries     = 65_536
 )
 
 // Item is one descriptor of a request, planned.
@@ -42,6 +58,11 @@ type Item struct {
 	Unit            Unit
 	Name            string
 	Shadow          bool
+	// Request is what the descriptor asks of its bucket (limiter.Take,
+	// Charge or Refund) and Cost how much: a Never item is decided by
+	// them, a Bucketed one by its bucket's request.
+	Request limiter.Kind
+	Cost    int64
 	// Bucket indexes the plan's Buckets: several descriptors naming the
 	// same bucket share one entry, their costs added.
 	Bucket int
@@ -60,7 +81,12 @@ type Plan struct {
 	Buckets []decide.Bucket
 	// Entries are the request's descriptors' entries, in order.
 	Entries [][]Entry
+	// index finds a bucket by name and identity once the plan has more
+	// than a few (add).
+	index map[bucketKey]int
 }
+
+type bucketKey struct{ name, id string }
 
 // Hasher turns a request's descriptor into a bucket identity: the same
 // keyed hash Floodgate gives any identity, so descriptor values (often API
@@ -71,117 +97,209 @@ type Hasher func(tag, value string) string
 // Check policy's bucket in the store.
 const bucketPrefix = "rls/"
 
-// Plan plans req against c. A descriptor's cost is its own hits_addend when
-// set (0: look without taking), else the request's (0 means 1), as Envoy's
-// rate limit filter and envoyproxy/ratelimit read them.
-func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) Plan {
-	p := Plan{Items: make([]Item, len(req.GetDescriptors()))}
-	entries := make([][]Entry, len(p.Items))
-	p.Entries = entries
-	for i, d := range req.GetDescriptors() {
+// Size is a request's descriptors and their entries, counted: what
+// MaxDescriptors and MaxEntries bound.
+func Size(req *rlsv3.RateLimitRequest) (descriptors, entries int) {
+	for _, d := range req.GetDescriptors() {
+		entries += len(d.GetEntries())
+	}
+	return len(req.GetDescriptors()), entries
+}
+
+// Plan plans req against c, in time linear in its descriptors and
+// entries. What a descriptor asks of its bucket (the rule of
+// docs/ratelimit.md, "Costs"):
+//
+//   - its own hits_addend of 0: a look (limiter.Take of 0), denied when
+//     the bucket is empty or in debt;
+//   - its own hits_addend above 0: a charge (limiter.Charge), taken
+//     whatever is left, into a debt of at most one capacity; answered
+//     OVER_LIMIT when it overdrew, as envoyproxy/ratelimit answers a
+//     counter pushed over its limit. Envoy sends a descriptor's own cost
+//     so, on the request path (Envoy Gateway's cost.request) and when the
+//     stream is done (cost.response, AI gateways' token budgets);
+//   - no hits_addend of its own: the request's (0 means 1), taken all or
+//     nothing with the request's other such costs, and free when denied;
+//   - is_negative_hits: that many tokens given back (limiter.Refund).
+//
+// An override (a descriptor's own limit) is counted in a bucket keyed by
+// the domain, the descriptor's entries and the unit, so that an override
+// whose count changes keeps its bucket (as envoyproxy/ratelimit keys its
+// counter); unit_multiplier stretches its window. An override that cannot
+// be counted exactly (a window of billions of years) makes Plan return an
+// error: the request is the failure mode's.
+func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
+	ds := req.GetDescriptors()
+	p := Plan{Items: make([]Item, len(ds)), Entries: make([][]Entry, len(ds))}
+	_, total := Size(req)
+	all := make([]Entry, 0, total) // one array for every descriptor's entries
+	for i, d := range ds {
+		start := len(all)
 		for _, e := range d.GetEntries() {
-			entries[i] = append(entries[i], Entry{Key: e.GetKey(), Value: e.GetValue()})
+			all = append(all, Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
+		p.Entries[i] = all[start:len(all):len(all)]
 	}
-	selected, unlimited := c.SelectAll(req.GetDomain(), entries)
-	reqCost := int64(req.GetHitsAddend())
-	if reqCost == 0 {
-		reqCost = 1
+	domain := req.GetDomain()
+	if !c.HasDomain(domain) {
+		return p, nil // ratelimit applies no limit, override or not, in an unknown domain
 	}
-	for i, d := range req.GetDescriptors() {
+	selected, unlimited := c.selectAll(domain, p.Entries, func(i int) bool { return ds[i].GetLimit() != nil })
+	reqCost := max(int64(req.GetHitsAddend()), 1)
+	never := false
+	for i, d := range ds {
 		it := &p.Items[i]
-		if !c.HasDomain(req.GetDomain()) {
-			continue // ratelimit applies no limit, override or not, in an unknown domain
-		}
+		var bucket limiter.Limit
+		var name string
 		switch {
 		case d.GetLimit() != nil:
-			it.Override = d.GetLimit()
-			it.RequestsPerUnit = d.GetLimit().GetRequestsPerUnit()
-			it.Unit = unitOf(d.GetLimit().GetUnit())
+			o := d.GetLimit()
+			it.Override, it.RequestsPerUnit, it.Unit = o, o.GetRequestsPerUnit(), unitOf(o.GetUnit())
+			if it.Unit.Seconds == 0 {
+				continue // an override with an unknown unit: ratelimit cannot count it either
+			}
+			window := it.Unit.Seconds
+			if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+				window *= int64(m.GetValue())
+			}
+			if it.RequestsPerUnit > 0 {
+				var err error
+				if bucket, err = bucketOf(int64(it.RequestsPerUnit), window, int64(it.RequestsPerUnit)); err != nil {
+					return p, fmt.Errorf("descriptor %d: its own limit of %d per %d s cannot be counted exactly: %w", i, it.RequestsPerUnit, window, err)
+				}
+			}
+			name = bucketPrefix + domain + "/override/" + it.Unit.Name
 		case unlimited[i]:
 			it.Kind = Unlimited
 			continue
 		case selected[i] != nil:
 			lim := selected[i]
 			it.Limit, it.RequestsPerUnit, it.Unit, it.Name, it.Shadow = lim, lim.RequestsPerUnit, lim.Unit, lim.Name, lim.ShadowMode
+			bucket, name = lim.bucket, bucketPrefix+domain+"/"+lim.Key
 		default:
 			continue
 		}
-		if it.Unit.Seconds == 0 {
-			continue // an override with an unknown unit: ratelimit cannot count it either
-		}
-		id := hash("rls:"+req.GetDomain(), descriptorText(entries[i]))
-		it.ID = id
+		it.Request, it.Cost = kindAndCost(d, reqCost)
+		it.ID = hash("rls:"+domain, descriptorText(p.Entries[i]))
 		if it.RequestsPerUnit == 0 {
 			it.Kind = Never
+			never = never || (!it.Shadow && it.Request != limiter.Refund && it.Cost > 0)
 			continue
 		}
-		capacity := int64(it.RequestsPerUnit)
-		if it.Limit != nil && it.Limit.Burst > 0 {
-			capacity = it.Limit.Burst
-		}
-		rate, err := limiter.NewRate(int64(it.RequestsPerUnit), it.Unit.Seconds)
-		var lim limiter.Limit
-		if err == nil {
-			lim, err = limiter.NewLimit(capacity, rate)
-		}
-		if err != nil {
-			continue // cannot happen for a uint32 count over these units; answer OK rather than fail
-		}
-		cost := reqCost
-		if h := d.GetHitsAddend(); h != nil {
-			cost = int64(min(h.GetValue(), math.MaxInt32))
-		}
-		if d.GetIsNegativeHits() {
-			// Giving tokens back is not implemented: such a descriptor
-			// looks at its bucket and takes nothing (docs/ratelimit.md),
-			// rather than take what it meant to return.
-			cost = 0
-		}
-		name := bucketPrefix + req.GetDomain()
-		if it.Limit != nil {
-			name += "/" + it.Limit.Key
-		} else {
-			name += "/override/" + strconv.FormatUint(uint64(it.RequestsPerUnit), 10) + "/" + it.Unit.Name
-		}
 		it.Kind = Bucketed
-		it.Bucket = p.add(decide.Bucket{Shadow: it.Shadow, Request: limiter.Request{Name: name, ID: id, Limit: lim, Cost: cost}})
+		it.Bucket = p.add(decide.Bucket{Shadow: it.Shadow, Request: limiter.Request{Name: name, ID: it.ID, Limit: bucket, Cost: it.Cost, Kind: it.Request}})
 	}
-	p.lookOnlyWhenNeverPasses()
-	return p
+	if never {
+		p.lookOnly()
+	}
+	return p, nil
 }
 
-// lookOnlyWhenNeverPasses makes the enforced buckets look without taking
-// when an enforced limit of 0 denies the request anyway: a denied request
-// takes nothing, whichever limit denied it, and the statuses still report
-// what each bucket holds. Shadow buckets are decided as usual.
-func (p *Plan) lookOnlyWhenNeverPasses() {
-	for i := range p.Items {
-		if p.Items[i].Kind == Never && !p.Items[i].Shadow {
-			for j := range p.Buckets {
-				if !p.Buckets[j].Shadow {
-					p.Buckets[j].Request.Cost = 0
-				}
-			}
-			return
+// kindAndCost is what a descriptor asks of its bucket: see Plan.
+func kindAndCost(d *rlcommon.RateLimitDescriptor, reqCost int64) (limiter.Kind, int64) {
+	kind, cost := limiter.Take, reqCost
+	if h := d.GetHitsAddend(); h != nil {
+		cost = int64(min(h.GetValue(), math.MaxInt64))
+		if cost > 0 {
+			kind = limiter.Charge
 		}
 	}
+	if d.GetIsNegativeHits() {
+		kind = limiter.Refund
+	}
+	return kind, cost
 }
 
-// add appends b, or adds its cost to the bucket already planned under the
-// same name and identity (the same descriptor twice in one request counts
-// twice, as it does in envoyproxy/ratelimit), and returns its index.
-func (p *Plan) add(b decide.Bucket) int {
+// lookOnly makes the enforced takes look without taking when an enforced
+// limit of 0 denies the request anyway: a denied request takes nothing,
+// whichever limit denied it, and the statuses still report what each
+// bucket holds. Charges and refunds apply as ever; shadow buckets are
+// decided as usual.
+func (p *Plan) lookOnly() {
 	for j := range p.Buckets {
-		r := &p.Buckets[j].Request
-		if r.Name == b.Request.Name && r.ID == b.Request.ID {
-			r.Cost += b.Request.Cost
-			p.Buckets[j].Shadow = p.Buckets[j].Shadow && b.Shadow
-			return j
+		if b := &p.Buckets[j]; !b.Shadow && b.Request.Kind == limiter.Take {
+			b.Request.Cost = 0
 		}
 	}
-	p.Buckets = append(p.Buckets, b)
-	return len(p.Buckets) - 1
+}
+
+// indexFrom is how many buckets a plan holds before add finds them
+// through a map rather than by looking at each.
+const indexFrom = 8
+
+// add appends b, or merges it into the bucket already planned under the
+// same name and identity, and returns its index: the same descriptor
+// twice in one request counts twice, as it does in envoyproxy/ratelimit.
+// Merged requests add their costs (a refund takes its cost off, and a
+// refund larger than the rest makes the whole a refund); a charge among
+// them makes the whole a charge, else a take among them a take. The bucket
+// is shadow only if every descriptor naming it is.
+func (p *Plan) add(b decide.Bucket) int {
+	key := bucketKey{b.Request.Name, b.Request.ID}
+	j, found := -1, false
+	if p.index != nil {
+		j, found = p.index[key]
+	} else {
+		for k := range p.Buckets {
+			if r := &p.Buckets[k].Request; r.Name == key.name && r.ID == key.id {
+				j, found = k, true
+				break
+			}
+		}
+	}
+	if !found {
+		p.Buckets = append(p.Buckets, b)
+		j = len(p.Buckets) - 1
+		switch {
+		case p.index != nil:
+			p.index[key] = j
+		case len(p.Buckets) == indexFrom:
+			p.index = make(map[bucketKey]int, 2*indexFrom)
+			for k := range p.Buckets {
+				p.index[bucketKey{p.Buckets[k].Request.Name, p.Buckets[k].Request.ID}] = k
+			}
+		}
+		return j
+	}
+	have := &p.Buckets[j]
+	have.Shadow = have.Shadow && b.Shadow
+	have.Request.Kind, have.Request.Cost = merge(have.Request.Kind, have.Request.Cost, b.Request.Kind, b.Request.Cost)
+	return j
+}
+
+// merge is one request's kind and cost for two asked of the same bucket
+// (add).
+func merge(k1 limiter.Kind, c1 int64, k2 limiter.Kind, c2 int64) (limiter.Kind, int64) {
+	signed := func(k limiter.Kind, c int64) int64 {
+		if k == limiter.Refund {
+			return -c
+		}
+		return c
+	}
+	sum := saturate(signed(k1, c1), signed(k2, c2))
+	kind := limiter.Take
+	switch {
+	case k1 == limiter.Charge || k2 == limiter.Charge:
+		kind = limiter.Charge
+	case k1 == limiter.Refund && k2 == limiter.Refund:
+		kind = limiter.Refund
+	}
+	if sum < 0 || (sum == 0 && (k1 == limiter.Refund || k2 == limiter.Refund)) {
+		return limiter.Refund, -max(sum, -math.MaxInt64)
+	}
+	return kind, sum
+}
+
+// saturate adds a and b, stopping at the int64 bounds.
+func saturate(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
 }
 
 // descriptorText is a descriptor's entries in one unambiguous string (each

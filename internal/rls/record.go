@@ -51,14 +51,12 @@ func newTallies(r decide.Recorder, c *Config) *tallies {
 }
 
 // record tells the recorder how each descriptor of the answered plan fared
-// (at the time of the first one it records): denied, when its status is
-// over the limit (for a shadow limit: when its bucket was short, or it
-// allows no request at all);
-// allowed, when the answer is OK (for a shadow limit: when every shadow
-// bucket could pay). The other limits of a denied answer are not counted,
-// as Check counts the policies of a denied request; nor are shadow limits
-// whose store failed. res holds the buckets' results, x the decide step's
-// outcome.
+// (at the time of the first one it records), as floodgate_rls_decisions_total
+// counts it (Plan.result): denied when its status is over the limit (for a
+// shadow limit: when it would have been), allowed otherwise; the other
+// limits of a denied answer are not counted, as Check counts the policies
+// of a denied request, nor are shadow limits whose store failed. res holds
+// the buckets' results, x the decide step's outcome.
 func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, res []limiter.Result, x *decide.Decision) {
 	if t == nil {
 		return
@@ -70,18 +68,8 @@ func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, 
 		if it.Kind != Bucketed && it.Kind != Never {
 			continue
 		}
-		var denied bool
-		switch short := it.Kind == Never || !res[it.Bucket].Allowed; {
-		case it.Shadow && it.Kind == Bucketed && x.ShadowErr != nil:
-			continue
-		case it.Shadow && short:
-			denied = true
-		case it.Shadow && !x.ShadowAllowed:
-			continue
-		case it.Shadow:
-		case resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT:
-			denied = true
-		case resp.OverallCode != rlsv3.RateLimitResponse_OK:
+		result, counted := p.result(i, resp, res, x)
+		if !counted {
 			continue
 		}
 		h := t.overrides[domain]
@@ -95,7 +83,7 @@ func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, 
 			now = time.Now()
 		}
 		name = callerName{entries: p.Entries[i], lim: it.Limit, id: it.ID}
-		h.Record(now, it.ID, &name, denied)
+		h.Record(now, it.ID, &name, result == "denied" || result == "shadow_denied")
 	}
 }
 
@@ -125,7 +113,7 @@ func (c *callerName) Name() (key, caller string) {
 			b.WriteByte(',')
 		}
 		b.WriteString(e.Key)
-		if c.lim != nil && i < len(c.lim.Values) && c.lim.Values[i] != "" && !strings.HasSuffix(c.lim.Values[i], "*") {
+		if c.lim != nil && i < len(c.lim.Values) && c.lim.Values[i] != "" && !strings.Contains(c.lim.Values[i], "*") {
 			b.WriteByte('=')
 			b.WriteString(e.Value)
 			continue

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"math"
+	"strconv"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -25,17 +26,26 @@ type ResponseOptions struct {
 // Respond renders the answer Envoy's rate limit filter reads: overall_code
 // OK or OVER_LIMIT (never UNKNOWN, which a release Envoy takes for OK), one
 // status per descriptor in the request's order, each with its current
-// limit, the whole tokens left and how long until the bucket is full
-// (allowed) or until its cost fits (over the limit). A denial also carries
-// a JSON raw_body with its content-type, as a denied Check does. res holds
-// each bucket's result, in the plan's bucket order; d is the decide step's
-// outcome.
+// limit, the whole tokens left (0 on an over-limit status, shadow or not,
+// as envoyproxy/ratelimit reports it) and how long until the bucket is
+// full (within the limit) or until the descriptor would pass (over it);
+// none for a request that can never pass (a cost above the capacity, a
+// limit of 0). A descriptor is over its limit when its take could not pay
+// or its charge overdrew the bucket (docs/ratelimit.md, "Costs").
+//
+// Headers go in response_headers_to_add, which Envoy's filter copies into
+// its 429 (and, allowed, into the upstream's response): on a denial a JSON
+// raw_body and its content-type, as a denied Check has, and Retry-After
+// unless the request can never pass; x-ratelimit-degraded when the
+// per-replica fallback decided. res holds each bucket's result, in the
+// plan's bucket order; d is the decide step's outcome.
 func (p *Plan) Respond(res []limiter.Result, d *decide.Decision, o ResponseOptions) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Items)),
 	}
 	var retryAfter time.Duration
+	never := false
 	for i := range p.Items {
 		it := &p.Items[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -52,47 +62,101 @@ func (p *Plan) Respond(res []limiter.Result, d *decide.Decision, o ResponseOptio
 			RequestsPerUnit: it.RequestsPerUnit,
 			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[it.Unit.Name]),
 		}
-		over, wait := false, time.Duration(0)
-		if it.Kind == Never {
-			over, wait = true, time.Duration(it.Unit.Seconds)*time.Second
-		} else {
-			r := &res[it.Bucket]
-			st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
-			wait = r.ResetAfter
-			if !r.Allowed {
-				over = true
-				if r.RetryAfter > 0 {
-					wait = r.RetryAfter
-				}
-			}
+		over, cannot, wait := p.outcome(it, res)
+		if !over && it.Kind == Bucketed {
+			st.LimitRemaining = uint32(min(max(res[it.Bucket].Remaining, 0), math.MaxUint32))
 		}
-		st.DurationUntilReset = &durationpb.Duration{Seconds: respond.Seconds(wait)}
+		if !cannot {
+			st.DurationUntilReset = &durationpb.Duration{Seconds: respond.Seconds(wait)}
+		}
 		if over && !it.Shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			never = never || cannot
 			retryAfter = max(retryAfter, wait)
 		}
 	}
 	if o.Headers {
-		resp.ResponseHeadersToAdd = p.headers(resp)
+		resp.ResponseHeadersToAdd = p.headers(resp, res)
+	}
+	if d.Degraded {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(respond.HeaderDegraded, "true"))
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		resp.RawBody = respond.AppendBody(nil, respond.Body{RetryAfter: respond.RetryAfter(retryAfter)})
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header("content-type", respond.ContentTypeJSON))
+		resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, retryAfter, never, d.Degraded)
 	}
 	return resp
 }
 
+// outcome is how a counted descriptor fared: over its limit or not, never
+// able to pass, and the wait its status reports (until full within the
+// limit, until it would pass over it).
+func (p *Plan) outcome(it *Item, res []limiter.Result) (over, cannot bool, wait time.Duration) {
+	if it.Kind == Never {
+		// No bucket: a look or a refund passes (ratelimit: 0 hits are not
+		// over a limit of 0), anything else never can.
+		if it.Request == limiter.Refund || it.Cost == 0 {
+			return false, false, time.Duration(it.Unit.Seconds) * time.Second
+		}
+		return true, true, 0
+	}
+	r := &res[it.Bucket]
+	switch p.Buckets[it.Bucket].Request.Kind {
+	case limiter.Take:
+		over = !r.Allowed
+	case limiter.Charge:
+		over = r.InDebt
+	}
+	switch {
+	case !over:
+		return false, false, r.ResetAfter
+	case r.ExceedsCapacity:
+		return true, true, 0
+	case r.RetryAfter > 0:
+		return true, false, r.RetryAfter
+	}
+	return true, false, r.ResetAfter
+}
+
+// denial adds to hs what a denied answer carries, and returns its body:
+// Retry-After unless the request can never pass, the JSON content-type, and
+// the JSON body a denied Check has (limiter/respond).
+func denial(hs []*corev3.HeaderValue, retryAfter time.Duration, never, degraded bool) ([]*corev3.HeaderValue, []byte) {
+	body := respond.Body{RetryAfter: respond.RetryAfter(retryAfter), Never: never, Degraded: degraded}
+	if !never {
+		hs = append(hs, header(respond.HeaderRetryAfter, strconv.FormatInt(body.RetryAfter, 10)))
+	}
+	hs = append(hs, header("content-type", respond.ContentTypeJSON))
+	return hs, respond.AppendBody(nil, body)
+}
+
 // headers renders draft-ietf-httpapi-ratelimit-headers (draft 11)
-// RateLimit-Policy and RateLimit, one member per counted descriptor, named
-// by the limit's name or, unnamed, by its place in the tree. Durations are
-// whole seconds, as every status's duration_until_reset already is.
-func (p *Plan) headers(resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
+// RateLimit-Policy and RateLimit, one member per bucket the answer counts,
+// as Check's are: named by the limit's name or, unnamed, by its Key
+// ("override" for a request's own limit), a name that repeats for another
+// bucket (the same limit met by several descriptors) followed by #2, #3...;
+// q is the bucket's capacity (the burst, when rls.burst sets one) and w
+// the seconds it takes to refill from empty, so r, the whole tokens left,
+// never exceeds q. t is the status's duration_until_reset, or the time
+// until full for a request that can never pass. Durations are whole
+// seconds.
+func (p *Plan) headers(resp *rlsv3.RateLimitResponse, res []limiter.Result) []*corev3.HeaderValue {
 	var pol, cur []byte
+	var seen map[string]int
+	var done map[int]bool
 	for i := range p.Items {
 		it, st := &p.Items[i], resp.Statuses[i]
 		if st.CurrentLimit == nil {
 			continue
+		}
+		if it.Kind == Bucketed {
+			if done[it.Bucket] {
+				continue // a bucket two descriptors name is one member
+			}
+			if done == nil {
+				done = map[int]bool{}
+			}
+			done[it.Bucket] = true
 		}
 		name := it.Name
 		if name == "" && it.Limit != nil {
@@ -101,11 +165,25 @@ func (p *Plan) headers(resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
 		if name == "" {
 			name = "override"
 		}
+		if seen == nil {
+			seen = map[string]int{}
+		}
+		if seen[name]++; seen[name] > 1 {
+			name += "#" + strconv.Itoa(seen[name])
+		}
+		q, w, t := int64(0), it.Unit.Seconds, st.DurationUntilReset.GetSeconds()
+		if it.Kind == Bucketed {
+			lim := p.Buckets[it.Bucket].Request.Limit
+			q, w = lim.Capacity, respond.Window(lim)
+			if st.DurationUntilReset == nil {
+				t = respond.Seconds(res[it.Bucket].ResetAfter)
+			}
+		}
 		if len(pol) > 0 {
 			pol, cur = append(pol, ", "...), append(cur, ", "...)
 		}
-		pol = respond.AppendPolicy(pol, name, int64(it.RequestsPerUnit), it.Unit.Seconds)
-		cur = respond.AppendRateLimit(cur, name, int64(st.LimitRemaining), st.DurationUntilReset.GetSeconds())
+		pol = respond.AppendPolicy(pol, name, q, w)
+		cur = respond.AppendRateLimit(cur, name, int64(st.LimitRemaining), t)
 	}
 	if len(pol) == 0 {
 		return nil
@@ -114,8 +192,9 @@ func (p *Plan) headers(resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
 }
 
 // header is one response header. The rate limit API carries plain
-// HeaderValues, without an append action: Envoy's rate limit filter decides
-// how it adds them.
+// HeaderValues, without an append action: Envoy's rate limit filter adds
+// them to its 429, or to the upstream's response when the answer is OK
+// (Filter::populateResponseHeaders, HeaderMapImpl::copyFrom).
 func header(name, value string) *corev3.HeaderValue {
 	return &corev3.HeaderValue{Key: name, Value: value}
 }

@@ -4,15 +4,19 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/respond"
 )
 
 // ServiceOptions configure a Service.
@@ -25,10 +29,14 @@ type ServiceOptions struct {
 	// OnFailure is what a request answers when the store cannot decide:
 	// decide.Allow (OK), decide.Deny (OVER_LIMIT) or decide.Error (the
 	// RPC fails with UNAVAILABLE, so that the failure_mode_deny of Envoy's
-	// rate limit filter decides).
+	// rate limit filter decides). Allowed and denied answers are marked
+	// x-ratelimit-degraded, as a Check's are.
 	OnFailure decide.OnFailure
-	Response  ResponseOptions
-	Logger    *zap.Logger
+	// FailureRetryAfter is the Retry-After of a decide.Deny answer
+	// (store.failure_retry_after; default 1s).
+	FailureRetryAfter time.Duration
+	Response          ResponseOptions
+	Logger            *zap.Logger
 	// Registerer receives the service's metrics (nil: none).
 	Registerer prometheus.Registerer
 	// Recorder, when set, hears every configured limit's decisions, for
@@ -57,6 +65,9 @@ func NewService(cfg *Config, o ServiceOptions) *Service {
 	if o.ShadowStore == nil {
 		o.ShadowStore = o.Store
 	}
+	if o.FailureRetryAfter <= 0 {
+		o.FailureRetryAfter = time.Second
+	}
 	s := &Service{opts: o, metrics: newMetrics(o.Registerer)}
 	s.deciders.New = func() any { return &decide.Decider{Store: o.Store, Shadow: o.ShadowStore, Concurrent: true} }
 	s.SetConfig(cfg)
@@ -79,10 +90,28 @@ func (s *Service) SetConfig(cfg *Config) {
 // Config returns the configuration in use.
 func (s *Service) Config() *Config { return s.state.Load().cfg }
 
-// ShouldRateLimit decides one request of Envoy's rate limit filter.
+// ShouldRateLimit decides one request of Envoy's rate limit filter. A
+// request past MaxDescriptors or MaxEntries, or bringing a limit of its
+// own that cannot be counted, is answered by the failure mode without a
+// decision, counted and logged.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
 	st := s.state.Load()
-	plan := st.cfg.Plan(req, s.opts.Hash)
+	if n, e := Size(req); n > MaxDescriptors || e > MaxEntries {
+		reason := "descriptors"
+		if n <= MaxDescriptors {
+			reason = "entries"
+		}
+		s.metrics.unplanned.WithLabelValues(reason).Inc()
+		s.opts.Logger.Warn("rate limit request too large to decide; the failure mode answers", zap.String("domain", req.GetDomain()),
+			zap.Int("descriptors", n), zap.Int("max_descriptors", MaxDescriptors), zap.Int("entries", e), zap.Int("max_entries", MaxEntries))
+		return s.failed(0)
+	}
+	plan, err := st.cfg.Plan(req, s.opts.Hash)
+	if err != nil {
+		s.metrics.unplanned.WithLabelValues("limit").Inc()
+		s.opts.Logger.Warn("rate limit request cannot be counted; the failure mode answers", zap.String("domain", req.GetDomain()), zap.Error(err))
+		return s.failed(len(plan.Items))
+	}
 	d := decide.Decision{Allowed: true, ShadowAllowed: true}
 	var res []limiter.Result
 	if len(plan.Buckets) > 0 {
@@ -93,7 +122,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if d.Err != nil {
 			s.opts.Logger.Warn("store could not decide; failure mode answers", zap.Error(d.Err), zap.String("domain", req.GetDomain()))
 			s.metrics.storeErrors.Inc()
-			return s.failed(&plan)
+			return s.failed(len(plan.Items))
 		}
 	}
 	resp = plan.Respond(res, &d, s.opts.Response)
@@ -106,28 +135,39 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 // server had no memory to spare for it in time), as when the store cannot
 // decide: it has no descriptor statuses, since its descriptors are unknown.
 func (s *Service) Unread() (*rlsv3.RateLimitResponse, error) {
-	return s.failed(&Plan{})
+	return s.failed(0)
 }
 
-// failed answers by the failure mode when the store could not decide.
-func (s *Service) failed(plan *Plan) (*rlsv3.RateLimitResponse, error) {
+// failed answers by the failure mode a request of n descriptors that was
+// not decided: an RPC error (decide.Error), or OK or OVER_LIMIT marked
+// x-ratelimit-degraded, the denial with the Retry-After, content-type and
+// JSON body a denied Check has. n is 0 for a request whose descriptors
+// are not read, or too many to answer one by one.
+func (s *Service) failed(n int) (*rlsv3.RateLimitResponse, error) {
+	degraded := header(respond.HeaderDegraded, "true")
 	switch s.opts.OnFailure {
 	case decide.Error:
 		s.metrics.requests.WithLabelValues("error").Inc()
 		return nil, status.Error(codes.Unavailable, "floodgate: the rate limit store could not decide")
 	case decide.Deny:
 		s.metrics.requests.WithLabelValues("degraded_denied").Inc()
-		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: allStatuses(plan, rlsv3.RateLimitResponse_OVER_LIMIT)}, nil
+		resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: allStatuses(n, rlsv3.RateLimitResponse_OVER_LIMIT, s.opts.FailureRetryAfter)}
+		resp.ResponseHeadersToAdd, resp.RawBody = denial([]*corev3.HeaderValue{degraded}, s.opts.FailureRetryAfter, false, true)
+		return resp, nil
 	}
 	s.metrics.requests.WithLabelValues("degraded_allowed").Inc()
-	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: allStatuses(plan, rlsv3.RateLimitResponse_OK)}, nil
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: allStatuses(n, rlsv3.RateLimitResponse_OK, 0),
+		ResponseHeadersToAdd: []*corev3.HeaderValue{degraded}}, nil
 }
 
-// allStatuses is one status of code per descriptor of plan.
-func allStatuses(plan *Plan, code rlsv3.RateLimitResponse_Code) []*rlsv3.RateLimitResponse_DescriptorStatus {
-	out := make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(plan.Items))
+// allStatuses is n statuses of code, each waiting wait when it is not 0.
+func allStatuses(n int, code rlsv3.RateLimitResponse_Code, wait time.Duration) []*rlsv3.RateLimitResponse_DescriptorStatus {
+	out := make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
 	for i := range out {
 		out[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: code}
+		if wait > 0 {
+			out[i].DurationUntilReset = &durationpb.Duration{Seconds: respond.Seconds(wait)}
+		}
 	}
 	return out
 }

@@ -115,7 +115,8 @@ func TestABurstPassesUpToTheLimitThenIsOverIt(t *testing.T) {
 	if got := r.Statuses[0].DurationUntilReset.AsDuration(); got != 20*time.Second {
 		t.Fatalf("over the limit: duration_until_reset %v, want 20s", got)
 	}
-	if string(r.RawBody) != `{"error":"rate_limited","retry_after":20}` || len(r.ResponseHeadersToAdd) != 1 || r.ResponseHeadersToAdd[0].Value != "application/json" {
+	if string(r.RawBody) != `{"error":"rate_limited","retry_after":20}` || len(r.ResponseHeadersToAdd) != 2 ||
+		headerValue(r, "content-type") != "application/json" || headerValue(r, "retry-after") != "20" {
 		t.Fatalf("denial body and headers: %q %v", r.RawBody, r.ResponseHeadersToAdd)
 	}
 	// Another key has its own bucket.
@@ -186,8 +187,8 @@ func TestHitsAddendAndOverrides(t *testing.T) {
 		t.Fatalf("hits_addend 0 on the descriptor: %v", r)
 	}
 	back := desc("api_key", "k1")
-	back.HitsAddend, back.IsNegativeHits = wrapperspb.UInt64(1), true // give a token back: not implemented, looks only
-	if r := ask(t, c, back); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 1 {
+	back.HitsAddend, back.IsNegativeHits = wrapperspb.UInt64(1), true // give a token back
+	if r := ask(t, c, back); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 2 {
 		t.Fatalf("is_negative_hits: %v", r)
 	}
 	over := desc("api_key", "k1")

@@ -2,8 +2,8 @@
 // server's Check, its HTTP door, the rate limit service and floodgate
 // replay each turn a request into a plan of buckets (which bucket, which
 // limit, what it costs, whether it is shadow) and hand it to a Decider,
-// which takes the enforced buckets from the store all or nothing and the
-// shadow buckets on their own, never denying. What a front end answers when
+// which takes the enforced buckets from the store all or nothing and each
+// shadow bucket as if it were the only one, never denying. What a front end answers when
 // the store cannot decide is its OnFailure; who it limited, it tells a
 // Recorder.
 package decide
@@ -34,7 +34,9 @@ type Decision struct {
 	// enforced buckets, and their results are zero.
 	Err error
 	// ShadowAllowed: every shadow bucket could pay (true when the plan has
-	// none, or when the shadow store failed).
+	// none, or when the shadow store failed). Each shadow bucket decides on
+	// its own, as if it were the only shadow bucket: its result's Allowed
+	// says whether it paid, whatever the others did.
 	ShadowAllowed bool
 	// ShadowErr is the shadow store's error, or a *ShadowPanic: the shadow
 	// buckets' results are zero. It never changes Allowed.
@@ -56,10 +58,15 @@ type ShadowPanic struct {
 func (p *ShadowPanic) Error() string { return fmt.Sprintf("shadow decision panicked: %v", p.Value) }
 
 // Decider takes a plan from the stores: the enforced buckets in one
-// all-or-nothing Take, the shadow buckets in another of their own. Its
-// working memory is reused, and holds up to MaxInline buckets of each kind
-// without allocating, so a Decider is for one decision at a time: keep one
-// per goroutine, or pool them.
+// all-or-nothing Take, the shadow buckets in another of their own, in which
+// each decides as if it were the only shadow bucket (a shadow bucket's
+// would-be denial is its own, never caused by another's): when that Take
+// is denied, the shadow buckets that could pay are taken again without the
+// ones that could not, so a plan with one shadow bucket, or whose shadow
+// buckets all pay, costs one Take as before. Its working memory is reused,
+// and holds up to MaxInline buckets of each kind without allocating, so a
+// Decider is for one decision at a time: keep one per goroutine, or pool
+// them.
 type Decider struct {
 	Store limiter.Store
 	// Shadow decides the shadow buckets (default: Store).
@@ -73,6 +80,8 @@ type Decider struct {
 
 	enforced, shadow take
 	inline           [2]takeArrays
+	again            takeArrays // the shadow buckets taken again
+	roundAt          [MaxInline]int
 
 	// The concurrent shadow Take: runShadow is takeShadow bound once, so
 	// starting it allocates nothing; ctx is the decision's context while it
@@ -113,7 +122,7 @@ func (d *Decider) Decide(ctx context.Context, plan []Bucket, res []limiter.Resul
 		d.takeBoth(ctx)
 	} else {
 		d.enforced.run(ctx, d.Store)
-		d.shadow.run(ctx, d.shadowStore())
+		d.takeShadowBuckets(ctx)
 	}
 	dec := Decision{Allowed: d.enforced.allowed, Err: d.enforced.err,
 		ShadowAllowed: d.shadow.allowed || d.shadow.err != nil, ShadowErr: d.shadow.err}
@@ -177,7 +186,53 @@ func (d *Decider) takeShadow() {
 			d.shadow.allowed, d.shadow.err = true, &ShadowPanic{Value: p, Stack: debug.Stack()}
 		}
 	}()
-	d.shadow.run(d.ctx, d.shadowStore())
+	d.takeShadowBuckets(d.ctx)
+}
+
+// takeShadowBuckets takes the shadow buckets so that each decides as if it
+// were the only one: one Take of them all and, while a Take is denied, its
+// Takes that could pay once more without those that could not. Each round
+// leaves out at least one bucket and ends when one is allowed, so there
+// are at most as many rounds as shadow buckets (two, unless the buckets
+// change between them). Charges and refunds apply in the first round only,
+// as they always apply. t.allowed stays "every shadow bucket paid".
+func (d *Decider) takeShadowBuckets(ctx context.Context) {
+	t := &d.shadow
+	store := d.shadowStore()
+	t.run(ctx, store)
+	if t.allowed || t.err != nil {
+		return
+	}
+	// round indexes t's requests taken in the last round: all of them at
+	// first.
+	round := d.again.at[:0]
+	for j := range t.reqs {
+		round = append(round, j)
+	}
+	for {
+		again := take{reqs: d.again.reqs[:0], res: d.again.res[:0], at: d.roundAt[:0]}
+		for _, j := range round {
+			if t.reqs[j].Kind == limiter.Take && t.res[j].Allowed {
+				again.reqs, again.at = append(again.reqs, t.reqs[j]), append(again.at, j)
+			}
+		}
+		if len(again.reqs) == 0 {
+			return
+		}
+		again.run(ctx, store)
+		clear(again.reqs)
+		if again.err != nil {
+			t.err = again.err
+			return
+		}
+		for k, j := range again.at {
+			t.res[j] = again.res[k]
+		}
+		if again.allowed {
+			return
+		}
+		round = append(round[:0], again.at...)
+	}
 }
 
 // run takes t's buckets from store: allowed with no error when it has none.

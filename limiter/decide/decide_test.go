@@ -113,3 +113,54 @@ func TestAPanickingShadowTakeIsAnErrorNotACrash(t *testing.T) {
 		t.Errorf("results: %+v", res)
 	}
 }
+
+// countingStore counts the Takes it is handed.
+type countingStore struct {
+	limiter.Store
+	calls int
+}
+
+func (s *countingStore) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
+	s.calls++
+	return s.Store.Take(ctx, reqs, res)
+}
+
+// TestEachShadowBucketDecidesAsIfItWereTheOnlyOne: two shadow buckets, one
+// spent: the other still pays (DESIGN: each shadow policy decides as if it
+// were the only one, its would-be denials its own), in a second Take of
+// the buckets that could pay; ShadowAllowed says not every one did. A plan
+// whose shadow buckets all pay, or with one shadow bucket, costs one Take
+// as before; a charge among the shadow buckets is applied once.
+func TestEachShadowBucketDecidesAsIfItWereTheOnlyOne(t *testing.T) {
+	for _, concurrent := range []bool{false, true} {
+		shadow := &countingStore{Store: storetest.Memory(limiter.NewManualClock(time.Unix(1_800_000_000, 0)))}
+		d := Decider{Store: storetest.Memory(nil), Shadow: shadow, Concurrent: concurrent}
+		plan := []Bucket{
+			{Request: limiter.Request{Name: "enforced", ID: "k", Limit: limiter.MustLimit(9, "1/60"), Cost: 1}},
+			{Request: limiter.Request{Name: "shadow-small", ID: "k", Limit: limiter.MustLimit(1, "1/60"), Cost: 1}, Shadow: true},
+			{Request: limiter.Request{Name: "shadow-large", ID: "k", Limit: limiter.MustLimit(5, "1/60"), Cost: 1}, Shadow: true},
+			{Request: limiter.Request{Name: "shadow-charged", ID: "k", Limit: limiter.MustLimit(5, "1/60"), Cost: 1, Kind: limiter.Charge}, Shadow: true},
+		}
+		res := make([]limiter.Result, len(plan))
+		if got := d.Decide(context.Background(), plan, res); got != (Decision{Allowed: true, ShadowAllowed: true}) || shadow.calls != 1 {
+			t.Fatalf("concurrent %v, first decision: %+v after %d shadow Takes, want every bucket paid in one", concurrent, got, shadow.calls)
+		}
+		for i := int64(2); i <= 3; i++ {
+			shadow.calls = 0
+			got := d.Decide(context.Background(), plan, res)
+			if got != (Decision{Allowed: true}) || res[1].Allowed || !res[2].Allowed || res[2].Remaining != 5-i || shadow.calls != 2 {
+				t.Fatalf("concurrent %v, decision %d: %+v, results %+v after %d shadow Takes; want shadow-small short, shadow-large paying (%d left), in two Takes",
+					concurrent, i, got, res, shadow.calls, 5-i)
+			}
+			if res[3].Remaining != 5-i {
+				t.Fatalf("concurrent %v, decision %d: the charge left %d, want %d (applied once a decision)", concurrent, i, res[3].Remaining, 5-i)
+			}
+		}
+		// One shadow bucket, short: one Take, as before.
+		one := []Bucket{plan[0], plan[1]}
+		shadow.calls = 0
+		if got := d.Decide(context.Background(), one, res[:2]); got != (Decision{Allowed: true}) || shadow.calls != 1 {
+			t.Fatalf("concurrent %v, one short shadow bucket: %+v after %d shadow Takes, want one", concurrent, got, shadow.calls)
+		}
+	}
+}

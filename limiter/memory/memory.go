@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -373,9 +374,13 @@ func (s *Store) insert(sh *shard, k key, b bucket, now int64) {
 // returns the shards to release. buf provides storage.
 func (s *Store) locked(idx, buf []int) []int {
 	order := append(buf[:0], idx...)
-	for i := 1; i < len(order); i++ { // insertion sort: a handful of entries
-		for j := i; j > 0 && order[j] < order[j-1]; j-- {
-			order[j], order[j-1] = order[j-1], order[j]
+	if len(order) > maxInline {
+		slices.Sort(order) // thousands of buckets (a rate limit request's descriptors) stay n log n
+	} else {
+		for i := 1; i < len(order); i++ { // insertion sort: a handful of entries
+			for j := i; j > 0 && order[j] < order[j-1]; j-- {
+				order[j], order[j-1] = order[j-1], order[j]
+			}
 		}
 	}
 	u := order[:0]

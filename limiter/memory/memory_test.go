@@ -144,3 +144,31 @@ func TestABucketFullInAThousandMillionYears(t *testing.T) {
 		t.Errorf("two tokens a year later: %v %+v, want one held, the next in a year", ok, res[0])
 	}
 }
+
+// TestADecisionOfTwentyThousandBuckets: one decision naming 20,000
+// buckets (a rate limit request's descriptors, each its own caller) locks
+// each shard once, in order, whatever the count, and decides every bucket:
+// all pay, none twice; then all are denied together when one cannot pay.
+func TestADecisionOfTwentyThousandBuckets(t *testing.T) {
+	s := storetest.Memory(limiter.NewManualClock(time.Unix(1_800_000_000, 0)))
+	l := limiter.MustLimit(2, "1/60")
+	reqs := make([]limiter.Request, 20_000)
+	for i := range reqs {
+		reqs[i] = limiter.Request{Name: "rls", ID: strconv.Itoa(i), Limit: l, Cost: 1}
+	}
+	res := make([]limiter.Result, len(reqs))
+	for round, want := range []int64{1, 0} {
+		if ok, err := s.Take(context.Background(), reqs, res); !ok || err != nil {
+			t.Fatalf("round %d: %v %v", round+1, ok, err)
+		}
+		for i := range res {
+			if res[i].Remaining != want {
+				t.Fatalf("round %d, bucket %d: %d left, want %d", round+1, i, res[i].Remaining, want)
+			}
+		}
+	}
+	reqs[len(reqs)/2].Cost = 0 // a look: denied now that its bucket is empty
+	if ok, err := s.Take(context.Background(), reqs, res); ok || err != nil || res[0].Remaining != 0 {
+		t.Fatalf("every bucket empty: %v %v %+v", ok, err, res[0])
+	}
+}

@@ -140,7 +140,11 @@ func (m *model) result(kind limiter.Kind, cost int64, fits, allowed bool) limite
 	r := limiter.Result{Allowed: fits || kind != limiter.Take, Remaining: max(floorRat(m.tokens), 0)}
 	r.Limit = floorRat(m.capacity)
 	r.ResetAfter = m.wait(new(big.Rat).Sub(m.capacity, m.tokens))
+	r.InDebt = m.tokens.Sign() < 0
 	if kind != limiter.Take {
+		if r.InDebt {
+			r.RetryAfter = m.wait(new(big.Rat).Sub(big.NewRat(1, 1), m.tokens))
+		}
 		return r
 	}
 	n := new(big.Rat).SetInt64(max(cost, 1))
