@@ -58,6 +58,9 @@ func (v *validator) checkListen(l *Listen) {
 	if l.Admin != "" {
 		v.hostPort("listen.admin", l.Admin)
 	}
+	if l.Metrics != "" {
+		v.hostPort("listen.metrics", l.Metrics)
+	}
 	v.intIn("listen.max_request_bytes", &l.MaxRequestBytes, DefaultMaxRequestBytes, 4096, MaxMaxRequestBytes)
 	if n := l.MaxRequestBytesInFlight; n != 0 && (n < MinRequestBytesInFlight || n > MaxRequestBytesInFlight) {
 		v.at("listen.max_request_bytes_in_flight", "must be between %d (1 MiB) and %d (64 GiB), or 0 to size it from the memory limit (got %d)", MinRequestBytesInFlight, MaxRequestBytesInFlight, n)

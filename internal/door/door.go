@@ -35,7 +35,8 @@ type Door interface {
 	// Services are the gRPC service names the door registers, whose
 	// health is SERVING while the configuration turns the door on.
 	Services() []string
-	// On reports whether c turns the door on.
+	// On reports whether the door serves under c: c turns it on, and it
+	// has what it decides with (a feed's limits, once pushed).
 	On(c *Config) bool
 	// Unread answers, by full gRPC method name, a request of the door
 	// that the server could not read in time: as the door answers when
@@ -54,6 +55,8 @@ type Env struct {
 	Registerer prometheus.Registerer
 	// Recorder, when set, hears every decision (/debug/limited).
 	Recorder decide.Recorder
+	// Feed, when set, pushes the rate limit door's limits (rls.xds).
+	Feed Feed
 }
 
 // kind is a door before it is built: its name, whether a configuration
