@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/internal/door"
-	"github.com/floodgate/floodgate/internal/xdstest"
+	"github.com/floodgate/floodgate/internal/peertest"
 )
 
 // environ is an environment for Build: lookup and os.Environ's form.
@@ -64,7 +64,7 @@ func noteFor(notes []Note, v string) (Note, bool) {
 // its src/settings/settings.go in the module cache.
 func settingsNames(t *testing.T) []string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(xdstest.Module(t, xdstest.Ratelimit), "src", "settings", "settings.go"))
+	src, err := os.ReadFile(filepath.Join(peertest.Module(t, peertest.Ratelimit), "src", "settings", "settings.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func egEnv(t *testing.T, file string) environ {
 // there (statsd, the metric name mapper, tracing, EG's own
 // GRPC_SERVER_TLS_CA_CERT) is warned about, never refused.
 func TestEnvoyGatewaysDeploymentsRunAsTheyAre(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(xdstest.Module(t, xdstest.Gateway), "internal", "infrastructure", "kubernetes", "ratelimit", "testdata", "deployments", "*.yaml"))
+	files, _ := filepath.Glob(filepath.Join(peertest.Module(t, peertest.Gateway), "internal", "infrastructure", "kubernetes", "ratelimit", "testdata", "deployments", "*.yaml"))
 	if len(files) < 10 {
 		t.Fatalf("%d golden Deployments", len(files))
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/store"
-	"github.com/floodgate/floodgate/internal/xdstest"
+	"github.com/floodgate/floodgate/internal/peertest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
@@ -124,10 +124,10 @@ const node = "envoy-ratelimit"
 // before it keep serving; the debug page shows both.
 func TestPushesOverMutualTLSAreAppliedUpdatedAndABadOneRefused(t *testing.T) {
 	redis := redistest.Start(t)
-	ca := xdstest.NewCA(t, "xds")
+	ca := peertest.NewCA(t, "xds")
 	serverCert := ca.Issue("envoy-gateway", []string{"envoy-gateway"}, net.IPv4(127, 0, 0, 1))
 	client := ca.Issue("envoy-ratelimit", []string{"envoy-ratelimit"})
-	xds := xdstest.Start(t, ca.ServerTLS(serverCert))
+	xds := peertest.StartXDS(t, ca.ServerTLS(serverCert))
 	svc := startService(t, redis.Addr, fmt.Sprintf(`  on_failure: error
   burst: {edge.api_key: 3}
   xds:
@@ -214,7 +214,7 @@ func TestPushesOverMutualTLSAreAppliedUpdatedAndABadOneRefused(t *testing.T) {
 // the two, the service keeps the limits it had.
 func TestTheFeedConnectsAgainAfterTheServerGoesAway(t *testing.T) {
 	redis := redistest.Start(t)
-	xds := xdstest.Start(t, nil)
+	xds := peertest.StartXDS(t, nil)
 	svc := startService(t, redis.Addr, fmt.Sprintf("  xds: {server: %q, node_id: %s, retry: {initial: 10ms, max: 50ms}}\n", xds.Addr, node))
 	xds.Push(node, "1", perMinute("edge", "api_key", 2))
 	xds.WaitAcked("1")
@@ -243,7 +243,7 @@ func TestTheFeedConnectsAgainAfterTheServerGoesAway(t *testing.T) {
 // client certificate refuses a client without one.
 func TestTheServerIsAuthenticated(t *testing.T) {
 	redis := redistest.Start(t)
-	ca := xdstest.NewCA(t, "xds")
+	ca := peertest.NewCA(t, "xds")
 	named := ca.Issue("envoy-gateway", []string{"envoy-gateway"})
 	client := ca.Issue("envoy-ratelimit", []string{"envoy-ratelimit"})
 	for _, tc := range []struct {
@@ -253,10 +253,10 @@ func TestTheServerIsAuthenticated(t *testing.T) {
 		{"the name dialled is not the certificate's", fmt.Sprintf("{ca_file: %s, cert_file: %s, key_file: %s}", ca.File, client.CertFile, client.KeyFile), false},
 		{"server_name names it", fmt.Sprintf("{ca_file: %s, cert_file: %s, key_file: %s, server_name: envoy-gateway}", ca.File, client.CertFile, client.KeyFile), true},
 		{"no client certificate", fmt.Sprintf("{ca_file: %s, server_name: envoy-gateway}", ca.File), false},
-		{"another CA", fmt.Sprintf("{ca_file: %s, cert_file: %s, key_file: %s, server_name: envoy-gateway}", xdstest.NewCA(t, "other").File, client.CertFile, client.KeyFile), false},
+		{"another CA", fmt.Sprintf("{ca_file: %s, cert_file: %s, key_file: %s, server_name: envoy-gateway}", peertest.NewCA(t, "other").File, client.CertFile, client.KeyFile), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			xds := xdstest.Start(t, ca.ServerTLS(named))
+			xds := peertest.StartXDS(t, ca.ServerTLS(named))
 			xds.Push(node, "1", perMinute("edge", "api_key", 2))
 			svc := startService(t, redis.Addr, fmt.Sprintf("  xds: {server: %q, node_id: %s, tls: %s, retry: {initial: 10ms, max: 20ms}}\n", xds.Addr, node, tc.tls))
 			if tc.works {

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate/floodgate/internal/rls"
-	"github.com/floodgate/floodgate/internal/xdstest"
+	"github.com/floodgate/floodgate/internal/peertest"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
@@ -42,7 +42,7 @@ func parseRendered(t *testing.T, configs ...*rlsconfv3.RateLimitConfig) (*rls.Co
 // descriptors to be the ones it selects from the rendering: the same key,
 // rate, name, replaces, shadow mode and unlimited.
 func TestARenderedPushSelectsWhatItsFileSelects(t *testing.T) {
-	dir := xdstest.Module(t, xdstest.Ratelimit)
+	dir := peertest.Module(t, peertest.Ratelimit)
 	file := filepath.Join(dir, "examples", "ratelimit", "config", "example.yaml")
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -52,7 +52,7 @@ func TestARenderedPushSelectsWhatItsFileSelects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pbs, err := xdstest.FromYAML(data)
+	pbs, err := peertest.FromYAML(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func describe(l *rls.Limit) string {
 // RateLimitConfig can carry is refused by internal/rls as a rendered push
 // exactly when it is refused as a file, so a push is validated like a file.
 func TestEveryPeerTestConfigIsJudgedAsItsFile(t *testing.T) {
-	dir := filepath.Join(xdstest.Module(t, xdstest.Ratelimit), "test", "config")
+	dir := filepath.Join(peertest.Module(t, peertest.Ratelimit), "test", "config")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if len(files) < 10 {
 		t.Fatalf("%d configurations in %s", len(files), dir)
@@ -108,7 +108,7 @@ func TestEveryPeerTestConfigIsJudgedAsItsFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pbs, err := xdstest.FromYAML(data)
+		pbs, err := peertest.FromYAML(data)
 		if err != nil {
 			t.Logf("%s: no RateLimitConfig can carry it (%v)", filepath.Base(f), err)
 			continue

@@ -1,10 +1,13 @@
-// Package xdstest runs go-control-plane's own xDS management server on a
-// loopback port for tests, serving RateLimitConfig resources to one node
-// from a snapshot cache, as Envoy Gateway serves its rate limit Deployment
-// (internal/globalratelimit/runner of Envoy Gateway: a SnapshotCache
-// behind go-control-plane's server, ADS registered), and records what the
-// clients acknowledge. CA makes the certificates of a mutual TLS test.
-package xdstest
+// Package peertest is what tests need of the peers Floodgate stands in for
+// as Envoy's rate limit service: go-control-plane's own xDS management
+// server on a loopback port (Server), serving RateLimitConfig resources as
+// Envoy Gateway serves its rate limit Deployment and recording what the
+// clients acknowledge; the certificates of a mutual TLS test (CA); the
+// peers' files in the Go module cache (Module: envoyproxy/ratelimit's
+// examples and settings, Envoy Gateway's testdata) and their YAML read
+// back into RateLimitConfig resources (FromYAML); envoyproxy/ratelimit's
+// server, built from its module and run (Ratelimit).
+package peertest
 
 import (
 	"context"
@@ -37,7 +40,7 @@ type Server struct {
 	mu    sync.Mutex
 	gs    *grpc.Server
 	lis   net.Listener
-	nonce map[string]string // response nonce → the version it carried
+	nonce map[streamNonce]string // a response → the version it carried
 	acked map[string]bool   // versions acknowledged
 	nack  map[string]string // versions refused → the error detail's message
 	nodes map[string]bool   // node IDs that opened a stream
@@ -46,13 +49,19 @@ type Server struct {
 	streams int
 }
 
-// Start runs a server on a free loopback port, with TLS when tc is set
+// streamNonce names a response: nonces count per stream.
+type streamNonce struct {
+	stream int64
+	nonce  string
+}
+
+// StartXDS runs a server on a free loopback port, with TLS when tc is set
 // (tc.ClientAuth decides whether clients need a certificate), and stops it
 // when the test ends.
-func Start(t testing.TB, tc *tls.Config) *Server {
+func StartXDS(t testing.TB, tc *tls.Config) *Server {
 	t.Helper()
 	s := &Server{t: t, tls: tc, Cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil),
-		nonce: map[string]string{}, acked: map[string]bool{}, nack: map[string]string{}, nodes: map[string]bool{}}
+		nonce: map[streamNonce]string{}, acked: map[string]bool{}, nack: map[string]string{}, nodes: map[string]bool{}}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -74,14 +83,14 @@ func (s *Server) serve(lis net.Listener) {
 			}
 			return nil
 		},
-		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
+		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.nodes[req.GetNode().GetId()] = true
 			if req.GetResponseNonce() == "" {
 				return nil
 			}
-			v := s.nonce[req.GetResponseNonce()]
+			v := s.nonce[streamNonce{id, req.GetResponseNonce()}]
 			if d := req.GetErrorDetail(); d != nil {
 				s.nack[v] = d.GetMessage()
 			} else if req.GetVersionInfo() == v {
@@ -89,10 +98,10 @@ func (s *Server) serve(lis net.Listener) {
 			}
 			return nil
 		},
-		StreamResponseFunc: func(_ context.Context, _ int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.nonce[resp.GetNonce()] = resp.GetVersionInfo()
+			s.nonce[streamNonce{id, resp.GetNonce()}] = resp.GetVersionInfo()
 		},
 	}
 	var opts []grpc.ServerOption
@@ -131,7 +140,7 @@ func (s *Server) Restart() {
 		time.Sleep(20 * time.Millisecond) // the port is released asynchronously; nothing to wait on
 	}
 	if err != nil {
-		s.t.Fatalf("xdstest: listening again on %s: %v", s.Addr, err)
+		s.t.Fatalf("peertest: listening again on %s: %v", s.Addr, err)
 	}
 	s.serve(lis)
 }
@@ -210,7 +219,7 @@ func (s *Server) wait(what string, ok func() bool) {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("xdstest: no %s within 15s", what)
+			s.t.Fatalf("peertest: no %s within 15s", what)
 		}
 		time.Sleep(5 * time.Millisecond) // the callbacks run on the server's goroutines; polled
 	}

@@ -1,4 +1,4 @@
-package xdstest
+package peertest
 
 import (
 	"crypto/ecdsa"
