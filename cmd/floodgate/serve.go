@@ -165,8 +165,8 @@ type server struct {
 	admin     *http.Server // nil without listen.admin
 	adminAddr string
 	metrics   *http.Server // nil without listen.metrics
-	ready     atomic.Bool // /readyz: serving and not draining
-	errc      chan error  // the gRPC server's end
+	ready     atomic.Bool  // /readyz: serving and not draining
+	errc      chan error   // the gRPC server's end
 }
 
 // newServer connects the store and builds every front end on it. The

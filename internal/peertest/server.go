@@ -41,9 +41,9 @@ type Server struct {
 	gs    *grpc.Server
 	lis   net.Listener
 	nonce map[streamNonce]string // a response → the version it carried
-	acked map[string]bool   // versions acknowledged
-	nack  map[string]string // versions refused → the error detail's message
-	nodes map[string]bool   // node IDs that opened a stream
+	acked map[string]bool        // versions acknowledged
+	nack  map[string]string      // versions refused → the error detail's message
+	nodes map[string]bool        // node IDs that opened a stream
 	md    []map[string][]string
 	// Streams counts the streams opened so far.
 	streams int

@@ -21,8 +21,8 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
-	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/internal/peertest"
+	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 

@@ -11,8 +11,8 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/internal/peertest"
+	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
