@@ -9,9 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
-	"sigs.k8s.io/yaml"
-
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/peertest"
 )
@@ -96,45 +93,6 @@ func TestEveryPeerVariableIsRead(t *testing.T) {
 	}
 }
 
-// egEnv is the environment of a Deployment of Envoy Gateway's rate limit
-// goldens (internal/infrastructure/kubernetes/ratelimit/testdata/deployments
-// of its module): what it gives /bin/ratelimit. A value from a Secret or
-// the pod stands in as a plausible one.
-func egEnv(t *testing.T, file string) environ {
-	t.Helper()
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dep appsv1.Deployment
-	if err := yaml.UnmarshalStrict(data, &dep); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	e := environ{}
-	for _, c := range dep.Spec.Template.Spec.Containers {
-		if c.Name != "envoy-ratelimit" {
-			continue
-		}
-		if len(c.Command) != 1 || c.Command[0] != "/bin/ratelimit" {
-			t.Fatalf("%s: command %v", file, c.Command)
-		}
-		for _, v := range c.Env {
-			switch {
-			case v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil:
-				e[v.Name] = "redis.from-secret:6379"
-			case v.ValueFrom != nil:
-				e[v.Name] = "envoy-ratelimit-pod"
-			default:
-				e[v.Name] = v.Value
-			}
-		}
-	}
-	if len(e) == 0 {
-		t.Fatalf("%s: no envoy-ratelimit container", file)
-	}
-	return e
-}
-
 // TestEnvoyGatewaysDeploymentsRunAsTheyAre: every rate limit Deployment of
 // Envoy Gateway's own goldens gives an environment Floodgate runs with,
 // unchanged: limits over xDS from envoy-gateway:18001 as node
@@ -145,13 +103,9 @@ func egEnv(t *testing.T, file string) environ {
 // there (statsd, the metric name mapper, tracing, EG's own
 // GRPC_SERVER_TLS_CA_CERT) is warned about, never refused.
 func TestEnvoyGatewaysDeploymentsRunAsTheyAre(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join(peertest.Module(t, peertest.Gateway), "internal", "infrastructure", "kubernetes", "ratelimit", "testdata", "deployments", "*.yaml"))
-	if len(files) < 10 {
-		t.Fatalf("%d golden Deployments", len(files))
-	}
-	for _, f := range files {
+	for _, f := range peertest.GatewayDeployments(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			e := egEnv(t, f)
+			e := environ(peertest.GatewayEnv(t, f))
 			if e["REDIS_TYPE"] == "sentinel" && !strings.Contains(e["REDIS_URL"], ",") {
 				// This golden patches REDIS_TYPE=sentinel over a single
 				// address: envoyproxy/ratelimit refuses it at start
