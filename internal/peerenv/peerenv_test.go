@@ -346,3 +346,30 @@ func TestTheRuntimeDirectory(t *testing.T) {
 		t.Errorf("a ConfigMap without RUNTIME_IGNOREDOTFILES: %v", r.Warnings)
 	}
 }
+
+// TestTheDocsTableNamesEveryVariable: docs/ratelimit.md's table says how
+// each of the peer's variables, and each of Floodgate's own, is honoured.
+func TestTheDocsTableNamesEveryVariable(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "ratelimit.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(string(doc), "## Started as ratelimit")
+	end := strings.Index(string(doc), "## Pointing Envoy")
+	if start < 0 || end < start {
+		t.Fatal("docs/ratelimit.md has no section \"Started as ratelimit\" before \"Pointing Envoy\"")
+	}
+	section := string(doc[start:end])
+	var rows []string
+	for _, l := range strings.Split(section, "\n") {
+		if strings.HasPrefix(l, "| `") {
+			rows = append(rows, strings.SplitN(l, " | ", 2)[0])
+		}
+	}
+	named := strings.Join(rows, " ")
+	for _, v := range append(slices.Clone(Variables), FloodgateVariables...) {
+		if !strings.Contains(named, "`"+v+"`") && !(strings.HasPrefix(v, "REDIS_PERSECOND_") && strings.Contains(named, "`REDIS_PERSECOND_*`")) {
+			t.Errorf("docs/ratelimit.md's tables do not name %s in their first column", v)
+		}
+	}
+}
