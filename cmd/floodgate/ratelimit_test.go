@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/peertest"
@@ -244,5 +246,55 @@ func TestRatelimitBeforeAndAfterTheFirstPushAsThePeer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestServeTakesItsLimitsFromRLSXDS: Floodgate's own configuration
+// (rls.xds, not the peer's variables) takes the rate limit service's limits
+// from an xDS server: the service is NOT_SERVING in grpc.health.v1 until
+// the first push, then answers with it; /debug/xds shows it; validate
+// names the feed; a reload that changes rls.xds says it waits for a
+// restart.
+func TestServeTakesItsLimitsFromRLSXDS(t *testing.T) {
+	xds := peertest.StartXDS(t, nil)
+	dir := t.TempDir()
+	cfg := func(node string) string {
+		return fmt.Sprintf("listen: {grpc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nreload: {interval: 100ms}\nrls:\n  xds: {server: %q, node_id: %s, retry: {initial: 10ms, max: 50ms}}\n", xds.Addr, node)
+	}
+	path := filepath.Join(dir, "floodgate.yaml")
+	writeFile(t, path, cfg("edge-node"))
+	out, err := exec.Command(binary, "validate", "--offline", "--config", path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok (rate limit domains pushed by xds "+xds.Addr+" (node edge-node), store memory") {
+		t.Errorf("validate: %v %s", err, out)
+	}
+	p := startCommand(t, "serve", "--config", path)
+	health := func() healthpb.HealthCheckResponse_ServingStatus {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		h, err := healthpb.NewHealthClient(p.Conn).Check(ctx, &healthpb.HealthCheckRequest{Service: rlsv3.RateLimitService_ServiceDesc.ServiceName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Status
+	}
+	if s := health(); s != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("before the first push: %v, want NOT_SERVING", s)
+	}
+	xds.Push("edge-node", "1", &rlsconfv3.RateLimitConfig{Name: "edge", Domain: "edge", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "api_key", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 4}}}})
+	xds.WaitAcked("1")
+	if r := shouldRateLimit(t, p, "k"); r.OverallCode != rlsv3.RateLimitResponse_OK || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 4 {
+		t.Errorf("after the push: %v", r)
+	}
+	waitFor(t, 5*time.Second, "the service's health to follow the push", func() bool { return health() == healthpb.HealthCheckResponse_SERVING })
+	if _, page := httpGet(t, "http://"+p.Admin+"/debug/xds"); !strings.Contains(page, "edge.api_key: 4 per minute") {
+		t.Errorf("/debug/xds:\n%s", page)
+	}
+	writeFile(t, path, cfg("other-node"))
+	waitFor(t, 5*time.Second, "the reload to say rls.xds waits for a restart", func() bool {
+		return strings.Contains(p.Output(), "changes to rls.xds take effect on restart only")
+	})
+	if r := shouldRateLimit(t, p, "k2"); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 4 {
+		t.Errorf("after a reload changing rls.xds: %v, want the pushed limits still", r)
 	}
 }
