@@ -11,6 +11,7 @@
 package xdsfeed
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -350,43 +351,47 @@ func tlsConfig(t *config.XDSTLS) (*tls.Config, error) {
 // (one line each, named as rls.burst names them) and the problems of the
 // last push rejected since, each at its line of the file the push was
 // rendered to (printed after it).
-func (f *Feed) WriteStatus(w io.Writer) {
+func (f *Feed) WriteStatus(out io.Writer) {
+	// Rendered under the lock, written after it: a slow reader of the
+	// page must not hold back the next push.
+	var w bytes.Buffer
+	defer func() { out.Write(w.Bytes()) }()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fmt.Fprintf(w, "rls.xds %s, node %s: ", f.x.Server, f.x.NodeID)
+	fmt.Fprintf(&w, "rls.xds %s, node %s: ", f.x.Server, f.x.NodeID)
 	switch {
 	case !f.connected.IsZero():
-		fmt.Fprintf(w, "connected since %s\n", f.connected.UTC().Format(time.RFC3339))
+		fmt.Fprintf(&w, "connected since %s\n", f.connected.UTC().Format(time.RFC3339))
 	case f.lastErr != nil:
-		fmt.Fprintf(w, "not connected: %v\n", f.lastErr)
+		fmt.Fprintf(&w, "not connected: %v\n", f.lastErr)
 	default:
-		fmt.Fprintln(w, "connecting")
+		fmt.Fprintln(&w, "connecting")
 	}
-	fmt.Fprintf(w, "pushes: %d accepted, %d rejected\n", f.accepted, f.refused)
+	fmt.Fprintf(&w, "pushes: %d accepted, %d rejected\n", f.accepted, f.refused)
 	if p := f.latest; p != nil {
-		fmt.Fprintf(w, "\npush %s at %s: ok (rate limit %s %s)\n", p.version, p.at.UTC().Format(time.RFC3339), plural(len(p.domains), "domain", "domains"), strings.Join(p.domains, " "))
+		fmt.Fprintf(&w, "\npush %s at %s: ok (rate limit %s %s)\n", p.version, p.at.UTC().Format(time.RFC3339), plural(len(p.domains), "domain", "domains"), strings.Join(p.domains, " "))
 		for i, c := range p.configs {
-			fmt.Fprintf(w, "%s: domain %s\n", p.pushed.Names[i], c.GetDomain())
+			fmt.Fprintf(&w, "%s: domain %s\n", p.pushed.Names[i], c.GetDomain())
 			for _, l := range limitLines(c) {
-				fmt.Fprintf(w, "  %s\n", l)
+				fmt.Fprintf(&w, "  %s\n", l)
 			}
 		}
 		for _, n := range p.notes {
-			fmt.Fprintf(w, "note: %s\n", n)
+			fmt.Fprintf(&w, "note: %s\n", n)
 		}
 	} else {
-		fmt.Fprintln(w, "\nno push accepted yet: the rate limit service answers by rls.on_failure")
+		fmt.Fprintln(&w, "\nno push accepted yet: the rate limit service answers by rls.on_failure")
 	}
 	if p := f.rejected; p != nil {
-		fmt.Fprintf(w, "\npush %s at %s rejected (NACK), the limits above keep serving: %d %s\n", p.version, p.at.UTC().Format(time.RFC3339), len(p.problems), plural(len(p.problems), "problem", "problems"))
+		fmt.Fprintf(&w, "\npush %s at %s rejected (NACK), the limits above keep serving: %d %s\n", p.version, p.at.UTC().Format(time.RFC3339), len(p.problems), plural(len(p.problems), "problem", "problems"))
 		for _, pr := range p.problems {
-			fmt.Fprintln(w, pr)
+			fmt.Fprintln(&w, pr)
 		}
 		for _, name := range p.pushed.Names {
-			fmt.Fprintf(w, "\n%s, as rendered:\n", name)
+			fmt.Fprintf(&w, "\n%s, as rendered:\n", name)
 			for i, l := range strings.SplitAfter(string(p.pushed.Sources[name]), "\n") {
 				if l != "" {
-					fmt.Fprintf(w, "%4d  %s", i+1, l)
+					fmt.Fprintf(&w, "%4d  %s", i+1, l)
 				}
 			}
 		}
