@@ -22,7 +22,8 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/floodgate
 
 ## image: bin/floodgate-image.tar, the container image, without a container engine or registry
-## (cmd/floodgate-image, go-containerregistry): the static binary at /floodgate on an empty base,
+## (cmd/floodgate-image, go-containerregistry): the static binary at /floodgate (and /bin/ratelimit,
+## envoyproxy/ratelimit's command, linking to it: docs/ratelimit.md) on an empty base,
 ## user 65532:65532, reproducible. `docker load -i bin/floodgate-image.tar`; GOARCH=arm64 make image
 ## for arm64. IMAGE is the reference the manifests name (manifests/deployment.yaml).
 IMAGE_REPO ?= ghcr.io/floodgate/floodgate

@@ -1,7 +1,10 @@
 // Command floodgate-image builds Floodgate's container image as a tarball
 // that `docker load` (or podman, crane, skopeo) reads, without a container
-// engine or a registry: one layer holding the static binary at /floodgate on
-// an empty base, run as 65532:65532.
+// engine or a registry: one layer holding the static binary at /floodgate,
+// and /bin/ratelimit linking to it, on an empty base, run as 65532:65532.
+// Started as /bin/ratelimit (Envoy Gateway's rate limit Deployment runs
+// that command), the binary is a drop-in for envoyproxy/ratelimit,
+// configured by that server's environment variables.
 //
 // The image is reproducible: the layer's files and the image's dates are
 // fixed (the Unix epoch), so the same binary and flags give the same digest.
@@ -26,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -39,9 +43,12 @@ import (
 // same user, entrypoint and arguments.
 const (
 	BinaryPath = "/floodgate"
-	User       = "65532:65532"
-	ConfigPath = "/etc/floodgate/floodgate.yaml"
-	Source     = "https://github.com/floodgate/floodgate"
+	// RatelimitPath links to BinaryPath under the name envoyproxy/ratelimit's
+	// image runs.
+	RatelimitPath = "/bin/ratelimit"
+	User          = "65532:65532"
+	ConfigPath    = "/etc/floodgate/floodgate.yaml"
+	Source        = "https://github.com/floodgate/floodgate"
 )
 
 // Args are the default arguments of the entrypoint.
@@ -177,7 +184,7 @@ func checkStatic(bin []byte, arch string) error {
 }
 
 // binaryLayer is the layer's tar: the binary, owned by root and executable
-// by all, dated at the epoch.
+// by all, and the link to it, dated at the epoch.
 func binaryLayer(bin []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -190,6 +197,15 @@ func binaryLayer(bin []byte) ([]byte, error) {
 	}
 	if _, err := tw.Write(bin); err != nil {
 		return nil, err
+	}
+	dir, _ := path.Split(RatelimitPath)
+	for _, h := range []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: dir[1:], Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX},
+		{Typeflag: tar.TypeSymlink, Name: RatelimitPath[1:], Linkname: BinaryPath, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err

@@ -102,8 +102,10 @@ func shippedConfig(t *testing.T) string {
 
 // TestTheImage builds the image twice from one binary: the same digest and the same bytes
 // (no timestamps), a config that runs the binary as 65532:65532 with `serve --config` on the
-// path the manifests mount, the OCI labels, one layer holding only /floodgate (no shell), and a
-// binary that runs: `validate` accepts the shipped configuration.
+// path the manifests mount, the OCI labels, one layer holding only /floodgate and /bin/ratelimit
+// linking to it (no shell), and a binary that runs: `validate` accepts the shipped
+// configuration, and started through the link (as Envoy Gateway's rate limit Deployment runs
+// /bin/ratelimit) it reads envoyproxy/ratelimit's variables.
 func TestTheImage(t *testing.T) {
 	bin := staticBinary(t)
 	dir := t.TempDir()
@@ -188,6 +190,12 @@ func TestTheImage(t *testing.T) {
 		if h.ModTime.Unix() != 0 || h.Uid != 0 || h.Gid != 0 {
 			t.Errorf("%s: mtime %v uid %d gid %d, want the epoch and root", h.Name, h.ModTime, h.Uid, h.Gid)
 		}
+		if h.Name == "bin/ratelimit" && (h.Typeflag != tar.TypeSymlink || h.Linkname != "/floodgate") {
+			t.Errorf("/bin/ratelimit: type %c, linking to %q; want a symlink to /floodgate", h.Typeflag, h.Linkname)
+		}
+		if h.Name == "bin/" && (h.Typeflag != tar.TypeDir || h.Mode&0o755 != 0o755) {
+			t.Errorf("/bin: type %c mode %o; want a directory all may enter", h.Typeflag, h.Mode)
+		}
 		if h.Name == "floodgate" {
 			if h.Mode&0o111 != 0o111 {
 				t.Errorf("/floodgate mode %o: not executable by all", h.Mode)
@@ -202,8 +210,8 @@ func TestTheImage(t *testing.T) {
 			f.Close()
 		}
 	}
-	if !slices.Equal(files, []string{"floodgate"}) {
-		t.Fatalf("layer holds %v, want only floodgate (no shell, no other files)", files)
+	if !slices.Equal(files, []string{"floodgate", "bin/", "bin/ratelimit"}) {
+		t.Fatalf("layer holds %v, want only floodgate and bin/ratelimit (no shell, no other files)", files)
 	}
 
 	// The root CAs for Redis TLS travel in the binary, since the image has no CA bundle.
@@ -225,6 +233,18 @@ func TestTheImage(t *testing.T) {
 	out, err = exec.Command(extracted, "version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "floodgate 9.9.9-test\nrevision  abc123\n") {
 		t.Fatalf("the image's binary: version: %v\n%s", err, out)
+	}
+	link := filepath.Join(dir, "bin", "ratelimit")
+	os.MkdirAll(filepath.Dir(link), 0o755)
+	if err := os.Symlink(extracted, link); err != nil {
+		t.Fatal(err)
+	}
+	peer := exec.Command(link, "config")
+	peer.Env = []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=envoy-gateway:18001", "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379", "USE_STATSD=false"}
+	out, err = peer.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "server: envoy-gateway:18001 # CONFIG_GRPC_XDS_SERVER_URL") {
+		t.Fatalf("the image's binary as /bin/ratelimit: config: %v\n%s", err, out)
 	}
 }
 

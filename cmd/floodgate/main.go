@@ -1,7 +1,9 @@
 // Command floodgate is the Floodgate rate limiter: an Envoy ext_authz gRPC
 // server (serve), a configuration checker (validate), a small ext_authz
 // client for trying it out (check), and a view of who is being limited
-// across replicas (top).
+// across replicas (top). Started under the name ratelimit, it serves
+// Envoy's rate limit service configured by envoyproxy/ratelimit's
+// environment variables (ratelimit.go).
 package main
 
 import (
@@ -36,6 +38,12 @@ policy (5 requests, then 1 a second, per caller), loopback only.
 var version = "dev"
 
 func main() {
+	// Started as /bin/ratelimit (the image's link to this binary), it is a
+	// drop-in for envoyproxy/ratelimit, configured by that server's
+	// environment variables.
+	if filepath.Base(os.Args[0]) == ratelimitName {
+		os.Exit(runRatelimit(context.Background(), os.Args[1:], os.LookupEnv, os.Environ(), os.Stdout, os.Stderr))
+	}
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 

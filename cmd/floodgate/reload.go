@@ -31,7 +31,7 @@ import (
 // replica, so it waits for a restart (docs/configuration.md says how to
 // rotate it).
 type reloader struct {
-	path    string
+	src     source
 	doors   []door.Door
 	health  *health.Server
 	log     *zap.Logger
@@ -49,11 +49,30 @@ type reloader struct {
 	removed  prometheus.Counter
 }
 
-// newReloader starts from the configuration in use, cfg, read from path
-// ("" for the embedded default): a file changed since it was read is
-// reloaded at the first poll, however early.
-func newReloader(cfg *door.Config, path string, doors []door.Door, hs *health.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
-	r := &reloader{path: path, doors: doors, health: hs, log: log, started: cfg.Config, rlsPath: cfg.RLS.Config, rlsData: rls.Snapshot(cfg.RLS.Config),
+// source is where a configuration is read from, and read again by a
+// reload: a file, or (ratelimit mode) the configuration built from
+// envoyproxy/ratelimit's environment, which does not change while the
+// process runs (the rate limit files it names do). name is "" for the
+// embedded default, which is never reloaded.
+type source struct {
+	name string
+	read func() ([]byte, error)
+}
+
+// fileSource is the configuration file at path ("" for the embedded
+// default).
+func fileSource(path string) source {
+	if path == "" {
+		return source{}
+	}
+	return source{name: path, read: func() ([]byte, error) { return config.ReadFile(path) }}
+}
+
+// newReloader starts from the configuration in use, cfg, read from src:
+// a file changed since it was read is reloaded at the first poll, however
+// early.
+func newReloader(cfg *door.Config, src source, doors []door.Door, hs *health.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
+	r := &reloader{src: src, doors: doors, health: hs, log: log, started: cfg.Config, rlsPath: cfg.RLS.Config, rlsData: rls.Snapshot(cfg.RLS.Config),
 		domains: domainsOf(cfg),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "floodgate_config_info",
@@ -76,7 +95,7 @@ func newReloader(cfg *door.Config, path string, doors []door.Door, hs *health.Se
 	}
 	reg.MustRegister(r.info, r.failures, r.reloads, r.ignored, r.removed)
 	hash := ""
-	if path != "" {
+	if src.name != "" {
 		hash, r.data = cfg.Digest, cfg.Bytes()
 	}
 	r.info.WithLabelValues(hash, digest(r.rlsData)).Set(1)
@@ -104,13 +123,13 @@ func domainsOf(cfg *door.Config) []string {
 // reload re-reads the file; force reloads even when the content is the
 // same (SIGHUP: the operator asked).
 func (r *reloader) reload(force bool) {
-	if r.path == "" {
+	if r.src.name == "" {
 		r.log.Info("reload ignored: running the embedded default")
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	data, err := config.ReadFile(r.path)
+	data, err := r.src.read()
 	if err != nil {
 		r.failures.Inc()
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
@@ -143,7 +162,7 @@ func (r *reloader) reload(force bool) {
 		r.log.Warn("rate limit domains removed: their descriptors meet no limit now", zap.Strings("removed", gone), zap.Strings("rls_domains", domains))
 	}
 	r.domains = domains
-	fields := []zap.Field{zap.String("config", r.path), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest),
+	fields := []zap.Field{zap.String("config", r.src.name), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest),
 		zap.Strings("doors", door.Describe(cfg)), zap.Strings("rls_domains", domains), zap.String("rls_sha256", digest(r.rlsData))}
 	if secretErr != nil {
 		fields = append(fields, zap.NamedError("identity_secret", secretErr))
@@ -174,7 +193,7 @@ func removedFrom(before, after []string) []string {
 // secret it started with) and compiles every door's part, reading the rate
 // limit files it names. changed and secretErr are ResolveReload's.
 func (r *reloader) compile(data []byte) (cfg *door.Config, changed []string, secretErr error, err error) {
-	parsed, err := door.Parse(r.path, data) // every problem of the file at once
+	parsed, err := door.Parse(r.src.name, data) // every problem of the file at once
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/internal/xdsfeed"
 )
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -63,7 +64,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
-	if err := runServer(ctx, cfg, *path, log); err != nil {
+	if err := runServer(ctx, cfg, fileSource(*path), log); err != nil {
 		log.Error("floodgate stopped", zap.Error(err))
 		return 1
 	}
@@ -104,12 +105,28 @@ func newLogger(l config.Log, out io.Writer) (*zap.Logger, error) {
 }
 
 // runServer serves until ctx ends, then drains.
-func runServer(ctx context.Context, cfg *door.Config, path string, log *zap.Logger) error {
-	s, err := newServer(ctx, cfg, path, log)
+func runServer(ctx context.Context, cfg *door.Config, src source, log *zap.Logger) error {
+	s, err := newServer(ctx, cfg, src, log)
 	if err != nil {
 		return err
 	}
 	defer s.store.Close()
+	if s.feed != nil {
+		fctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { s.feed.Run(fctx); close(done) }()
+		defer func() { stop(); <-done }()
+		if cfg.RLS.XDS.WaitForFirstPush {
+			// As envoyproxy/ratelimit without
+			// FORCE_START_WITHOUT_INITIAL_CONFIG: no port before the limits.
+			log.Info("waiting for the first push of rate limits", zap.String("xds", cfg.RLS.XDS.Server))
+			select {
+			case <-s.feed.First():
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
 	if err := s.listen(); err != nil {
 		return err
 	}
@@ -132,29 +149,31 @@ func runServer(ctx context.Context, cfg *door.Config, path string, log *zap.Logg
 // services and the health service on the gRPC listener, and the admin
 // server (metrics, readiness, who is limited) when listen.admin is set.
 type server struct {
-	cfg  *door.Config
-	path string // the configuration file reloads read; "" for the embedded default
-	log  *zap.Logger
-	reg  *prometheus.Registry
+	cfg *door.Config
+	src source // what reloads read
+	log *zap.Logger
+	reg *prometheus.Registry
 
 	hs    *health.Server
 	store *store.Store
 	doors []door.Door
 	who   *limited.Recorder // who is being limited, for /debug/limited
+	feed  *xdsfeed.Feed     // rls.xds's, nil without
 
 	grpcLis   net.Listener
 	gs        *grpc.Server
 	https     []*httpListener // the listeners of doors with their own (listen.http)
 	admin     *http.Server    // nil without listen.admin
 	adminAddr string
-	ready     atomic.Bool // /readyz: serving and not draining
-	errc      chan error  // the gRPC server's end, or an HTTP server's
+	metrics   *http.Server // nil without listen.metrics
+	ready     atomic.Bool  // /readyz: serving and not draining
+	errc      chan error   // the gRPC server's end, or an HTTP server's
 }
 
 // newServer connects the store and builds every front end on it. The
 // caller closes s.store.
-func newServer(ctx context.Context, cfg *door.Config, path string, log *zap.Logger) (*server, error) {
-	s := &server{cfg: cfg, path: path, log: log, reg: prometheus.NewRegistry(), hs: health.NewServer(), errc: make(chan error, 1)}
+func newServer(ctx context.Context, cfg *door.Config, src source, log *zap.Logger) (*server, error) {
+	s := &server{cfg: cfg, src: src, log: log, reg: prometheus.NewRegistry(), hs: health.NewServer(), errc: make(chan error, 1)}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// Exact until the store says otherwise: every later change comes, in
@@ -167,7 +186,20 @@ func newServer(ctx context.Context, cfg *door.Config, path string, log *zap.Logg
 	}
 	s.store = st
 	s.who = limited.New(limited.DefaultOptions())
-	s.doors = door.Build(cfg, door.Env{Store: st, Log: log, Registerer: s.reg, Recorder: s.who})
+	env := door.Env{Store: st, Log: log, Registerer: s.reg, Recorder: s.who}
+	if cfg.RLS.XDS != nil {
+		s.feed = xdsfeed.New(cfg.RLS.XDS, log, s.reg)
+		env.Feed = s.feed
+	}
+	s.doors = door.Build(cfg, env)
+	if s.feed != nil {
+		// A push can turn the door's health on (its first) or off (no
+		// domain, with rls.unhealthy_without_limits): its services' health
+		// follows every push the door applies. The door's part of the
+		// configuration (rls.xds) is read at start only.
+		rl := []door.Door{door.Find(s.doors, door.RateLimitName)}
+		s.feed.OnPush(func(door.Pushed) { setDoorHealth(s.hs, rl, cfg) })
+	}
 	return s, nil
 }
 
@@ -237,10 +269,46 @@ func (s *server) listen() error {
 		s.adminAddr = adminLis.Addr().String()
 		mux := adminMux(s.reg, &s.ready, s.store.Status)
 		mux.Handle("/debug/limited", limited.Handler(s.who, s.adminAddr))
+		mux.HandleFunc("/healthcheck", s.healthcheck)
+		if s.feed != nil {
+			mux.HandleFunc("/debug/xds", func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				s.feed.WriteStatus(w)
+			})
+		}
 		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go s.admin.Serve(adminLis)
 	}
+	if cfg.Listen.Metrics != "" {
+		lis, err := net.Listen("tcp", cfg.Listen.Metrics)
+		if err != nil {
+			s.grpcLis.Close()
+			if s.admin != nil {
+				s.admin.Close()
+			}
+			return fmt.Errorf("listen.metrics %s: %w", cfg.Listen.Metrics, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+		s.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go s.metrics.Serve(lis)
+	}
 	return nil
+}
+
+// healthcheck answers as envoyproxy/ratelimit's /healthcheck does
+// (src/server/health.go, HealthChecker.ServeHTTP): 200 with the body OK
+// while healthy, 500 with no body otherwise. Healthy is serving and not
+// draining (its "sigterm" component) and, with
+// rls.unhealthy_without_limits, serving a domain (its "config" component,
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED). A store that cannot decide
+// leaves it healthy: the failure mode answers (/readyz?exact=1 says so).
+func (s *server) healthcheck(w http.ResponseWriter, _ *http.Request) {
+	if s.ready.Load() && door.RateLimitHealthy(s.doors) {
+		w.Write([]byte("OK"))
+		return
+	}
+	w.WriteHeader(http.StatusInternalServerError)
 }
 
 // start serves gRPC, reports ready and logs "serving".
@@ -277,8 +345,8 @@ func setDoorHealth(hs *health.Server, doors []door.Door, cfg *door.Config) {
 // the file changes) until ctx ends, or returns the gRPC server's error.
 func (s *server) serve(ctx context.Context, hup <-chan os.Signal) error {
 	cfg := s.cfg
-	rl := newReloader(cfg, s.path, s.doors, s.hs, s.log, s.reg)
-	if s.path != "" && *cfg.Reload.Watch {
+	rl := newReloader(cfg, s.src, s.doors, s.hs, s.log, s.reg)
+	if s.src.name != "" && *cfg.Reload.Watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
 		go rl.watch(wctx, cfg.Reload.Interval.Duration)
@@ -318,10 +386,12 @@ func (s *server) drain() {
 		s.gs.Stop()
 	}
 	<-httpDone
-	if s.admin != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.admin.Shutdown(sctx)
-		cancel()
+	for _, hs := range []*http.Server{s.admin, s.metrics} {
+		if hs != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			hs.Shutdown(sctx)
+			cancel()
+		}
 	}
 	s.log.Info("stopped")
 }

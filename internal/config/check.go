@@ -59,6 +59,9 @@ func (v *validator) checkListen(l *Listen) {
 	if l.Admin != "" {
 		v.hostPort("listen.admin", l.Admin)
 	}
+	if l.Metrics != "" {
+		v.hostPort("listen.metrics", l.Metrics)
+	}
 	v.intIn("listen.max_request_bytes", &l.MaxRequestBytes, DefaultMaxRequestBytes, 4096, MaxMaxRequestBytes)
 	if l.HTTP != "" {
 		v.hostPort("listen.http", l.HTTP)

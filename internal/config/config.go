@@ -73,7 +73,9 @@ type Config struct {
 	asRead restartOnly
 }
 
-// restartOnly is what a running server reads at start only.
+// restartOnly is what a running server reads at start only, each named in
+// messages by its section tag or, without one, its field's name in lower
+// case.
 type restartOnly struct {
 	Listen   Listen
 	Store    Store
@@ -81,6 +83,7 @@ type restartOnly struct {
 	Log      Log
 	Runtime  Runtime
 	Reload   Reload
+	XDS      *XDS `section:"rls.xds"`
 }
 
 // Bytes returns the content the configuration was parsed from (not to be
@@ -89,7 +92,7 @@ func (c *Config) Bytes() []byte { return c.data }
 
 // RestartOnlyChanges names the sections that next sets differently from c
 // and that a running server reads at start only (listen, store, identity,
-// log, runtime, reload): a reload to next leaves them as they are until a
+// log, runtime, reload, rls.xds): a reload to next leaves them as they are until a
 // restart. A secret rewritten behind an unchanged identity section is
 // found by ResolveReload, which reads it.
 func (c *Config) RestartOnlyChanges(next *Config) []string {
@@ -97,16 +100,23 @@ func (c *Config) RestartOnlyChanges(next *Config) []string {
 	a, b := reflect.ValueOf(c.asRead), reflect.ValueOf(next.asRead)
 	for i := 0; i < a.NumField(); i++ {
 		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
-			changed = append(changed, strings.ToLower(a.Type().Field(i).Name))
+			changed = append(changed, sectionName(a.Type().Field(i)))
 		}
 	}
 	return changed
 }
 
+func sectionName(f reflect.StructField) string {
+	if s := f.Tag.Get("section"); s != "" {
+		return s
+	}
+	return strings.ToLower(f.Name)
+}
+
 // Listen is where the servers listen, and the gRPC server's limits.
 type Listen struct {
 	GRPC  string `yaml:"grpc"`  // ext_authz Check and grpc.health.v1
-	Admin string `yaml:"admin"` // HTTP /metrics, /healthz, /readyz; default DefaultAdmin, "" disables
+	Admin string `yaml:"admin"` // HTTP /metrics, /healthz, /readyz, /healthcheck; default DefaultAdmin, "" disables
 	// HTTP is the HTTP authorization door (Envoy's ext_authz http_service,
 	// nginx auth_request, ...), deciding the policies as Check does; off
 	// when unset.
@@ -116,6 +126,10 @@ type Listen struct {
 	// is answered 431 by the HTTP server before it is decided. Every
 	// proxy's own default limit is far below it.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// Metrics, when set, serves /metrics alone on a listener of its own
+	// too, for a scraper that expects them apart (envoyproxy/ratelimit's
+	// PROMETHEUS_ADDR).
+	Metrics string `yaml:"metrics"`
 
 	// TLS, when set, serves gRPC over TLS; with client_ca_file, mTLS.
 	TLS *ListenTLS `yaml:"tls"`
@@ -487,7 +501,7 @@ func Check(file string, data []byte) (*Config, fielderr.List) {
 	} else {
 		v.decode(root, c)
 		v.check(c)
-		c.asRead = restartOnly{Listen: c.Listen, Store: c.Store, Identity: c.Identity, Log: c.Log, Runtime: c.Runtime, Reload: c.Reload}
+		c.asRead = restartOnly{Listen: c.Listen, Store: c.Store, Identity: c.Identity, Log: c.Log, Runtime: c.Runtime, Reload: c.Reload, XDS: c.RLS.XDS}
 	}
 	sort.SliceStable(v.problems, func(i, j int) bool { return v.problems[i].Line < v.problems[j].Line })
 	return c, v.problems

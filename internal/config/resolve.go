@@ -17,7 +17,7 @@ import (
 
 // Resolve reads what a parsed configuration names outside itself: the
 // identity hash secret (HashSecret), the Redis passwords (store.backend:
-// redis) and the TLS files of listen.tls and store.redis.tls, which must
+// redis) and the TLS files of listen.tls, rls.xds.tls and store.redis.tls, which must
 // exist and, for Redis, load. Every problem is
 // reported at the line of the setting that names the file or variable, in
 // a fielderr.List. Parse reads none of them: a configuration is checked on a
@@ -32,6 +32,9 @@ func (c *Config) Resolve() error {
 	c.hashSecret = hs
 	if t := c.Listen.TLS; t != nil {
 		v.filesExist("listen.tls", map[string]string{"cert_file": t.CertFile, "key_file": t.KeyFile, "client_ca_file": t.ClientCAFile})
+	}
+	if x := c.RLS.XDS; x != nil && x.TLS != nil {
+		v.filesExist("rls.xds.tls", map[string]string{"ca_file": x.TLS.CAFile, "cert_file": x.TLS.CertFile, "key_file": x.TLS.KeyFile})
 	}
 	if c.Store.Backend == "redis" {
 		o, err := c.RedisOptions()
@@ -98,7 +101,7 @@ func insertSection(changed []string, section string) []string {
 	t := reflect.TypeOf(restartOnly{})
 	out := make([]string, 0, len(changed)+1)
 	for i := 0; i < t.NumField(); i++ {
-		s := strings.ToLower(t.Field(i).Name)
+		s := sectionName(t.Field(i))
 		if s == section || slices.Contains(changed, s) {
 			out = append(out, s)
 		}

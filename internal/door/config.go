@@ -22,7 +22,7 @@ type Config struct {
 	Engine *extauthz.Engine
 	// Limits are the rate limit service's limits, read from rls.config
 	// with rls.burst applied; nil until ReadLimits, and empty without
-	// rls.config.
+	// rls.config (rls.xds pushes its limits to the door, Env.Feed).
 	Limits *rls.Config
 }
 
@@ -102,7 +102,7 @@ func Parse(file string, data []byte) (*Config, error) {
 // reported at their lines of c's file.
 func Compile(c *config.Config) (*Config, error) {
 	var problems fielderr.List
-	if len(c.Policies) == 0 && c.RLS.Config == "" {
+	if len(c.Policies) == 0 && !c.RLS.Limits() {
 		problems = append(problems, &fielderr.Error{Path: "policies", Msg: noFrontEnd})
 	} else if len(c.Policies) == 0 && c.Listen.HTTP != "" {
 		problems = append(problems, &fielderr.Error{Path: "listen.http", Msg: "the HTTP authorization door decides the policies, and none is listed"})
@@ -131,7 +131,7 @@ func (c *Config) HTTPEngine() *extauthz.Engine {
 }
 
 // noFrontEnd is the problem of a configuration that turns no front end on.
-const noFrontEnd = "no front end is configured: list at least one policy (Envoy's ext_authz Check) or set rls.config (Envoy's rate limit service)"
+const noFrontEnd = "no front end is configured: list at least one policy (Envoy's ext_authz Check) or set rls.config or rls.xds (Envoy's rate limit service)"
 
 // EngineOptions are the options the policies of c are compiled with, for
 // a caller that compiles them again (floodgate replay's --set).
@@ -151,7 +151,8 @@ func HTTPEngineOptions(c *config.Config) extauthz.Options {
 }
 
 // ReadLimits reads the limits rls.config names and applies rls.burst to
-// them (none without rls.config). Problems in the limits are reported at
+// them (none without rls.config: limits pushed by rls.xds reach the door
+// through its Feed, with rls.burst applied there). Problems in the limits are reported at
 // their own files and lines; a burst naming no limit at its line in the
 // configuration.
 func (c *Config) ReadLimits() error {

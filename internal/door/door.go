@@ -39,7 +39,8 @@ type Door interface {
 	// SERVING while the configuration turns the door on: the gRPC services
 	// it registers, or a Listener's name of its own.
 	Services() []string
-	// On reports whether c turns the door on.
+	// On reports whether the door serves under c: c turns it on, and it
+	// has what it decides with (a feed's limits, once pushed).
 	On(c *Config) bool
 	// Unread answers, by full gRPC method name, a request of the door
 	// that the server could not read in time: as the door answers when
@@ -76,6 +77,8 @@ type Env struct {
 	Registerer prometheus.Registerer
 	// Recorder, when set, hears every decision (/debug/limited).
 	Recorder decide.Recorder
+	// Feed, when set, pushes the rate limit door's limits (rls.xds).
+	Feed Feed
 
 	// policies is the ext_authz server the doors deciding the policies
 	// share (Check and the HTTP door), built once per Build.

@@ -57,7 +57,7 @@ func TestBrokenConfigsNameFileAndLine(t *testing.T) {
 		{"a listen address without a port", "listen:\n  grpc: localhost\n" + goodPolicy,
 			[]string{`bad.yaml:2: listen.grpc: must be host:port (got "localhost")`}},
 		{"no front end", "listen: {grpc: \"127.0.0.1:1\"}\n",
-			[]string{`bad.yaml: policies: no front end is configured: list at least one policy (Envoy's ext_authz Check) or set rls.config (Envoy's rate limit service)`}},
+			[]string{`bad.yaml: policies: no front end is configured: list at least one policy (Envoy's ext_authz Check) or set rls.config or rls.xds (Envoy's rate limit service)`}},
 		{"capacity zero", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 0\n    refill_per_second: 1\n",
 			[]string{`bad.yaml:4: policies[0].capacity: must be a whole number > 0 (got 0)`}},
 		{"a fractional capacity", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 2.5\n    refill_per_second: 1\n",
