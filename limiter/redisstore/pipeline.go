@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,22 @@ import (
 // are otherwise shallow and each batch's fixed costs (a write and a read on
 // each side, waking Redis, a script call) fall on few decisions;
 // docs/performance.md has the figures.
+//
+// A Redis far away, or slow. Waiting for the batch on the wire costs a
+// decision up to a round trip before its own begins: nothing against a 50
+// ms timeout while round trips take a tenth of a millisecond, but with
+// round trips of 30 ms a decision could wait 30 and then take 30, time out,
+// and the breaker opened on a Redis that answered every call in time. So,
+// while Redis answers, a flusher waits for the wire only until the latest
+// moment its batch can leave and still be back by its first decision's
+// deadline (by the longest recent round trip, with an eighth of one to
+// spare); then the batch leaves beside the one on the wire, on an idle
+// connection of the client's pool (up to the pool's size in all, less the
+// Flushers). A new connection would cost the batch a handshake round trip
+// first: when there is no idle one, the batch waits for the wire and the
+// store makes a connection outside any decision for the next (Store.warm).
+// A Redis that seems to have stopped answering (the batch on the wire out
+// for two round trips) gets no extra batch: it would only cost connections.
 //
 // go-redis' own AutoPipeline (v9.23) was considered and not used: it does
 // not honour a command's context once the command is queued (its blocking
@@ -164,7 +181,17 @@ type coalescer struct {
 	// wire holds one token per batch on the wire (Flushers of them): a
 	// flusher takes one before it sends, and so does a caller that finds
 	// none taken and nobody queued, and sends its decision itself.
-	wire   chan struct{}
+	wire chan struct{}
+	// extra holds one token per batch sent beside them because it could
+	// not wait for the wire (see "A Redis far away" above); its capacity is
+	// the client's pool size less Flushers.
+	extra chan struct{}
+	// rtt is the longest recent round trip of a batch that Redis answered
+	// (nanoseconds: a new longest at once, a shorter one an eighth of the
+	// way); wireAt is when a batch last took a wire token (Unix
+	// nanoseconds): with one flusher, when the batch on the wire left.
+	rtt    atomic.Int64
+	wireAt atomic.Int64
 	quit   chan struct{}
 	closed atomic.Bool // set before quit closes
 	once   sync.Once
@@ -181,6 +208,7 @@ func newCoalescer(s *Store, o PipelineOptions) *coalescer {
 		// wait to enqueue (bounded by their own deadline).
 		calls: make(chan *call, o.MaxBatch*o.Flushers),
 		wire:  make(chan struct{}, o.Flushers),
+		extra: make(chan struct{}, max(0, poolSize(s.client)-o.Flushers)),
 		quit:  make(chan struct{}),
 	}
 	c.wg.Add(o.Flushers)
@@ -307,8 +335,9 @@ func (c *coalescer) sendAlone(cl *call) bool {
 		<-c.wire
 		return false
 	}
+	c.wireAt.Store(time.Now().UnixNano())
 	one, live := [1]*call{cl}, [1]*call{}
-	c.flush(one[:], live[:0])
+	c.flush(one[:], live[:0], false) // its caller waits on it: no grace
 	<-c.wire
 	<-cl.done
 	return true
@@ -342,22 +371,131 @@ func (c *coalescer) flusher() {
 		case <-c.quit:
 			return
 		}
-		select {
-		case c.wire <- struct{}{}: // a caller sending alone holds it for one round trip at most
-		case <-c.quit:
+		extra, ok := c.acquire(batch[0], timer)
+		if !ok {
 			cl := batch[0]
 			cl.err = ErrClosed
 			cl.finish()
 			return
 		}
+		if extra {
+			// Its own buffers: the flusher goes on with the next batch.
+			b := c.fill(append(make([]*call, 0, c.maxBatch), batch[0]), 0, timer)
+			clear(batch)
+			batch = batch[:0]
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				c.flush(b, make([]*call, 0, len(b)), true)
+				<-c.extra
+			}()
+			continue
+		}
 		batch = c.fill(batch, prev, timer)
 		prev = len(batch)
-		c.flush(batch, live)
+		c.flush(batch, live, true)
 		<-c.wire
 		clear(batch)
 		clear(live[:cap(live)])
 		batch = batch[:0]
 	}
+}
+
+// acquire takes a wire token for a batch whose first decision is cl. While
+// Redis answers slowly (see "A Redis far away" above), the batch waits for
+// one only until the latest moment it can leave and still be back by cl's
+// deadline, by the longest recent round trip and with an eighth of one to
+// spare (decisions arriving meanwhile join it); then it leaves beside the
+// batch on the wire, on an idle connection (extra is true). Without an idle
+// connection it goes on waiting for the wire (a new connection's handshake
+// would cost it a round trip), and one is made for the batches to come. ok
+// is false when the coalescer closes first.
+func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
+	defer func() {
+		if ok && !extra {
+			c.wireAt.Store(time.Now().UnixNano())
+		}
+	}()
+	select {
+	case c.wire <- struct{}{}:
+		return false, true
+	default:
+	}
+	if rtt := time.Duration(c.rtt.Load()); rtt > 0 && cap(c.extra) > 0 && !cl.deadline.IsZero() && c.answering(rtt) {
+		timer.Reset(time.Until(cl.deadline.Add(-(rtt + rtt/8))))
+		select {
+		case c.wire <- struct{}{}:
+			timer.Stop()
+			return false, true
+		case <-timer.C:
+		case <-c.quit:
+			timer.Stop()
+			return false, false
+		}
+		if c.idle(cl) {
+			select {
+			case c.extra <- struct{}{}:
+				return true, true
+			default:
+			}
+		}
+	}
+	select {
+	case c.wire <- struct{}{}:
+		return false, true
+	case <-c.quit:
+		return false, false
+	}
+}
+
+// answering reports whether the batch on the wire left less than two round
+// trips of rtt ago: past that, Redis seems to have stopped answering, and
+// more connections would gain nothing.
+func (c *coalescer) answering(rtt time.Duration) bool {
+	return time.Since(time.Unix(0, c.wireAt.Load())) < 2*rtt
+}
+
+// idle reports whether the client's pool holds an idle connection to the
+// server of cl's keys, one whose handshake is done; when it does not, one
+// is made (Store.warm) for a later batch. A client whose pool it cannot see
+// is taken to have one.
+func (c *coalescer) idle(cl *call) bool {
+	var stats *redis.PoolStats
+	switch cc := c.store.client.(type) {
+	case *redis.Client:
+		stats = cc.PoolStats()
+	case *redis.ClusterClient:
+		if node, err := cc.MasterForKey(context.Background(), cl.keys[0]); err == nil {
+			stats = node.PoolStats()
+		}
+	}
+	if stats == nil || stats.IdleConns > 0 {
+		return true
+	}
+	c.store.warm(cl.keys[0])
+	return false
+}
+
+// observe records a batch sent at sent that Redis answered (see rtt).
+func (c *coalescer) observe(sent time.Time) {
+	now := time.Now()
+	d := int64(now.Sub(sent))
+	if old := c.rtt.Load(); d < old {
+		d = old + (d-old)/8
+	}
+	c.rtt.Store(d)
+}
+
+// poolSize is how many connections client keeps to a server: go-redis'
+// pool size, or its default when client is not a go-redis client.
+func poolSize(client Client) int {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().PoolSize
+	case *redis.ClusterClient:
+		return c.Options().PoolSize
+	}
+	return 10 * runtime.GOMAXPROCS(0)
 }
 
 // fill adds to batch (which holds a call) every call already waiting, up to
@@ -400,7 +538,7 @@ queued:
 // Cluster, decisions of one slot), all of a batch's script calls in one
 // pipeline (exec). A decision the script reports as failed (allowed = -1)
 // gets ErrKeyType.
-func (c *coalescer) flush(batch, live []*call) {
+func (c *coalescer) flush(batch, live []*call, grace bool) {
 	var deadline time.Time
 	bounded := true
 	now := time.Now()
@@ -426,14 +564,26 @@ func (c *coalescer) flush(batch, live []*call) {
 	}
 	// The batch runs until the last of its callers stops waiting (the
 	// client's read and write timeouts bound it too); no single caller's
-	// cancellation cuts the batch short for the others.
+	// cancellation cuts the batch short for the others. With grace (its
+	// callers wait for it on their own deadlines, not on it), its reply is
+	// read for one longest recent round trip more, which they do not hear
+	// of: go-redis drops a connection whose read timed out, and the one
+	// that replaces it costs a handshake round trip inside some decision's
+	// deadline, so a Redis a little slower than the deadline would
+	// otherwise cost every batch its connection.
 	ctx, cancel := context.Background(), context.CancelFunc(func() {})
 	if bounded {
+		if grace {
+			deadline = deadline.Add(time.Duration(c.rtt.Load()))
+		}
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 	}
 	defer cancel()
 
 	sent := c.decide(ctx, c.split(ctx, live, false))
+	if gotReplies(live) {
+		c.observe(now)
+	}
 	// Counted before any caller hears back, so that what a caller saw is
 	// already in the counts.
 	if c.onBatch != nil {
@@ -442,6 +592,19 @@ func (c *coalescer) flush(batch, live []*call) {
 	for _, cl := range live {
 		cl.finish()
 	}
+}
+
+// gotReplies reports whether Redis answered every decision of a batch:
+// none failed for want of a reply (a timeout, a connection lost); an error
+// reply is an answer.
+func gotReplies(live []*call) bool {
+	for _, cl := range live {
+		var rerr redis.Error
+		if cl.err != nil && !errors.As(cl.err, &rerr) && !errors.Is(cl.err, ErrKeyType) {
+			return false
+		}
+	}
+	return true
 }
 
 // decide runs one script call per part and hands each decision its reply.

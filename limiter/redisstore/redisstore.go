@@ -30,6 +30,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,6 +99,9 @@ type Store struct {
 	pipesClosed bool
 	// slotsKnown: the Cluster client has read the slot map (masterOf).
 	slotsKnown atomic.Bool
+	// warming: the connections warm is making to each server, by address
+	// ("" outside a Cluster) → *atomic.Int32.
+	warming sync.Map
 
 	// onScripts, when set (ObserveScripts), hears how long each round trip
 	// of script calls took and how many calls it carried.
@@ -293,11 +297,62 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 			s.slotsKnown.Store(true) // the command was routed: the slot map is in
 		}
 		if sc.err != nil {
+			if timedOut(sc.err) {
+				s.warm(sc.keys[0])
+			}
 			sc.err = explain(sc.err) // on every path: alone, pipelined, slot by slot
 		} else if len(sc.reply) != sc.want {
 			sc.err = fmt.Errorf("script returned %d values, %d expected", len(sc.reply), sc.want)
 		}
 	}
+}
+
+// timedOut reports whether a command got no reply in time: go-redis then
+// drops its connection (its stream may still hold the late reply), and on a
+// Redis far away the one that replaces it may not fit a decision either (see
+// warm). A reset or refused connection is not one: near or far, the next
+// decision's handshake fares as any, and a dead Redis gains nothing from
+// more dials.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// warmTimeout bounds warm: a dial and the handshake, each read and write
+// still bounded by the client's own timeouts.
+const warmTimeout = time.Second
+
+// maxWarming bounds the connections warm makes at once to one server, so
+// that failures against a Redis that has stopped answering open few.
+const maxWarming = 4
+
+// warm makes a connection to the server of key outside any decision, after
+// a command timed out or when a batch found no idle connection: a PING on a
+// context of its own, at most maxWarming at a time per server.
+// A new connection's handshake costs a round trip before its first command,
+// inside the deadline of the decision that needs it: with Redis far enough
+// away that two round trips exceed the timeout, no decision could ever make
+// one, and the pool would not recover from a fault that closed its
+// connections. The PING's connection goes back to the pool ready.
+func (s *Store) warm(key string) {
+	v, _ := s.warming.LoadOrStore(s.masterOf(context.Background(), key), new(atomic.Int32))
+	n := v.(*atomic.Int32)
+	if n.Add(1) > maxWarming {
+		n.Add(-1)
+		return
+	}
+	go func() {
+		defer n.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+		defer cancel()
+		if s.cluster != nil {
+			if node, err := s.cluster.MasterForKey(ctx, key); err == nil {
+				_ = node.Ping(ctx).Err()
+			}
+			return
+		}
+		_ = s.client.Process(ctx, redis.NewStatusCmd(ctx, "ping"))
+	}()
 }
 
 // send runs cmds: alone, or in one pipeline. Errors are read per command.
