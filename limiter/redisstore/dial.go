@@ -33,10 +33,10 @@ var ErrOptions = errors.New("redis options")
 // Timeout, and lets a context deadline cut a read short
 // (ContextTimeoutEnabled). On a Cluster, MOVED and ASK redirections are
 // still followed (go-redis' MaxRedirects, default 3) so decisions survive a
-// resharding or failover; go-redis also retries a cluster command after a
-// network error within that budget, which can at worst charge a bucket twice
-// (erring towards denying). Dial does not contact Redis: the first command
-// connects. Use CheckServer to verify the server at start-up.
+// resharding or failover; the store's script calls are never sent again
+// after a network error (see sendOnce), which go-redis' cluster client
+// otherwise does within that budget. Dial does not contact Redis: the first
+// command connects. Use CheckServer to verify the server at start-up.
 func Dial(o Options) (redis.UniversalClient, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err

@@ -609,27 +609,41 @@ func gotReplies(live []*call) bool {
 
 // decide runs one script call per part and hands each decision its reply.
 // On a Cluster, a call over several slots that Redis refused (a key the node
-// does not hold: a slot moving) is decided again slot by slot. It returns
-// the number of script calls sent.
+// does not hold: a slot moving) is decided again slot by slot, and a call
+// of several decisions of one slot that Redis refused with TRYAGAIN (the
+// slot is moving and its keys are on both nodes, which a call over several
+// keys may not straddle) decision by decision; either refusal means the
+// script did not run. It returns the number of script calls sent.
 func (c *coalescer) decide(ctx context.Context, parts []batchPart) int {
 	calls := make([]*scriptCall, len(parts))
 	for i, p := range parts {
 		calls[i] = p.script(c.store)
 	}
 	c.store.exec(ctx, calls...)
-	var again []*call
+	var bySlot, alone []*call
 	for i, p := range parts {
 		var rerr redis.Error
-		if calls[i].crossSlot && errors.As(calls[i].err, &rerr) {
-			again = append(again, p...)
-			continue
+		switch {
+		case calls[i].crossSlot && errors.As(calls[i].err, &rerr):
+			bySlot = append(bySlot, p...)
+		case len(p) > 1 && redis.HasErrorPrefix(calls[i].err, "TRYAGAIN"):
+			alone = append(alone, p...)
+		default:
+			p.deliver(calls[i].reply, calls[i].err)
 		}
-		p.deliver(calls[i].reply, calls[i].err)
 	}
-	if len(again) > 0 {
-		return len(calls) + c.decide(ctx, c.split(ctx, again, true))
+	sent := len(calls)
+	if len(bySlot) > 0 {
+		sent += c.decide(ctx, c.split(ctx, bySlot, true))
 	}
-	return len(calls)
+	if len(alone) > 0 {
+		one := make([]batchPart, len(alone))
+		for i := range alone {
+			one[i] = alone[i : i+1 : i+1]
+		}
+		sent += c.decide(ctx, one)
+	}
+	return sent
 }
 
 // perScript bounds the decisions one script call runs. Redis runs nothing

@@ -356,17 +356,30 @@ func (s *Store) warm(key string) {
 }
 
 // send runs cmds: alone, or in one pipeline. Errors are read per command.
+// Each is sent once (sendOnce).
 func (s *Store) send(ctx context.Context, cmds []*redis.IntSliceCmd) {
 	if len(cmds) == 1 {
-		_ = s.client.Process(ctx, cmds[0])
+		_ = s.client.Process(ctx, sendOnce{cmds[0]})
 		return
 	}
 	pipe := s.client.Pipeline()
 	for _, c := range cmds {
-		_ = pipe.Process(ctx, c)
+		_ = pipe.Process(ctx, sendOnce{c})
 	}
 	_, _ = pipe.Exec(ctx)
 }
+
+// sendOnce is a script call that go-redis must not send again after a
+// network error: the script may have run (its reply lost with the
+// connection), and running it again charges the buckets twice. go-redis'
+// cluster client did just that, resending a whole pipeline after a reset,
+// the calls whose replies it had read included. Redirections (MOVED, ASK)
+// and READONLY still go to the node named: those replies mean the call did
+// not run.
+type sendOnce struct{ *redis.IntSliceCmd }
+
+// NoRetry implements redis.Cmder.
+func (sendOnce) NoRetry() bool { return true }
 
 // cmd is the script call as a command: verb ("evalsha" or "eval") body
 // numkeys keys... args... clock..., its first key marked for Cluster
