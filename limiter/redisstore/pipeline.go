@@ -41,14 +41,16 @@ import (
 // ms timeout while round trips take a tenth of a millisecond, but with
 // round trips of 30 ms a decision could wait 30 and then take 30, time out,
 // and the breaker opened on a Redis that answered every call in time. So,
-// while Redis answers, a flusher waits for the wire only until the latest
-// moment its batch can leave and still be back by its first decision's
-// deadline (by the longest recent round trip, with an eighth of one to
-// spare); then the batch leaves beside the one on the wire, on an idle
-// connection of the client's pool (up to the pool's size in all, less the
-// Flushers). A new connection would cost the batch a handshake round trip
-// first: when there is no idle one, the batch waits for the wire and the
-// store makes a connection outside any decision for the next (Store.warm).
+// once the longest recent round trip is over a quarter of what a batch's
+// first decision has left, the flusher sends the batch from a goroutine of
+// its own instead of waiting on it, and waits for the wire only until the
+// latest moment its next batch can leave and still be back by its first
+// decision's deadline (with an eighth of a round trip to spare); then that
+// batch leaves beside the one on the wire, on another connection of the
+// client's pool (up to the pool's size in all, less the Flushers). A
+// connection new to the pool costs its batch a handshake round trip first;
+// the reply of a flusher's batch is read for one round trip past its
+// callers' deadlines (see flush), so the connection is kept for the next.
 // A Redis that seems to have stopped answering (the batch on the wire out
 // for two round trips) gets no extra batch: it would only cost connections.
 //
@@ -393,12 +395,33 @@ func (c *coalescer) flusher() {
 		}
 		batch = c.fill(batch, prev, timer)
 		prev = len(batch)
-		c.flush(batch, live, true)
-		<-c.wire
+		if c.slow(batch[0]) {
+			// The flusher goes on to the batches that cannot wait for
+			// this one (see acquire) while it is on the wire.
+			b := append(make([]*call, 0, len(batch)), batch...)
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				c.flush(b, make([]*call, 0, len(b)), true)
+				<-c.wire
+			}()
+		} else {
+			c.flush(batch, live, true)
+			<-c.wire
+		}
 		clear(batch)
 		clear(live[:cap(live)])
 		batch = batch[:0]
 	}
+}
+
+// slow reports whether the longest recent round trip is over a quarter of
+// what cl has left: a decision that waited for it would risk its deadline,
+// so the flusher does not wait on cl's batch itself but sends it from a
+// goroutine of its own, free to send the next one beside it.
+func (c *coalescer) slow(cl *call) bool {
+	rtt := time.Duration(c.rtt.Load())
+	return rtt > 0 && cap(c.extra) > 0 && !cl.deadline.IsZero() && 4*rtt > time.Until(cl.deadline)
 }
 
 // acquire takes a wire token for a batch whose first decision is cl. While
@@ -406,10 +429,8 @@ func (c *coalescer) flusher() {
 // one only until the latest moment it can leave and still be back by cl's
 // deadline, by the longest recent round trip and with an eighth of one to
 // spare (decisions arriving meanwhile join it); then it leaves beside the
-// batch on the wire, on an idle connection (extra is true). Without an idle
-// connection it goes on waiting for the wire (a new connection's handshake
-// would cost it a round trip), and one is made for the batches to come. ok
-// is false when the coalescer closes first.
+// batch on the wire (extra is true), when fewer than the pool's connections
+// are out. ok is false when the coalescer closes first.
 func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
 	defer func() {
 		if ok && !extra {
@@ -432,12 +453,10 @@ func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
 			timer.Stop()
 			return false, false
 		}
-		if c.idle(cl) {
-			select {
-			case c.extra <- struct{}{}:
-				return true, true
-			default:
-			}
+		select {
+		case c.extra <- struct{}{}:
+			return true, true
+		default:
 		}
 	}
 	select {
@@ -453,27 +472,6 @@ func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
 // more connections would gain nothing.
 func (c *coalescer) answering(rtt time.Duration) bool {
 	return time.Since(time.Unix(0, c.wireAt.Load())) < 2*rtt
-}
-
-// idle reports whether the client's pool holds an idle connection to the
-// server of cl's keys, one whose handshake is done; when it does not, one
-// is made (Store.warm) for a later batch. A client whose pool it cannot see
-// is taken to have one.
-func (c *coalescer) idle(cl *call) bool {
-	var stats *redis.PoolStats
-	switch cc := c.store.client.(type) {
-	case *redis.Client:
-		stats = cc.PoolStats()
-	case *redis.ClusterClient:
-		if node, err := cc.MasterForKey(context.Background(), cl.keys[0]); err == nil {
-			stats = node.PoolStats()
-		}
-	}
-	if stats == nil || stats.IdleConns > 0 {
-		return true
-	}
-	c.store.warm(cl.keys[0])
-	return false
 }
 
 // observe records a batch sent at sent that Redis answered (see rtt).

@@ -298,7 +298,7 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 		}
 		if sc.err != nil {
 			if timedOut(sc.err) {
-				s.warm(sc.keys[0])
+				s.warm(sc.keys[0], 1)
 			}
 			sc.err = explain(sc.err) // on every path: alone, pipelined, slot by slot
 		} else if len(sc.reply) != sc.want {
@@ -322,22 +322,21 @@ func timedOut(err error) bool {
 // still bounded by the client's own timeouts.
 const warmTimeout = time.Second
 
-// maxWarming bounds the connections warm makes at once to one server, so
-// that failures against a Redis that has stopped answering open few.
-const maxWarming = 4
-
-// warm makes a connection to the server of key outside any decision, after
-// a command timed out or when a batch found no idle connection: a PING on a
-// context of its own, at most maxWarming at a time per server.
+// warm makes a connection to the server of key outside any decision, at
+// most limit of them at a time per server: a PING on a context of its own,
+// after a command timed out (one at a time: against a Redis that has
+// stopped answering, more would only open connections) or when a batch
+// found no idle connection (as many as batches did: the pool grows to
+// what the load needs).
 // A new connection's handshake costs a round trip before its first command,
 // inside the deadline of the decision that needs it: with Redis far enough
 // away that two round trips exceed the timeout, no decision could ever make
 // one, and the pool would not recover from a fault that closed its
 // connections. The PING's connection goes back to the pool ready.
-func (s *Store) warm(key string) {
+func (s *Store) warm(key string, limit int) {
 	v, _ := s.warming.LoadOrStore(s.masterOf(context.Background(), key), new(atomic.Int32))
 	n := v.(*atomic.Int32)
-	if n.Add(1) > maxWarming {
+	if n.Add(1) > int32(limit) {
 		n.Add(-1)
 		return
 	}
