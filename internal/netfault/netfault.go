@@ -155,6 +155,8 @@ type Proxy struct {
 	nextID ID
 	closed bool
 	wg     sync.WaitGroup
+
+	bytes [2]atomic.Int64 // forwarded by every connection, by direction
 }
 
 // DialTimeout bounds the proxy's connection to the upstream server.
@@ -261,6 +263,12 @@ func (p *Proxy) ResetAll() {
 	for _, c := range p.Conns() {
 		c.close(true)
 	}
+}
+
+// Bytes returns the bytes forwarded so far each way, by every connection
+// the proxy has carried.
+func (p *Proxy) Bytes() (upstream, downstream int64) {
+	return p.bytes[0].Load(), p.bytes[1].Load()
 }
 
 // Conns returns the open connections, oldest first.
@@ -651,6 +659,7 @@ func (c *Conn) write(dir Dir, dst net.Conn) {
 				return
 			}
 			c.bytes[dirIndex(dir)].Add(int64(n))
+			c.p.bytes[dirIndex(dir)].Add(int64(n))
 			data = data[n:]
 			if len(data) > 0 && slice.Delay > 0 && !sleep(time.Now().Add(slice.Delay)) {
 				return

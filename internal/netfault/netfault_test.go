@@ -147,6 +147,11 @@ func TestProxyForwardsBothWays(t *testing.T) {
 	if up != 5 || down != 5 {
 		t.Fatalf("bytes forwarded %d up, %d down; want 5 and 5", up, down)
 	}
+	c.Close()
+	roundTrip(t, dial(t, p), "again")
+	if up, down := p.Bytes(); up != 10 || down != 10 {
+		t.Fatalf("the proxy forwarded %d up, %d down over two connections; want 10 and 10", up, down)
+	}
 	if p.Upstream() != e.ln.Addr().String() {
 		t.Fatalf("Upstream %q", p.Upstream())
 	}

@@ -99,8 +99,8 @@ type Store struct {
 	pipesClosed bool
 	// slotsKnown: the Cluster client has read the slot map (masterOf).
 	slotsKnown atomic.Bool
-	// warming: the connections warm is making to each server, by address
-	// ("" outside a Cluster) → *atomic.Int32.
+	// warming: whether warm is making a connection to a server, by
+	// address ("" outside a Cluster) → *atomic.Int32 (0 or 1).
 	warming sync.Map
 
 	// onScripts, when set (ObserveScripts), hears how long each round trip
@@ -298,7 +298,7 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 		}
 		if sc.err != nil {
 			if timedOut(sc.err) {
-				s.warm(sc.keys[0], 1)
+				s.warm(sc.keys[0])
 			}
 			sc.err = explain(sc.err) // on every path: alone, pipelined, slot by slot
 		} else if len(sc.reply) != sc.want {
@@ -322,21 +322,20 @@ func timedOut(err error) bool {
 // still bounded by the client's own timeouts.
 const warmTimeout = time.Second
 
-// warm makes a connection to the server of key outside any decision, at
-// most limit of them at a time per server: a PING on a context of its own,
-// after a command timed out (one at a time: against a Redis that has
-// stopped answering, more would only open connections) or when a batch
-// found no idle connection (as many as batches did: the pool grows to
-// what the load needs).
-// A new connection's handshake costs a round trip before its first command,
-// inside the deadline of the decision that needs it: with Redis far enough
-// away that two round trips exceed the timeout, no decision could ever make
-// one, and the pool would not recover from a fault that closed its
-// connections. The PING's connection goes back to the pool ready.
-func (s *Store) warm(key string, limit int) {
+// warm makes a connection to the server of key outside any decision, after
+// a command timed out: a PING on a context of its own, one at a time per
+// server (against a Redis that has stopped answering, more would only open
+// connections). A new connection's handshake costs a round trip before its
+// first command, inside the deadline of the decision that needs it: with
+// Redis far enough away that two round trips exceed the timeout, a decision
+// sent alone (which, unlike a flusher's batch, reads no reply past its
+// deadline) could never make one, and the pool would not recover from a
+// fault that closed its connections. The PING's connection goes back to the
+// pool ready.
+func (s *Store) warm(key string) {
 	v, _ := s.warming.LoadOrStore(s.masterOf(context.Background(), key), new(atomic.Int32))
 	n := v.(*atomic.Int32)
-	if n.Add(1) > int32(limit) {
+	if n.Add(1) > 1 {
 		n.Add(-1)
 		return
 	}
