@@ -52,7 +52,9 @@ import (
 // the reply of a flusher's batch is read for one round trip past its
 // callers' deadlines (see flush), so the connection is kept for the next.
 // A Redis that seems to have stopped answering (the batch on the wire out
-// for two round trips) gets no extra batch: it would only cost connections.
+// for two round trips) gets no extra batch: it would only cost connections;
+// nor does a link whose bandwidth is what makes round trips long, once
+// extra batches stop coming back in time (see extrasPay).
 //
 // go-redis' own AutoPipeline (v9.23) was considered and not used: it does
 // not honour a command's context once the command is queued (its blocking
@@ -73,9 +75,12 @@ type PipelineOptions struct {
 	// MaxBatch bounds the decisions sent in one pipeline; at least 1.
 	MaxBatch int
 	// Flushers is how many batches may be in flight at once, each on one
-	// connection; at least 1. One gives the deepest batches, best when
-	// Redis shares cores with its clients; more suit a Redis far away with
-	// cores of its own (docs/performance.md compares one flusher with two).
+	// connection, while round trips are short against the deadlines; at
+	// least 1. One gives the deepest batches, best when Redis shares cores
+	// with its clients; more suit a Redis far away with cores of its own
+	// (docs/performance.md compares one flusher with two). When a round
+	// trip is a large part of a decision's deadline, batches that cannot
+	// wait for these leave beside them (see "A Redis far away" above).
 	Flushers int
 	// Wait bounds how long a flusher holds a batch smaller than its
 	// previous one (of at least minWaitBatch decisions) for more decisions
@@ -194,10 +199,13 @@ type coalescer struct {
 	// nanoseconds): with one flusher, when the batch on the wire left.
 	rtt    atomic.Int64
 	wireAt atomic.Int64
-	quit   chan struct{}
-	closed atomic.Bool // set before quit closes
-	once   sync.Once
-	wg     sync.WaitGroup
+	// extraMisses and extraAt: see extrasPay.
+	extraMisses atomic.Int64
+	extraAt     atomic.Int64
+	quit        chan struct{}
+	closed      atomic.Bool // set before quit closes
+	once        sync.Once
+	wg          sync.WaitGroup
 }
 
 func newCoalescer(s *Store, o PipelineOptions) *coalescer {
@@ -388,7 +396,7 @@ func (c *coalescer) flusher() {
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
-				c.flush(b, make([]*call, 0, len(b)), true)
+				c.extraDone(c.flush(b, make([]*call, 0, len(b)), true))
 				<-c.extra
 			}()
 			continue
@@ -453,10 +461,13 @@ func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
 			timer.Stop()
 			return false, false
 		}
-		select {
-		case c.extra <- struct{}{}:
-			return true, true
-		default:
+		if c.extrasPay(rtt) {
+			select {
+			case c.extra <- struct{}{}:
+				c.extraAt.Store(time.Now().UnixNano())
+				return true, true
+			default:
+			}
 		}
 	}
 	select {
@@ -465,6 +476,31 @@ func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
 	case <-c.quit:
 		return false, false
 	}
+}
+
+// extraDone records whether an extra batch came back by its deadline.
+// extraMisses is a moving share of the recent ones that did not, in 1/1024:
+// each moves it a quarter of the way.
+func (c *coalescer) extraDone(inTime bool) {
+	m := c.extraMisses.Load()
+	if inTime {
+		m -= m / 4
+	} else {
+		m += (1024 - m) / 4
+	}
+	c.extraMisses.Store(m)
+}
+
+// extrasPay reports whether batches sent beside the one on the wire are
+// worth sending: most recent ones came back in time. When Redis is far
+// away they do; when the link to it is what is slow (its bandwidth), they
+// do not: more batches at once only split decisions into more script
+// calls, more bytes on a link that carries too few already, and the
+// adaptive batching of one batch at a time (a batch grows while decisions
+// wait) is what keeps the bytes per decision down. Then one extra batch a
+// round trip (of rtt) tries again.
+func (c *coalescer) extrasPay(rtt time.Duration) bool {
+	return c.extraMisses.Load() < 512 || time.Since(time.Unix(0, c.extraAt.Load())) > rtt
 }
 
 // answering reports whether the batch on the wire left less than two round
@@ -530,14 +566,15 @@ queued:
 	return batch
 }
 
-// flush sends one batch and completes every call in it. Calls whose
-// context already ended are completed with its error and not sent. The
+// flush sends one batch and completes every call in it, and reports
+// whether Redis answered it by the earliest of its calls' deadlines. Calls
+// whose context already ended are completed with its error and not sent. The
 // others share script calls: up to perScript decisions in one call (on a
 // Cluster, decisions of one slot), all of a batch's script calls in one
 // pipeline (exec). A decision the script reports as failed (allowed = -1)
 // gets ErrKeyType.
-func (c *coalescer) flush(batch, live []*call, grace bool) {
-	var deadline time.Time
+func (c *coalescer) flush(batch, live []*call, grace bool) (inTime bool) {
+	var deadline, earliest time.Time
 	bounded := true
 	now := time.Now()
 	for _, cl := range batch {
@@ -553,12 +590,17 @@ func (c *coalescer) flush(batch, live []*call, grace bool) {
 		live = append(live, cl)
 		if cl.deadline.IsZero() {
 			bounded = false
-		} else if cl.deadline.After(deadline) {
-			deadline = cl.deadline
+		} else {
+			if cl.deadline.After(deadline) {
+				deadline = cl.deadline
+			}
+			if earliest.IsZero() || cl.deadline.Before(earliest) {
+				earliest = cl.deadline
+			}
 		}
 	}
 	if len(live) == 0 {
-		return
+		return false
 	}
 	// The batch runs until the last of its callers stops waiting (the
 	// client's read and write timeouts bound it too); no single caller's
@@ -581,6 +623,7 @@ func (c *coalescer) flush(batch, live []*call, grace bool) {
 	sent := c.decide(ctx, c.split(ctx, live, false))
 	if gotReplies(live) {
 		c.observe(now)
+		inTime = earliest.IsZero() || !time.Now().After(earliest)
 	}
 	// Counted before any caller hears back, so that what a caller saw is
 	// already in the counts.
@@ -590,6 +633,7 @@ func (c *coalescer) flush(batch, live []*call, grace bool) {
 	for _, cl := range live {
 		cl.finish()
 	}
+	return inTime
 }
 
 // gotReplies reports whether Redis answered every decision of a batch:
