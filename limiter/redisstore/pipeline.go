@@ -396,7 +396,13 @@ func (c *coalescer) flusher() {
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
-				c.extraDone(c.flush(b, make([]*call, 0, len(b)), true))
+				dialled := c.dialled()
+				inTime := c.flush(b, make([]*call, 0, len(b)), true)
+				if c.dialled() == dialled {
+					// Not while the pool grows: a batch on a new
+					// connection pays its handshake first.
+					c.extraDone(inTime)
+				}
 				<-c.extra
 			}()
 			continue
@@ -476,6 +482,18 @@ func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
 	case <-c.quit:
 		return false, false
 	}
+}
+
+// dialled is how many connections the client's pool has made (go-redis'
+// pool misses), or 0 for a client whose pool it cannot see.
+func (c *coalescer) dialled() uint32 {
+	switch cc := c.store.client.(type) {
+	case *redis.Client:
+		return cc.PoolStats().Misses
+	case *redis.ClusterClient:
+		return cc.PoolStats().Misses
+	}
+	return 0
 }
 
 // extraDone records whether an extra batch came back by its deadline.
