@@ -659,12 +659,18 @@ func (c *coalescer) flush(batch, live []*call, grace bool) (inTime bool) {
 // reply is an answer.
 func gotReplies(live []*call) bool {
 	for _, cl := range live {
-		var rerr redis.Error
-		if cl.err != nil && !errors.As(cl.err, &rerr) && !errors.Is(cl.err, ErrKeyType) {
+		if cl.err != nil && !isReply(cl.err) {
 			return false
 		}
 	}
 	return true
+}
+
+// isReply reports whether err is Redis' answer (an error reply), not the
+// want of one. Apart so that its error target is made only for an error.
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) || errors.Is(err, ErrKeyType)
 }
 
 // decide runs one script call per part and hands each decision its reply.
@@ -686,7 +692,7 @@ func (c *coalescer) decide(ctx context.Context, parts []batchPart) int {
 		switch {
 		case calls[i].crossSlot && errors.As(calls[i].err, &rerr):
 			bySlot = append(bySlot, p...)
-		case len(p) > 1 && redis.HasErrorPrefix(calls[i].err, "TRYAGAIN"):
+		case len(p) > 1 && calls[i].err != nil && redis.HasErrorPrefix(calls[i].err, "TRYAGAIN"):
 			alone = append(alone, p...)
 		default:
 			p.deliver(calls[i].reply, calls[i].err)
