@@ -6,9 +6,9 @@ PKGS      ?= ./...
 TESTFLAGS ?= -count=1 -timeout 12m
 
 FUZZTIME  ?= 30s
-FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/door:FuzzParse
+FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/door:FuzzParse ./extauthz:FuzzHTTPDoor
 
-.PHONY: all build image run run-redis test e2e lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies clean
+.PHONY: all build image run run-redis test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies clean
 
 all: lint test
 
@@ -69,11 +69,20 @@ test: redis proxies
 e2e: redis proxies
 	$(GO) test -count=1 ./e2e/...
 
+## chaos: the long network-fault cases (e2e/chaos_test.go, build tag chaos) beside the short ones
+## make test runs: the built binary on Redis behind a fault-injecting proxy (limiter/redistest/netfault) at
+## the production store timeout, under a bandwidth limit with each pipelining setting, and on a
+## Redis Cluster with replicas that fails over and moves slots under load, on both doors. Each
+## case logs a summary table (docs/failure-modes.md, "Faults a network brings"). A few minutes.
+chaos: redis
+	$(GO) test -tags chaos -count=1 -timeout 20m -v -run 'TestRedis(Latency|BlackholeAndHalfOpen|ResetsMidBatch|Bandwidth|Cluster)' ./e2e/
+
 ## lint: gofmt and go vet.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags chaos ./e2e/
 
 ## bench: the end-to-end table. Builds floodgate and floodbench, starts its own redis-server, a no-op
 ## ext_authz and rate limit server (the ceiling) and floodgate on 127.0.0.1 (Check, and (b-rls) its rate

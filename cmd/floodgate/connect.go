@@ -49,6 +49,11 @@ func connectCheck(cfg *config.Config, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "store: %v\n", err)
 		return 1
 	}
+	// Each read is bounded by connectTimeout, as the whole check is, not by
+	// store.redis.timeout, a decision's budget: this asks whether the store
+	// can serve floodgate at all, and a loaded machine (or a Redis far
+	// away) must not make it say "cannot use the server".
+	ro.Timeout = max(ro.Timeout, connectTimeout)
 	redis.SetLogger(store.RedisLogger(zap.NewNop())) // failures are reported below, once
 	client, err := redisstore.Dial(ro)
 	if err != nil {

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/redistest/netfault"
 )
 
 // validateConnect runs `floodgate validate --config F --connect` on cfg and
@@ -54,6 +56,14 @@ func TestValidateConnect(t *testing.T) {
 	dead := redistest.RefusedAddr(t)
 	lru := redistest.Start(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
 	ttl := redistest.Start(t, "--maxmemory-policy", "volatile-ttl")
+	// A server whose answers take longer than the store timeout (50 ms):
+	// what a loaded machine does to one now and then.
+	slow, err := netfault.Start(good.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	slow.Add(netfault.Latency{Dir: netfault.Downstream, Delay: 100 * time.Millisecond})
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	os.WriteFile(pwFile, []byte("wrong\n"), 0o600)
 	for _, tc := range []struct {
@@ -63,6 +73,8 @@ func TestValidateConnect(t *testing.T) {
 	}{
 		{"a working server", redisConfig(`"`+good.Addr+`"`, ""), 0,
 			[]string{"answers, Redis >= 7.0", "the token-bucket script ran", "fg:_validate:{connect}", ": ok (1 policy, store redis)"}},
+		{"a server slower to answer than the store timeout", redisConfig(`"`+slow.Addr()+`"`, ""), 0,
+			[]string{"answers, Redis >= 7.0", "the token-bucket script ran", ": ok (1 policy, store redis)"}},
 		{"a server that evicts any key when full", redisConfig(`"`+lru.Addr+`"`, ""), 0,
 			[]string{"warning: redis " + lru.Addr + " has maxmemory-policy allkeys-lru (maxmemory is 67108864 bytes)", "set maxmemory-policy noeviction", ": ok (1 policy, store redis)"}},
 		{"a server that evicts keys with an expiry, as every bucket has", redisConfig(`"`+ttl.Addr+`"`, ""), 0,

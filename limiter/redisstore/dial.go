@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // ErrOptions is wrapped by every error Validate (and so Dial) returns for
@@ -32,10 +33,10 @@ var ErrOptions = errors.New("redis options")
 // Timeout, and lets a context deadline cut a read short
 // (ContextTimeoutEnabled). On a Cluster, MOVED and ASK redirections are
 // still followed (go-redis' MaxRedirects, default 3) so decisions survive a
-// resharding or failover; go-redis also retries a cluster command after a
-// network error within that budget, which can at worst charge a bucket twice
-// (erring towards denying). Dial does not contact Redis: the first command
-// connects. Use CheckServer to verify the server at start-up.
+// resharding or failover; the store's script calls are never sent again
+// after a network error (see sendOnce), which go-redis' cluster client
+// otherwise does within that budget. Dial does not contact Redis: the first
+// command connects. Use CheckServer to verify the server at start-up.
 func Dial(o Options) (redis.UniversalClient, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -66,6 +67,17 @@ func Dial(o Options) (redis.UniversalClient, error) {
 		// opened instead of paying a dial (a TLS handshake, AUTH) within
 		// their deadline; pool_size bounds every connection.
 		PipelinePoolSize: -1,
+		// A new connection's handshake runs within the deadline of the
+		// decision that needs it, a round trip per command: with Redis 20
+		// ms away, HELLO, CLIENT SETINFO and the script call would not fit
+		// a 50 ms timeout, and the pool could never replace a connection a
+		// fault had closed. So the handshake is HELLO alone: no CLIENT
+		// SETINFO (a label in CLIENT LIST) and no CLIENT MAINT_NOTIFICATIONS
+		// (Redis Cloud's maintenance events, which a Redis >= 7.0 without
+		// them refuses on the first connection). Connections lost to a
+		// fault are also made again outside any decision (Store.warm).
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	var c redis.UniversalClient
 	switch {

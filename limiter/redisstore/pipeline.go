@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,26 @@ import (
 // each side, waking Redis, a script call) fall on few decisions;
 // docs/performance.md has the figures.
 //
+// A Redis far away, or slow. Waiting for the batch on the wire costs a
+// decision up to a round trip before its own begins: nothing against a 50
+// ms timeout while round trips take a tenth of a millisecond, but with
+// round trips of 30 ms a decision could wait 30 and then take 30, time out,
+// and the breaker opened on a Redis that answered every call in time. So,
+// once the longest recent round trip is over a quarter of what a batch's
+// first decision has left, the flusher sends the batch from a goroutine of
+// its own instead of waiting on it, and waits for the wire only until the
+// latest moment its next batch can leave and still be back by its first
+// decision's deadline (with an eighth of a round trip to spare); then that
+// batch leaves beside the one on the wire, on another connection of the
+// client's pool (up to the pool's size in all, less the Flushers). A
+// connection new to the pool costs its batch a handshake round trip first;
+// the reply of a flusher's batch is read for one round trip past its
+// callers' deadlines (see flush), so the connection is kept for the next.
+// A Redis that seems to have stopped answering (the batch on the wire out
+// for two round trips) gets no extra batch: it would only cost connections;
+// nor does a link whose bandwidth is what makes round trips long, once
+// extra batches stop coming back in time (see extrasPay).
+//
 // go-redis' own AutoPipeline (v9.23) was considered and not used: it does
 // not honour a command's context once the command is queued (its blocking
 // face waits for the batch whatever the context says, and on its deferred
@@ -54,9 +75,12 @@ type PipelineOptions struct {
 	// MaxBatch bounds the decisions sent in one pipeline; at least 1.
 	MaxBatch int
 	// Flushers is how many batches may be in flight at once, each on one
-	// connection; at least 1. One gives the deepest batches, best when
-	// Redis shares cores with its clients; more suit a Redis far away with
-	// cores of its own (docs/performance.md compares one flusher with two).
+	// connection, while round trips are short against the deadlines; at
+	// least 1. One gives the deepest batches, best when Redis shares cores
+	// with its clients; more suit a Redis far away with cores of its own
+	// (docs/performance.md compares one flusher with two). When a round
+	// trip is a large part of a decision's deadline, batches that cannot
+	// wait for these leave beside them (see "A Redis far away" above).
 	Flushers int
 	// Wait bounds how long a flusher holds a batch smaller than its
 	// previous one (of at least minWaitBatch decisions) for more decisions
@@ -164,11 +188,24 @@ type coalescer struct {
 	// wire holds one token per batch on the wire (Flushers of them): a
 	// flusher takes one before it sends, and so does a caller that finds
 	// none taken and nobody queued, and sends its decision itself.
-	wire   chan struct{}
-	quit   chan struct{}
-	closed atomic.Bool // set before quit closes
-	once   sync.Once
-	wg     sync.WaitGroup
+	wire chan struct{}
+	// extra holds one token per batch sent beside them because it could
+	// not wait for the wire (see "A Redis far away" above); its capacity is
+	// the client's pool size less Flushers.
+	extra chan struct{}
+	// rtt is the longest recent round trip of a batch that Redis answered
+	// (nanoseconds: a new longest at once, a shorter one an eighth of the
+	// way); wireAt is when a batch last took a wire token (Unix
+	// nanoseconds): with one flusher, when the batch on the wire left.
+	rtt    atomic.Int64
+	wireAt atomic.Int64
+	// extraMisses and extraAt: see extrasPay.
+	extraMisses atomic.Int64
+	extraAt     atomic.Int64
+	quit        chan struct{}
+	closed      atomic.Bool // set before quit closes
+	once        sync.Once
+	wg          sync.WaitGroup
 }
 
 func newCoalescer(s *Store, o PipelineOptions) *coalescer {
@@ -181,6 +218,7 @@ func newCoalescer(s *Store, o PipelineOptions) *coalescer {
 		// wait to enqueue (bounded by their own deadline).
 		calls: make(chan *call, o.MaxBatch*o.Flushers),
 		wire:  make(chan struct{}, o.Flushers),
+		extra: make(chan struct{}, max(0, poolSize(s.client)-o.Flushers)),
 		quit:  make(chan struct{}),
 	}
 	c.wg.Add(o.Flushers)
@@ -307,8 +345,9 @@ func (c *coalescer) sendAlone(cl *call) bool {
 		<-c.wire
 		return false
 	}
+	c.wireAt.Store(time.Now().UnixNano())
 	one, live := [1]*call{cl}, [1]*call{}
-	c.flush(one[:], live[:0])
+	c.flush(one[:], live[:0], false) // its caller waits on it: no grace
 	<-c.wire
 	<-cl.done
 	return true
@@ -342,22 +381,173 @@ func (c *coalescer) flusher() {
 		case <-c.quit:
 			return
 		}
-		select {
-		case c.wire <- struct{}{}: // a caller sending alone holds it for one round trip at most
-		case <-c.quit:
+		extra, ok := c.acquire(batch[0], timer)
+		if !ok {
 			cl := batch[0]
 			cl.err = ErrClosed
 			cl.finish()
 			return
 		}
+		if extra {
+			// Its own buffers: the flusher goes on with the next batch.
+			b := c.fill(append(make([]*call, 0, c.maxBatch), batch[0]), 0, timer)
+			clear(batch)
+			batch = batch[:0]
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				dialled := c.dialled()
+				inTime := c.flush(b, make([]*call, 0, len(b)), true)
+				if c.dialled() == dialled {
+					// Not while the pool grows: a batch on a new
+					// connection pays its handshake first.
+					c.extraDone(inTime)
+				}
+				<-c.extra
+			}()
+			continue
+		}
 		batch = c.fill(batch, prev, timer)
 		prev = len(batch)
-		c.flush(batch, live)
-		<-c.wire
+		if c.slow(batch[0]) {
+			// The flusher goes on to the batches that cannot wait for
+			// this one (see acquire) while it is on the wire.
+			b := append(make([]*call, 0, len(batch)), batch...)
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				c.flush(b, make([]*call, 0, len(b)), true)
+				<-c.wire
+			}()
+		} else {
+			c.flush(batch, live, true)
+			<-c.wire
+		}
 		clear(batch)
 		clear(live[:cap(live)])
 		batch = batch[:0]
 	}
+}
+
+// slow reports whether the longest recent round trip is over a quarter of
+// what cl has left: a decision that waited for it would risk its deadline,
+// so the flusher does not wait on cl's batch itself but sends it from a
+// goroutine of its own, free to send the next one beside it.
+func (c *coalescer) slow(cl *call) bool {
+	rtt := time.Duration(c.rtt.Load())
+	return rtt > 0 && cap(c.extra) > 0 && !cl.deadline.IsZero() && 4*rtt > time.Until(cl.deadline)
+}
+
+// acquire takes a wire token for a batch whose first decision is cl. While
+// Redis answers slowly (see "A Redis far away" above), the batch waits for
+// one only until the latest moment it can leave and still be back by cl's
+// deadline, by the longest recent round trip and with an eighth of one to
+// spare (decisions arriving meanwhile join it); then it leaves beside the
+// batch on the wire (extra is true), when fewer than the pool's connections
+// are out. ok is false when the coalescer closes first.
+func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
+	defer func() {
+		if ok && !extra {
+			c.wireAt.Store(time.Now().UnixNano())
+		}
+	}()
+	select {
+	case c.wire <- struct{}{}:
+		return false, true
+	default:
+	}
+	if rtt := time.Duration(c.rtt.Load()); rtt > 0 && cap(c.extra) > 0 && !cl.deadline.IsZero() && c.answering(rtt) {
+		timer.Reset(time.Until(cl.deadline.Add(-(rtt + rtt/8))))
+		select {
+		case c.wire <- struct{}{}:
+			timer.Stop()
+			return false, true
+		case <-timer.C:
+		case <-c.quit:
+			timer.Stop()
+			return false, false
+		}
+		if c.extrasPay(rtt) {
+			select {
+			case c.extra <- struct{}{}:
+				c.extraAt.Store(time.Now().UnixNano())
+				return true, true
+			default:
+			}
+		}
+	}
+	select {
+	case c.wire <- struct{}{}:
+		return false, true
+	case <-c.quit:
+		return false, false
+	}
+}
+
+// dialled is how many connections the client's pool has made (go-redis'
+// pool misses), or 0 for a client whose pool it cannot see.
+func (c *coalescer) dialled() uint32 {
+	switch cc := c.store.client.(type) {
+	case *redis.Client:
+		return cc.PoolStats().Misses
+	case *redis.ClusterClient:
+		return cc.PoolStats().Misses
+	}
+	return 0
+}
+
+// extraDone records whether an extra batch came back by its deadline.
+// extraMisses is a moving share of the recent ones that did not, in 1/1024:
+// each moves it a quarter of the way.
+func (c *coalescer) extraDone(inTime bool) {
+	m := c.extraMisses.Load()
+	if inTime {
+		m -= m / 4
+	} else {
+		m += (1024 - m) / 4
+	}
+	c.extraMisses.Store(m)
+}
+
+// extrasPay reports whether batches sent beside the one on the wire are
+// worth sending: most recent ones came back in time. When Redis is far
+// away they do; when the link to it is what is slow (its bandwidth), they
+// do not: more batches at once only split decisions into more script
+// calls, more bytes on a link that carries too few already, and the
+// adaptive batching of one batch at a time (a batch grows while decisions
+// wait) is what keeps the bytes per decision down. Then one extra batch a
+// round trip (of rtt) tries again.
+func (c *coalescer) extrasPay(rtt time.Duration) bool {
+	return c.extraMisses.Load() < 512 || time.Since(time.Unix(0, c.extraAt.Load())) > rtt
+}
+
+// answering reports whether the batch on the wire left less than two round
+// trips of rtt ago: past that, Redis seems to have stopped answering, and
+// more connections would gain nothing.
+func (c *coalescer) answering(rtt time.Duration) bool {
+	return time.Since(time.Unix(0, c.wireAt.Load())) < 2*rtt
+}
+
+// observe records a batch sent at sent that Redis answered (see rtt).
+func (c *coalescer) observe(sent time.Time) {
+	now := time.Now()
+	d := int64(now.Sub(sent))
+	if old := c.rtt.Load(); d < old {
+		d = old + (d-old)/8
+	}
+	c.rtt.Store(d)
+}
+
+// poolSize is how many connections client keeps to a server: go-redis'
+// pool size, or its default when client is not a go-redis client.
+func poolSize(client Client) int {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().PoolSize
+	case *redis.ClusterClient:
+		return c.Options().PoolSize
+	}
+	return 10 * runtime.GOMAXPROCS(0)
 }
 
 // fill adds to batch (which holds a call) every call already waiting, up to
@@ -394,14 +584,15 @@ queued:
 	return batch
 }
 
-// flush sends one batch and completes every call in it. Calls whose
-// context already ended are completed with its error and not sent. The
+// flush sends one batch and completes every call in it, and reports
+// whether Redis answered it by the earliest of its calls' deadlines. Calls
+// whose context already ended are completed with its error and not sent. The
 // others share script calls: up to perScript decisions in one call (on a
 // Cluster, decisions of one slot), all of a batch's script calls in one
 // pipeline (exec). A decision the script reports as failed (allowed = -1)
 // gets ErrKeyType.
-func (c *coalescer) flush(batch, live []*call) {
-	var deadline time.Time
+func (c *coalescer) flush(batch, live []*call, grace bool) (inTime bool) {
+	var deadline, earliest time.Time
 	bounded := true
 	now := time.Now()
 	for _, cl := range batch {
@@ -417,23 +608,41 @@ func (c *coalescer) flush(batch, live []*call) {
 		live = append(live, cl)
 		if cl.deadline.IsZero() {
 			bounded = false
-		} else if cl.deadline.After(deadline) {
-			deadline = cl.deadline
+		} else {
+			if cl.deadline.After(deadline) {
+				deadline = cl.deadline
+			}
+			if earliest.IsZero() || cl.deadline.Before(earliest) {
+				earliest = cl.deadline
+			}
 		}
 	}
 	if len(live) == 0 {
-		return
+		return false
 	}
 	// The batch runs until the last of its callers stops waiting (the
 	// client's read and write timeouts bound it too); no single caller's
-	// cancellation cuts the batch short for the others.
+	// cancellation cuts the batch short for the others. With grace (its
+	// callers wait for it on their own deadlines, not on it), its reply is
+	// read for one longest recent round trip more, which they do not hear
+	// of: go-redis drops a connection whose read timed out, and the one
+	// that replaces it costs a handshake round trip inside some decision's
+	// deadline, so a Redis a little slower than the deadline would
+	// otherwise cost every batch its connection.
 	ctx, cancel := context.Background(), context.CancelFunc(func() {})
 	if bounded {
+		if grace {
+			deadline = deadline.Add(time.Duration(c.rtt.Load()))
+		}
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 	}
 	defer cancel()
 
 	sent := c.decide(ctx, c.split(ctx, live, false))
+	if gotReplies(live) {
+		c.observe(now)
+		inTime = earliest.IsZero() || !time.Now().After(earliest)
+	}
 	// Counted before any caller hears back, so that what a caller saw is
 	// already in the counts.
 	if c.onBatch != nil {
@@ -442,31 +651,65 @@ func (c *coalescer) flush(batch, live []*call) {
 	for _, cl := range live {
 		cl.finish()
 	}
+	return inTime
+}
+
+// gotReplies reports whether Redis answered every decision of a batch:
+// none failed for want of a reply (a timeout, a connection lost); an error
+// reply is an answer.
+func gotReplies(live []*call) bool {
+	for _, cl := range live {
+		if cl.err != nil && !isReply(cl.err) {
+			return false
+		}
+	}
+	return true
+}
+
+// isReply reports whether err is Redis' answer (an error reply), not the
+// want of one. Apart so that its error target is made only for an error.
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) || errors.Is(err, ErrKeyType)
 }
 
 // decide runs one script call per part and hands each decision its reply.
 // On a Cluster, a call over several slots that Redis refused (a key the node
-// does not hold: a slot moving) is decided again slot by slot. It returns
-// the number of script calls sent.
+// does not hold: a slot moving) is decided again slot by slot, and a call
+// of several decisions of one slot that Redis refused with TRYAGAIN (the
+// slot is moving and its keys are on both nodes, which a call over several
+// keys may not straddle) decision by decision; either refusal means the
+// script did not run. It returns the number of script calls sent.
 func (c *coalescer) decide(ctx context.Context, parts []batchPart) int {
 	calls := make([]*scriptCall, len(parts))
 	for i, p := range parts {
 		calls[i] = p.script(c.store)
 	}
 	c.store.exec(ctx, calls...)
-	var again []*call
+	var bySlot, alone []*call
 	for i, p := range parts {
 		var rerr redis.Error
-		if calls[i].crossSlot && errors.As(calls[i].err, &rerr) {
-			again = append(again, p...)
-			continue
+		switch {
+		case calls[i].crossSlot && errors.As(calls[i].err, &rerr):
+			bySlot = append(bySlot, p...)
+		case len(p) > 1 && calls[i].err != nil && redis.HasErrorPrefix(calls[i].err, "TRYAGAIN"):
+			alone = append(alone, p...)
+		default:
+			p.deliver(calls[i].reply, calls[i].err)
 		}
-		p.deliver(calls[i].reply, calls[i].err)
 	}
-	if len(again) > 0 {
-		return len(calls) + c.decide(ctx, c.split(ctx, again, true))
+	sent := len(calls)
+	if len(bySlot) > 0 {
+		sent += c.decide(ctx, c.split(ctx, bySlot, true))
 	}
-	return len(calls)
+	if len(alone) > 0 {
+		one := make([]batchPart, len(alone))
+		for i := range alone {
+			one[i] = alone[i : i+1 : i+1]
+		}
+		sent += c.decide(ctx, one)
+	}
+	return sent
 }
 
 // perScript bounds the decisions one script call runs. Redis runs nothing

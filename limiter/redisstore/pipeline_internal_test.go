@@ -97,7 +97,7 @@ func TestClusterBatchesMatchTheRationalModel(t *testing.T) {
 // returns each call's reply and error.
 func flushOne(t *testing.T, c *coalescer, calls []*call) {
 	t.Helper()
-	c.flush(calls, make([]*call, 0, len(calls)))
+	c.flush(calls, make([]*call, 0, len(calls)), false)
 	for i, cl := range calls {
 		select {
 		case <-cl.done:

@@ -30,6 +30,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,6 +99,9 @@ type Store struct {
 	pipesClosed bool
 	// slotsKnown: the Cluster client has read the slot map (masterOf).
 	slotsKnown atomic.Bool
+	// warming: whether warm is making a connection to a server, by
+	// address ("" outside a Cluster) → *atomic.Int32 (0 or 1).
+	warming sync.Map
 
 	// onScripts, when set (ObserveScripts), hears how long each round trip
 	// of script calls took and how many calls it carried.
@@ -292,6 +296,9 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 			s.slotsKnown.Store(true) // the command was routed: the slot map is in
 		}
 		if sc.err != nil {
+			if timedOut(sc.err) {
+				s.warm(sc.keys[0])
+			}
 			sc.err = explain(sc.err) // on every path: alone, pipelined, slot by slot
 		} else if len(sc.reply) != sc.want {
 			sc.err = fmt.Errorf("script returned %d values, %d expected", len(sc.reply), sc.want)
@@ -299,18 +306,77 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 	}
 }
 
+// timedOut reports whether a command got no reply in time: go-redis then
+// drops its connection (its stream may still hold the late reply), and on a
+// Redis far away the one that replaces it may not fit a decision either (see
+// warm). A reset or refused connection is not one: near or far, the next
+// decision's handshake fares as any, and a dead Redis gains nothing from
+// more dials.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// warmTimeout bounds warm: a dial and the handshake, each read and write
+// still bounded by the client's own timeouts.
+const warmTimeout = time.Second
+
+// warm makes a connection to the server of key outside any decision, after
+// a command timed out: a PING on a context of its own, one at a time per
+// server (against a Redis that has stopped answering, more would only open
+// connections). A new connection's handshake costs a round trip before its
+// first command, inside the deadline of the decision that needs it: with
+// Redis far enough away that two round trips exceed the timeout, a decision
+// sent alone (which, unlike a flusher's batch, reads no reply past its
+// deadline) could never make one, and the pool would not recover from a
+// fault that closed its connections. The PING's connection goes back to the
+// pool ready.
+func (s *Store) warm(key string) {
+	v, _ := s.warming.LoadOrStore(s.masterOf(context.Background(), key), new(atomic.Int32))
+	n := v.(*atomic.Int32)
+	if n.Add(1) > 1 {
+		n.Add(-1)
+		return
+	}
+	go func() {
+		defer n.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+		defer cancel()
+		if s.cluster != nil {
+			if node, err := s.cluster.MasterForKey(ctx, key); err == nil {
+				_ = node.Ping(ctx).Err()
+			}
+			return
+		}
+		_ = s.client.Process(ctx, redis.NewStatusCmd(ctx, "ping"))
+	}()
+}
+
 // send runs cmds: alone, or in one pipeline. Errors are read per command.
+// Each is sent once (sendOnce).
 func (s *Store) send(ctx context.Context, cmds []*redis.IntSliceCmd) {
 	if len(cmds) == 1 {
-		_ = s.client.Process(ctx, cmds[0])
+		_ = s.client.Process(ctx, sendOnce{cmds[0]})
 		return
 	}
 	pipe := s.client.Pipeline()
 	for _, c := range cmds {
-		_ = pipe.Process(ctx, c)
+		_ = pipe.Process(ctx, sendOnce{c})
 	}
 	_, _ = pipe.Exec(ctx)
 }
+
+// sendOnce is a script call that go-redis must not send again after a
+// network error: the script may have run (its reply lost with the
+// connection), and running it again charges the buckets twice. go-redis'
+// cluster client did just that, resending a whole pipeline after a reset,
+// the calls whose replies it had read included. Redirections (MOVED, ASK)
+// and READONLY still go to the node named: those replies mean the call did
+// not run.
+type sendOnce struct{ *redis.IntSliceCmd }
+
+// NoRetry implements redis.Cmder.
+func (sendOnce) NoRetry() bool { return true }
 
 // cmd is the script call as a command: verb ("evalsha" or "eval") body
 // numkeys keys... args... clock..., its first key marked for Cluster
