@@ -46,14 +46,6 @@ func askIn(t *testing.T, c rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitReq
 	return resp
 }
 
-func codesOf(r *rlsv3.RateLimitResponse) []rlsv3.RateLimitResponse_Code {
-	out := []rlsv3.RateLimitResponse_Code{r.OverallCode}
-	for _, s := range r.Statuses {
-		out = append(out, s.Code)
-	}
-	return out
-}
-
 // TestACostChargedAfterTheResponseIsTaken is the token budget Envoy
 // Gateway's cost.response and AI gateways build: a check that costs nothing
 // on the request path (a descriptor's hits_addend 0), then the cost charged
