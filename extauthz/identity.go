@@ -30,6 +30,7 @@ type keySource struct {
 	path []string // metadata path
 	tag  string   // the source as written: hashed with the value, so equal
 	// values from different sources never share a bucket
+	repeatedID string // a header source's bucket for a repeated header (repeatedPrefix)
 }
 
 func parseKeySource(s string) (keySource, error) {
@@ -53,7 +54,8 @@ func parseKeySource(s string) (keySource, error) {
 		if !headerName.MatchString(name) {
 			return keySource{}, errors.New("header source needs a header name, as in header:x-api-key (got " + strconv.Quote(s) + ")")
 		}
-		return keySource{kind: srcHeader, name: name, tag: "header:" + name}, nil
+		tag := "header:" + name
+		return keySource{kind: srcHeader, name: name, tag: tag, repeatedID: repeatedPrefix + tag}, nil
 	case "context":
 		if arg == "" {
 			return keySource{}, errors.New("context source needs a context_extensions key, as in context:tenant")
@@ -73,6 +75,22 @@ func parseKeySource(s string) (keySource, error) {
 // under on_missing_key: shared.
 const sharedID = "-"
 
+// repeatedPrefix begins the identity of the bucket every request shares
+// whose deciding key header was sent more than once: repeatedPrefix and the
+// source's tag ("+header:x-api-key"). A client that sends an identity
+// header twice means two identities, and the upstream behind Envoy picks
+// one of them (Go's Header.Get the first, many frameworks the last): were
+// the joined value hashed as one, rotating the other copy would mint a
+// fresh bucket per request while the upstream still authenticated the
+// fixed one. So every such request of a policy draws from this one
+// bucket instead, whatever the values and their order. Envoy joins a
+// repeated header's values with "," in `headers`, Floodgate joins
+// header_map's entries and the HTTP door's lines alike (View.Header), so a
+// comma in the value is the sign in every mode; a key header whose single
+// value holds a comma reads as repeated too. A hashed identity is 22
+// characters of base64url, which has no "+": the two cannot meet.
+const repeatedPrefix = "+"
+
 // identity returns the bucket identity of the request under p, or
 // ok = false when p does not apply (no value and on_missing_key: skip).
 func (e *Engine) identity(p *Policy, v *View) (string, bool) {
@@ -81,6 +99,8 @@ func (e *Engine) identity(p *Policy, v *View) (string, bool) {
 		switch val, ip := e.keyValue(p, k, v); {
 		case ip.IsValid():
 			return e.hasher.idPrefix(k.tag, ip), true
+		case val == repeatedValue:
+			return k.repeatedID, true
 		case val != "":
 			return e.hasher.id(k.tag, val), true
 		}
@@ -91,14 +111,23 @@ func (e *Engine) identity(p *Policy, v *View) (string, bool) {
 	return sharedID, true
 }
 
+// repeatedValue is what keyValue reads for a header sent more than once
+// (see repeatedPrefix). No header value can equal it: Envoy refuses a NUL
+// in a header, and so does net/http.
+const repeatedValue = "\x00repeated"
+
 // keyValue is what key source k reads from v: for client_ip the client's
-// network (ip valid; invalid when there is no usable address), for every
-// other source its value ("" when absent). identity hashes it into a
+// network (ip valid; invalid when there is no usable address), for a
+// header sent more than once repeatedValue, for every other source its
+// value ("" when absent). identity hashes it into a
 // bucket identity; Caller names it in the clear.
 func (e *Engine) keyValue(p *Policy, k *keySource, v *View) (val string, ip netip.Prefix) {
 	switch k.kind {
 	case srcHeader:
 		val, _ = v.Header(k.name)
+		if strings.IndexByte(val, ',') >= 0 {
+			return repeatedValue, ip
+		}
 		val = strings.TrimSpace(val)
 	case srcClientIP:
 		ip = e.clientIP.Resolve(v)
@@ -210,6 +239,8 @@ func (e *Engine) caller(p *Policy, v *View, inClear bool) (source, value string)
 			return k.tag, ip.String()
 		case val == "":
 			continue
+		case val == repeatedValue:
+			return k.tag, k.repeatedID
 		case k.kind == srcFingerprint || (k.kind == srcHeader && !inClear):
 			return k.tag, e.hasher.id(k.tag, val)
 		default:

@@ -1,6 +1,7 @@
 package extauthz
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,10 +26,13 @@ type missingReporter struct {
 }
 
 // noteMissing records every policy of plan whose identity is the shared
-// bucket.
+// bucket, and counts those whose identity is the bucket of repeated key
+// headers (a client's doing, not a misconfiguration: counted, not logged).
 func (s *Server) noteMissing(st *serverState, plan *Plan, v *View) {
 	for i, p := range plan.Policies {
-		if plan.Buckets[i].Request.ID == sharedID {
+		if id := plan.Buckets[i].Request.ID; strings.HasPrefix(id, repeatedPrefix) {
+			st.counters[p].identityRepeated.Inc()
+		} else if id == sharedID {
 			st.counters[p].identityMissing.Inc()
 			if s.missing.due(p.Name) {
 				s.log.Warn("a policy's key sources were all empty: the request used the policy's shared bucket (logged at most once a minute per policy; floodgate_identity_missing_total counts every one)",

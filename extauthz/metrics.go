@@ -25,6 +25,10 @@ type Metrics struct {
 	// IdentityMissing counts, by policy, requests a policy matched whose
 	// key sources were all empty: they shared the policy's one bucket.
 	IdentityMissing *prometheus.CounterVec
+	// IdentityRepeated counts, by policy, requests whose deciding key
+	// header was sent more than once: they shared the policy's one bucket
+	// of repeated keys, so rotating a second copy mints no buckets.
+	IdentityRepeated *prometheus.CounterVec
 
 	outcomes outcomeCounters
 }
@@ -59,9 +63,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "floodgate_identity_missing_total",
 			Help: "Requests a policy matched whose key sources were all empty, so they used the policy's shared bucket.",
 		}, []string{"policy"}),
+		IdentityRepeated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_identity_repeated_total",
+			Help: "Requests whose key header was sent more than once, so they used the policy's one bucket of repeated keys.",
+		}, []string{"policy"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Decisions, m.Checks, m.Latency, m.StoreErrors, m.IdentityMissing)
+		reg.MustRegister(m.Decisions, m.Checks, m.Latency, m.StoreErrors, m.IdentityMissing, m.IdentityRepeated)
 	}
 	m.outcomes = outcomeCounters{
 		allowed:         m.Checks.WithLabelValues(outcomeAllowed),
@@ -86,7 +94,7 @@ const (
 // decision does not hash label values.
 type policyCounters struct {
 	allowed, denied, shadowAllowed, shadowDenied prometheus.Counter
-	identityMissing                              prometheus.Counter
+	identityMissing, identityRepeated            prometheus.Counter
 }
 
 func (m *Metrics) forPolicy(name string) policyCounters {
@@ -96,6 +104,7 @@ func (m *Metrics) forPolicy(name string) policyCounters {
 		shadowAllowed: m.Decisions.WithLabelValues(name, "shadow_allowed"),
 		shadowDenied:  m.Decisions.WithLabelValues(name, "shadow_denied"),
 
-		identityMissing: m.IdentityMissing.WithLabelValues(name),
+		identityMissing:  m.IdentityMissing.WithLabelValues(name),
+		identityRepeated: m.IdentityRepeated.WithLabelValues(name),
 	}
 }
