@@ -10,6 +10,7 @@ type matcher struct {
 	tcp        bool
 	pathPrefix string
 	path       string
+	foldCase   bool // path and pathPrefix match ignoring ASCII case
 	methods    []string
 	hosts      []string // exact hosts, and ".suffix" for "*.suffix"
 	headers    []headerMatch
@@ -84,6 +85,12 @@ func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
 	// a rule means /v1/items. A prefix keeps its trailing slash.
 	if m.path != "" {
 		m.path = NormalizePath(m.path)
+	}
+	if s.CaseSensitive != nil && !*s.CaseSensitive {
+		if m.path == "" && m.pathPrefix == "" {
+			el.add(at+".case_sensitive", "applies to path and path_prefix: set one, or remove case_sensitive")
+		}
+		m.foldCase = true
 	}
 	if m.pathPrefix != "" {
 		m.pathPrefix = NormalizePath(m.pathPrefix)
@@ -187,13 +194,51 @@ func anyPrincipal(list []principalMatch, principal string) bool {
 // pathMatches reports whether one of the forms of the request path fits
 // both path and path_prefix: a path that reaches the upstream as a limited
 // one, in any reading, is limited.
+//
+// With case_sensitive: false the comparison ignores ASCII case only, as
+// Envoy's does: RouteMatch.case_sensitive reaches
+// Matchers::PathMatcher::createPrefix / createExact with ignore_case
+// (PrefixRouteEntryImpl and PathRouteEntryImpl in
+// source/common/router/config_impl.cc), whose StringMatcher compares with
+// absl::StartsWithIgnoreCase / EqualsIgnoreCase, ASCII letters folded and
+// no other. A rule's escapes are written upper case and a request's too
+// (NormalizePath), so %2f and %2F are one either way.
 func (m *matcher) pathMatches(forms []string) bool {
 	for _, f := range forms {
+		if m.foldCase {
+			if (m.pathPrefix == "" || len(f) >= len(m.pathPrefix) && asciiEqualFold(f[:len(m.pathPrefix)], m.pathPrefix)) &&
+				(m.path == "" || asciiEqualFold(f, m.path)) {
+				return true
+			}
+			continue
+		}
 		if (m.pathPrefix == "" || strings.HasPrefix(f, m.pathPrefix)) && (m.path == "" || f == m.path) {
 			return true
 		}
 	}
 	return false
+}
+
+// asciiEqualFold reports whether a and b are equal with ASCII letters
+// folded (not strings.EqualFold's Unicode folding, under which the Kelvin
+// sign U+212A is k: Envoy folds ASCII only).
+func asciiEqualFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		ca, cb := a[i], b[i]
+		if 'A' <= ca && ca <= 'Z' {
+			ca += 'a' - 'A'
+		}
+		if 'A' <= cb && cb <= 'Z' {
+			cb += 'a' - 'A'
+		}
+		if ca != cb {
+			return false
+		}
+	}
+	return true
 }
 
 func (m *matcher) hostMatches(host string) bool {

@@ -57,6 +57,17 @@ func TestMatchingTable(t *testing.T) {
 		{"context miss", MatchSpec{Context: map[string]string{"route": "items"}}, nil, map[string]string{"route": "orders"}, false},
 		{"every field must fit", MatchSpec{PathPrefix: "/api/", Methods: []string{"GET"}}, map[string]string{":path": "/api/x", ":method": "POST"}, nil, false},
 		{"an HTTP request never matches a tcp policy", MatchSpec{Protocol: "tcp"}, nil, nil, false},
+		// Paths are case-sensitive unless case_sensitive: false, as in
+		// Envoy's RouteMatch (see matcher.pathMatches).
+		{"a path prefix is case-sensitive by default", MatchSpec{PathPrefix: "/api/"}, map[string]string{":path": "/API/x"}, nil, false},
+		{"an exact path is case-sensitive by default", MatchSpec{Path: "/login"}, map[string]string{":path": "/Login"}, nil, false},
+		{"case_sensitive false: a prefix ignores case", MatchSpec{PathPrefix: "/api/", CaseSensitive: &no}, map[string]string{":path": "/API/x"}, nil, true},
+		{"case_sensitive false: the rule's case is ignored too", MatchSpec{PathPrefix: "/Api/V1/", CaseSensitive: &no}, map[string]string{":path": "/aPI/v1/items"}, nil, true},
+		{"case_sensitive false: an exact path ignores case", MatchSpec{Path: "/login", CaseSensitive: &no}, map[string]string{":path": "/LOGIN?next=/"}, nil, true},
+		{"case_sensitive false: an exact path is still exact", MatchSpec{Path: "/login", CaseSensitive: &no}, map[string]string{":path": "/LOGIN/x"}, nil, false},
+		{"case_sensitive false: an escaped letter decodes, then folds", MatchSpec{PathPrefix: "/api/", CaseSensitive: &no}, map[string]string{":path": "/%41pI/x"}, nil, true},
+		{"case_sensitive false folds ASCII only", MatchSpec{Path: "/k", CaseSensitive: &no}, map[string]string{":path": "/\u212a"}, nil, false},
+		{"case_sensitive false: a prefix still needs every byte", MatchSpec{PathPrefix: "/api/", CaseSensitive: &no}, map[string]string{":path": "/AP"}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, p := compileOne(t, PolicySpec{Match: tc.match}, Options{})

@@ -35,12 +35,16 @@ type PolicySpec struct {
 // MatchSpec selects the requests a policy applies to. Every field set must
 // fit; an empty MatchSpec matches every HTTP request.
 type MatchSpec struct {
-	PathPrefix string            `yaml:"path_prefix"`
-	Path       string            `yaml:"path"`
-	Methods    []string          `yaml:"methods"`
-	Hosts      []string          `yaml:"hosts"` // exact, or "*.example.com"
-	Headers    []HeaderMatchSpec `yaml:"headers"`
-	Context    map[string]string `yaml:"context"` // context_extensions that must be equal
+	PathPrefix string `yaml:"path_prefix"`
+	Path       string `yaml:"path"`
+	// CaseSensitive false matches Path and PathPrefix ignoring ASCII case,
+	// as Envoy's RouteMatch.case_sensitive does; unset or true, case
+	// matters, as in Envoy's default.
+	CaseSensitive *bool             `yaml:"case_sensitive"`
+	Methods       []string          `yaml:"methods"`
+	Hosts         []string          `yaml:"hosts"` // exact, or "*.example.com"
+	Headers       []HeaderMatchSpec `yaml:"headers"`
+	Context       map[string]string `yaml:"context"` // context_extensions that must be equal
 	// Protocol is "http" (default) or "tcp": a tcp policy applies to checks
 	// from Envoy's network filter, keyed by the connection's address.
 	Protocol string `yaml:"protocol"`

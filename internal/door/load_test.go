@@ -86,6 +86,8 @@ func TestBrokenConfigsNameFileAndLine(t *testing.T) {
 			[]string{`bad.yaml:4: policies[0].match.methods[1]: unknown HTTP method "YEET"`}},
 		{"a path without a slash", "policies:\n  - name: a\n    match:\n      path_prefix: api/\n    key: [client_ip]\n    capacity: 1\n    refill_per_second: 1\n",
 			[]string{`bad.yaml:4: policies[0].match.path_prefix: must start with /`}},
+		{"case_sensitive without a path", "policies:\n  - name: a\n    match:\n      methods: [GET]\n      case_sensitive: false\n    key: [client_ip]\n    capacity: 1\n    refill_per_second: 1\n",
+			[]string{`bad.yaml:5: policies[0].match.case_sensitive: applies to path and path_prefix`}},
 		{"a tcp policy keyed on a header", "policies:\n  - name: a\n    match: {protocol: tcp}\n    key: [header:x-api-key]\n    capacity: 1\n    refill_per_second: 1\n",
 			[]string{`bad.yaml:4: policies[0].key[0]: a tcp policy is keyed by the connection's address`}},
 		{"an unknown header family", "headers: [legacy, fancy]\n" + goodPolicy,
