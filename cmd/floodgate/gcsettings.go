@@ -31,6 +31,29 @@ type gcPlan struct {
 // the memory limit set from them.
 const heapHeadroom = 64 << 20
 
+// outsideGoLimit is what a container's memory holds beyond Go's memory
+// limit: the binary's code and data as resident pages, and the freed heap
+// the scavenger has not yet given back when garbage comes fast. Under a
+// flood of large Checks RSS stood 19 to 25 MiB above the limit
+// (TestALargeCheckFloodLeavesOrdinaryChecksExact), so a limit of 0.9 of a
+// 256 Mi container (230 MiB) left the process within 1 MiB of the OOM
+// killer. The limit set from a container's is at most its limit less this.
+const outsideGoLimit = 48 << 20
+
+// containerGoLimit is the Go memory limit for a container limited to l
+// bytes: ratio of it, at most l less outsideGoLimit, and at least half of l
+// (a container too small for the allowance still gets a limit to hold).
+func containerGoLimit(l int64, ratio float64) (int64, string) {
+	byRatio := int64(float64(l) * ratio)
+	switch m := max(l-outsideGoLimit, l/2); {
+	case m < byRatio:
+		return m, fmt.Sprintf("the container's limit of %d bytes less %d MiB (the code and the heap not yet returned, which Go's limit does not hold), below %.2f of it",
+			l, (l-m)>>20, ratio)
+	default:
+		return byRatio, fmt.Sprintf("%.2f of the container's limit of %d bytes", ratio, l)
+	}
+}
+
 // planGC decides from the configuration, the environment (getenv), the
 // container's memory limit (cgroupLimit, 0 when there is none) and the most
 // the in-memory buckets can hold (store.MemoryBytes, 0 without an in-memory store).
@@ -39,7 +62,7 @@ const heapHeadroom = 64 << 20
 // several times what is live, and under a flood of distinct callers what is
 // live is mostly the bucket tables, so without a limit the process would
 // grow to several times memory.max_buckets' worth. In a container the limit
-// is memory_limit_ratio of the container's; outside one, with an in-memory
+// is memory_limit_ratio of the container's (containerGoLimit); outside one, with an in-memory
 // store, it is storeBytes plus heapHeadroom.
 func planGC(rt config.Runtime, storeBytes int64, getenv func(string) (string, bool), cgroupLimit func() int64) gcPlan {
 	p := gcPlan{gcPercent: -1, gcFrom: "GOGC", limit: "unchanged"}
@@ -58,8 +81,7 @@ func planGC(rt config.Runtime, storeBytes int64, getenv func(string) (string, bo
 	}
 	switch l := cgroupLimit(); {
 	case l > 0:
-		p.memLimit = int64(float64(l) * *rt.MemoryLimitRatio)
-		p.limitFrom = fmt.Sprintf("%.2f of the container's limit of %d bytes", *rt.MemoryLimitRatio, l)
+		p.memLimit, p.limitFrom = containerGoLimit(l, *rt.MemoryLimitRatio)
 	case storeBytes > 0:
 		p.memLimit = storeBytes + heapHeadroom
 		p.limitFrom = fmt.Sprintf("the in-memory buckets at memory.max_buckets (%d bytes) + %d MiB (no container memory limit)", storeBytes, heapHeadroom>>20)

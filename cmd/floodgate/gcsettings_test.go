@@ -36,6 +36,9 @@ func TestPlanGC(t *testing.T) {
 	}{
 		{"defaults in a container", rt, env(), 1 << 30, 0, 400, 966367641, "0.90 of the container's limit"},
 		{"no container limit", rt, env(), 0, 0, 400, 0, "no container memory limit"},
+		{"the shipped Deployment: 256 Mi less what Go's limit does not hold", rt, env(), 256 << 20, 0, 400, 208 << 20, "less 48 MiB"},
+		{"a container too small for the allowance: half of it", rt, env(), 64 << 20, 0, 400, 32 << 20, "less 32 MiB"},
+		{"a lower ratio than the allowance", config.Runtime{GOGC: &gogc, MemoryLimitRatio: func() *float64 { r := 0.5; return &r }()}, env(), 256 << 20, 0, 400, 128 << 20, "0.50 of the container's limit"},
 		{"an in-memory store, no container limit", rt, env(), 0, 40 << 20, 400, 104 << 20, "the in-memory buckets at memory.max_buckets (41943040 bytes) + 64 MiB"},
 		{"an in-memory store in a container", rt, env(), 1 << 30, 40 << 20, 400, 966367641, "0.90 of the container's limit"},
 		{"GOGC wins", rt, env("GOGC=150"), 1 << 30, 0, -1, 966367641, "0.90"},

@@ -35,23 +35,31 @@ const (
 // requestBytesInFlight is the budget of request bytes in flight and where
 // it comes from: the file's, or sized from memLimit (the Go memory limit in
 // force, math.MaxInt64 for none) less storeBytes, what the in-memory
-// buckets may hold.
-func requestBytesInFlight(set int, memLimit, storeBytes int64) (int64, string) {
+// buckets may hold, and less windows, what the streams may hold before
+// their requests are read: a share of what is left.
+func requestBytesInFlight(set int, memLimit, storeBytes, windows int64) (int64, string) {
 	switch {
 	case set > 0:
 		return int64(set), "listen.max_request_bytes_in_flight"
 	case memLimit <= 0 || memLimit >= unlimited:
 		return requestBytesUnlimited, fmt.Sprintf("%d MiB: no memory limit", requestBytesUnlimited>>20)
 	}
-	b := max((memLimit-storeBytes)/requestBytesShare, requestBytesFloor)
-	return b, fmt.Sprintf("1/%d of the memory limit (%d bytes) less the in-memory buckets (%d bytes), at least %d MiB",
-		requestBytesShare, memLimit, storeBytes, requestBytesFloor>>20)
+	b := max((memLimit-storeBytes-windows)/requestBytesShare, requestBytesFloor)
+	return b, fmt.Sprintf("1/%d of the memory limit (%d bytes) less the in-memory buckets (%d bytes) and one connection's stream windows (%d bytes), at least %d MiB",
+		requestBytesShare, memLimit, storeBytes, windows, requestBytesFloor>>20)
 }
+
+// streamWindows is what one connection's streams may hold before their
+// requests are read, none of it in the budget: each its flow-control window
+// (inflight.StreamWindow), which its sender may fill whether or not the
+// request will ever be read. A flood of large requests from an Envoy fills
+// them all; the budget is sized beside them.
+func streamWindows(maxStreams int) int64 { return int64(maxStreams) * inflight.StreamWindow }
 
 // requestBudget is the budget of request bytes in flight, shared by the
 // gRPC requests (the request gate) and the HTTP door's (inflight.HTTPGate).
 func requestBudget(cfg *door.Config, log *zap.Logger) *inflight.Budget {
-	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), store.MemoryBytes(cfg.Config))
+	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), store.MemoryBytes(cfg.Config), streamWindows(cfg.Listen.MaxConcurrentStreams))
 	if limit < int64(cfg.Listen.MaxRequestBytes) {
 		from += fmt.Sprintf("; below listen.max_request_bytes (%d): a larger request waits until it is read alone", cfg.Listen.MaxRequestBytes)
 	}

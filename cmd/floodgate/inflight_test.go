@@ -41,8 +41,8 @@ func (passthroughCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // TestConcurrentLargeChecksStayWithinTheRequestBytesBudget: 16 concurrent
 // 30 MiB Checks over real gRPC, against a floodgate given 256 MiB
-// (GOMEMLIMIT, as a container's limit sets it; the budget is then a sixth
-// of it, 42 MiB), must leave its peak RSS (VmHWM) within that: each is read
+// (GOMEMLIMIT; the budget is then a sixth of it less one connection's
+// stream windows, 32 MiB), must leave its peak RSS (VmHWM) within that: each is read
 // only once its bytes fit in the budget, and one that does not fit within
 // the wait is answered by the failure mode (allowed, marked degraded),
 // never with an RPC error: an answer before the request has been sent in
@@ -69,8 +69,8 @@ policies:
 		t.Fatalf("no start-up line for the budget:\n%s", p.Output())
 	}
 	budget, _ := line["limit"].(float64)
-	if budget < 32<<20 || budget > 48<<20 {
-		t.Fatalf("budget %v bytes (%v), want about a sixth of 256 MiB", budget, line["limit_from"])
+	if budget < 30<<20 || budget > 34<<20 {
+		t.Fatalf("budget %v bytes (%v), want a sixth of 256 MiB less one connection's stream windows", budget, line["limit_from"])
 	}
 	req := request(t, "/upload", "203.0.113.7", "x-filler: "+strings.Repeat("f", size))
 	raw, err := proto.Marshal(req)
@@ -157,23 +157,24 @@ func scrape(t *testing.T, url string) string {
 
 // TestRequestBytesInFlightIsSizedFromTheMemoryLimit: the file's value wins;
 // otherwise a sixth of the Go memory limit left after the in-memory buckets
-// (at least 16 MiB), and 48 MiB when there is no limit at all, not a share
-// of the machine's memory.
+// and one connection's stream windows (at least 16 MiB), and 48 MiB when
+// there is no limit at all, not a share of the machine's memory.
 func TestRequestBytesInFlightIsSizedFromTheMemoryLimit(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
-		name           string
-		set            int
-		limit, buckets int64
-		want           int64
+		name                    string
+		set                     int
+		limit, buckets, windows int64
+		want                    int64
 	}{
-		{"set in the file", 100 * mib, 1 << 30, 0, 100 * mib},
-		{"no memory limit", 0, 1<<63 - 1, 0, 48 * mib},
-		{"the shipped Deployment: 0.9 of 256 MiB, Redis", 0, 256 * mib * 9 / 10, 0, 256 * mib * 9 / 10 / 6},
-		{"an 8 GiB container", 0, 8 << 30, 0, (8 << 30) / 6},
-		{"in-memory buckets: 64 MiB beside them", 0, 200*mib + 64*mib, 200 * mib, 16 * mib},
+		{"set in the file", 100 * mib, 1 << 30, 0, 64 * mib, 100 * mib},
+		{"no memory limit", 0, 1<<63 - 1, 0, 64 * mib, 48 * mib},
+		{"the shipped Deployment: 208 MiB of 256 Mi, Redis, 1024 streams", 0, 208 * mib, 0, streamWindows(1024), 24 * mib},
+		{"an 8 GiB container", 0, 8 << 30, 0, 64 * mib, (8<<30 - 64*mib) / 6},
+		{"in-memory buckets: 64 MiB beside them", 0, 200*mib + 64*mib, 200 * mib, 0, 16 * mib},
+		{"fewer streams, more budget", 0, 208 * mib, 0, streamWindows(64), 34 * mib},
 	} {
-		if got, from := requestBytesInFlight(tc.set, tc.limit, tc.buckets); got != tc.want || from == "" {
+		if got, from := requestBytesInFlight(tc.set, tc.limit, tc.buckets, tc.windows); got != tc.want || from == "" {
 			t.Errorf("%s: %d (%s), want %d", tc.name, got, from, tc.want)
 		}
 	}
@@ -192,7 +193,7 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := requestBytesInFlight(0, 240<<20, store.MemoryBytes(parsed.Config))
+	want, _ := requestBytesInFlight(0, 240<<20, store.MemoryBytes(parsed.Config), streamWindows(parsed.Listen.MaxConcurrentStreams))
 	if want == requestBytesUnlimited || want == requestBytesFloor {
 		t.Fatalf("the case does not tell the memory limit's share (%d) from a fixed default", want)
 	}
