@@ -70,6 +70,27 @@ func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
 	default:
 		el.add(at+".protocol", "must be http or tcp (got %q)", s.Protocol)
 	}
+	m.compilePaths(s, at, el)
+	for i, meth := range s.Methods {
+		u := strings.ToUpper(strings.TrimSpace(meth))
+		if !methods[u] {
+			el.add(fmt.Sprintf("%s.methods[%d]", at, i), "unknown HTTP method %q", meth)
+		}
+		m.methods = append(m.methods, u)
+	}
+	m.hosts = compileHosts(s.Hosts, at, el)
+	m.headers = compileHeaders(s.Headers, at, el)
+	for k, v := range s.Context {
+		m.context = append(m.context, [2]string{k, v})
+	}
+	m.principals = compilePrincipals(s.Principals, at+".principals", el)
+	m.notPrincipals = compilePrincipals(s.NotPrincipals, at+".not_principals", el)
+	return m
+}
+
+// compilePaths checks path and path_prefix and reads them as requests' are
+// read.
+func (m *matcher) compilePaths(s *MatchSpec, at string, el *errorList) {
 	if s.PathPrefix != "" && !strings.HasPrefix(s.PathPrefix, "/") {
 		el.add(at+".path_prefix", "must start with / (got %q)", s.PathPrefix)
 	}
@@ -95,27 +116,31 @@ func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
 	if m.pathPrefix != "" {
 		m.pathPrefix = NormalizePath(m.pathPrefix)
 	}
-	for i, meth := range s.Methods {
-		u := strings.ToUpper(strings.TrimSpace(meth))
-		if !methods[u] {
-			el.add(fmt.Sprintf("%s.methods[%d]", at, i), "unknown HTTP method %q", meth)
-		}
-		m.methods = append(m.methods, u)
-	}
-	for i, h := range s.Hosts {
+}
+
+// compileHosts reads hosts: exact names, and ".suffix" for "*.suffix".
+func compileHosts(list []string, at string, el *errorList) []string {
+	var out []string
+	for i, h := range list {
 		h = strings.ToLower(strings.TrimSpace(h))
 		switch {
 		case h == "" || strings.ContainsAny(h, "/ "):
-			el.add(fmt.Sprintf("%s.hosts[%d]", at, i), "not a host name: %q", s.Hosts[i])
+			el.add(fmt.Sprintf("%s.hosts[%d]", at, i), "not a host name: %q", list[i])
 		case strings.HasPrefix(h, "*."):
-			m.hosts = append(m.hosts, h[1:])
+			out = append(out, h[1:])
 		case strings.Contains(h, "*"):
-			el.add(fmt.Sprintf("%s.hosts[%d]", at, i), "a wildcard may only start a host, as in *.example.com (got %q)", s.Hosts[i])
+			el.add(fmt.Sprintf("%s.hosts[%d]", at, i), "a wildcard may only start a host, as in *.example.com (got %q)", list[i])
 		default:
-			m.hosts = append(m.hosts, normalizeHost(h))
+			out = append(out, normalizeHost(h))
 		}
 	}
-	for i, h := range s.Headers {
+	return out
+}
+
+// compileHeaders reads the header rules.
+func compileHeaders(list []HeaderMatchSpec, at string, el *errorList) []headerMatch {
+	var out []headerMatch
+	for i, h := range list {
 		p := fmt.Sprintf("%s.headers[%d]", at, i)
 		name := strings.ToLower(strings.TrimSpace(h.Name))
 		if !headerName.MatchString(name) {
@@ -131,14 +156,9 @@ func compileMatch(s *MatchSpec, at string, el *errorList) matcher {
 				el.add(p, "present: false cannot be combined with value or prefix")
 			}
 		}
-		m.headers = append(m.headers, hm)
+		out = append(out, hm)
 	}
-	for k, v := range s.Context {
-		m.context = append(m.context, [2]string{k, v})
-	}
-	m.principals = compilePrincipals(s.Principals, at+".principals", el)
-	m.notPrincipals = compilePrincipals(s.NotPrincipals, at+".not_principals", el)
-	return m
+	return out
 }
 
 // matches reports whether the request in v fits.

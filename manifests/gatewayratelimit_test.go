@@ -29,22 +29,7 @@ const (
 )
 
 // readGatewayRL reads the files of manifests/gateway-ratelimit.
-func readGatewayRL(t *testing.T) map[string][]byte {
-	t.Helper()
-	files := map[string][]byte{}
-	matches, _ := filepath.Glob(filepath.Join(gatewayRLDir, "*.yaml"))
-	for _, m := range matches {
-		data, err := os.ReadFile(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[filepath.ToSlash(m)] = data
-	}
-	if len(files) == 0 {
-		t.Fatalf("no files in %s", gatewayRLDir)
-	}
-	return files
-}
+func readGatewayRL(t *testing.T) map[string][]byte { return readYAMLDirs(t, gatewayRLDir) }
 
 // loadGatewayRL decodes the directory strictly, and the EnvoyGateway the
 // ConfigMap holds strictly into Envoy Gateway's own type.

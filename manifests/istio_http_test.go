@@ -2,9 +2,7 @@ package manifests
 
 import (
 	"fmt"
-	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,22 +33,7 @@ var (
 )
 
 // readHTTPVariant reads the files of manifests/istio/http.
-func readHTTPVariant(t *testing.T) map[string][]byte {
-	t.Helper()
-	files := map[string][]byte{}
-	matches, _ := filepath.Glob(filepath.Join(istioHTTPDir, "*.yaml"))
-	for _, m := range matches {
-		data, err := os.ReadFile(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[filepath.ToSlash(m)] = data
-	}
-	if len(files) == 0 {
-		t.Fatalf("no files in %s", istioHTTPDir)
-	}
-	return files
-}
+func readHTTPVariant(t *testing.T) map[string][]byte { return readYAMLDirs(t, istioHTTPDir) }
 
 // loadHTTPVariant decodes the variant strictly: its meshConfig into Istio's
 // MeshConfig, every other document into its API type.

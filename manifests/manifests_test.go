@@ -151,7 +151,10 @@ func named[T metav1.Object](b *bundle, name string) T {
 var docSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
 // readFiles reads every YAML file of the kustomization directories.
-func readFiles(t *testing.T) map[string][]byte {
+func readFiles(t *testing.T) map[string][]byte { return readYAMLDirs(t, dirs...) }
+
+// readYAMLDirs reads the YAML files of each of dirs, by slash path.
+func readYAMLDirs(t *testing.T, dirs ...string) map[string][]byte {
 	t.Helper()
 	files := map[string][]byte{}
 	for _, dir := range dirs {
@@ -163,6 +166,9 @@ func readFiles(t *testing.T) map[string][]byte {
 			}
 			files[filepath.ToSlash(m)] = data
 		}
+	}
+	if len(files) == 0 {
+		t.Fatalf("no YAML files in %v", dirs)
 	}
 	return files
 }

@@ -3,7 +3,7 @@ package manifests
 import (
 	"fmt"
 	"io/fs"
-	"os"
+	"maps"
 	"path"
 	"path/filepath"
 	"slices"
@@ -107,16 +107,7 @@ func TestEveryKustomizationRenders(t *testing.T) {
 		t.Fatalf("kustomizations on disk %v, tested %v: add the new one to dirs", found, want)
 	}
 	files := readFiles(t)
-	for _, dir := range renderedApart {
-		matches, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		for _, m := range matches {
-			data, err := os.ReadFile(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			files[filepath.ToSlash(m)] = data
-		}
-	}
+	maps.Copy(files, readYAMLDirs(t, renderedApart...))
 	for _, dir := range all {
 		objs, err := render(files, dir)
 		if err != nil {

@@ -39,6 +39,29 @@ func (passthroughCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
 }
 
+// passthroughConn is a gRPC connection to addr sending marshalled requests
+// as they are; it closes when t ends.
+func passthroughConn(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(passthroughCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// marshal is m in wire form, to send through a passthroughConn.
+func marshal(t *testing.T, m proto.Message) marshalled {
+	t.Helper()
+	raw, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
 // TestConcurrentLargeChecksStayWithinTheRequestBytesBudget: 16 concurrent
 // 30 MiB Checks over real gRPC, against a floodgate given 256 MiB
 // (GOMEMLIMIT; the budget is then a sixth of it less one connection's
@@ -73,16 +96,8 @@ policies:
 		t.Fatalf("budget %v bytes (%v), want a sixth of 256 MiB less one connection's stream windows", budget, line["limit_from"])
 	}
 	req := request(t, "/upload", "203.0.113.7", "x-filler: "+strings.Repeat("f", size))
-	raw, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(passthroughCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	raw := marshal(t, req)
+	conn := passthroughConn(t, p.GRPC)
 	before := procStatus(t, p.Cmd.Process.Pid, "VmHWM")
 
 	var wg sync.WaitGroup
@@ -237,16 +252,8 @@ func TestRateLimitRequestsThatFindNoRoomAreAnsweredByTheFailureMode(t *testing.T
 	)
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
 		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "api_key", Value: strings.Repeat("k", size)}}}}}
-	raw, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(passthroughCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	raw := marshal(t, req)
+	conn := passthroughConn(t, p.GRPC)
 	var mu sync.Mutex
 	var errs []error
 	answered := 0

@@ -10,9 +10,6 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -49,19 +46,11 @@ policies:
 		margin   = 16 << 20
 		bound    = 20 * time.Second // the flood ends with the ordinary Checks, or at this
 	)
-	big, err := proto.Marshal(request(t, "/upload", "203.0.113.7", "x-api-key: attacker", "x-filler: "+strings.Repeat("f", size)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(p.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(passthroughCodec{})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	check := func(ctx context.Context, raw []byte) (*authv3.CheckResponse, error) {
+	big := marshal(t, request(t, "/upload", "203.0.113.7", "x-api-key: attacker", "x-filler: "+strings.Repeat("f", size)))
+	conn := passthroughConn(t, p.GRPC)
+	check := func(ctx context.Context, raw marshalled) (*authv3.CheckResponse, error) {
 		var resp authv3.CheckResponse
-		err := conn.Invoke(ctx, "/envoy.service.auth.v3.Authorization/Check", marshalled(raw), &resp)
+		err := conn.Invoke(ctx, "/envoy.service.auth.v3.Authorization/Check", raw, &resp)
 		return &resp, err
 	}
 
@@ -94,10 +83,7 @@ policies:
 		return nil
 	})
 
-	small, err := proto.Marshal(request(t, "/x", "203.0.113.8", "x-api-key: ordinary"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	small := marshal(t, request(t, "/x", "203.0.113.8", "x-api-key: ordinary"))
 	var allowed, denied, degraded int
 	var worst time.Duration
 	for i := range ordinary {

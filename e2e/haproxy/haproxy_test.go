@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -73,47 +72,7 @@ func TestRecipe(t *testing.T) {
 // door reads, X-Forwarded-For with HAProxy's peer appended, no body; the
 // client's own copies of those headers replaced.
 func TestWhatHAProxySends(t *testing.T) {
-	standIn := proxytest.StartStandIn(t)
-	up := proxytest.StartUpstream(t)
-	addr := start(t, standIn.Addr(), up.Addr)
-
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/orders?id=7", strings.NewReader("a body"))
-	req.Host = "shop.example"
-	req.Header.Set("X-Api-Key", "key-1")
-	req.Header.Set("X-Forwarded-For", "198.51.100.1")
-	req.Header.Set("X-Original-URI", "/spoofed")
-	req.Header.Set("X-Original-Method", "GET")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST through HAProxy: %d", resp.StatusCode)
-	}
-	seen := standIn.Requests()
-	if len(seen) != 1 {
-		t.Fatalf("the door saw %d authorization requests, want 1", len(seen))
-	}
-	got := seen[0]
-	want := map[string]string{
-		"X-Original-URI":    "/api/orders?id=7",
-		"X-Original-Method": "POST",
-		"X-Forwarded-For":   "198.51.100.1, 127.0.0.1",
-		"X-Api-Key":         "key-1",
-		"Host":              "shop.example",
-	}
-	if got.Method != http.MethodGet || got.URI != "/_floodgate" {
-		t.Errorf("authorization request %s %s, want GET /_floodgate", got.Method, got.URI)
-	}
-	for k, v := range want {
-		if g := strings.Join(got.Header.Values(k), " | "); g != v {
-			t.Errorf("%s: %q, want %q", k, g, v)
-		}
-	}
-	if len(got.Body) != 0 || got.Header.Get("Content-Length") != "" {
-		t.Errorf("the authorization request carried a body (%q) or a Content-Length (%q)", got.Body, got.Header.Get("Content-Length"))
-	}
+	proxytest.CheckWhatItSends(t, "HAProxy", start)
 }
 
 // TestFailClosed: with the last argument deny, a door that does not answer

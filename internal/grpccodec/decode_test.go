@@ -40,32 +40,50 @@ func decoderSeeds(t testing.TB) [][]byte {
 	h.Size, h.Body, h.RawBody, h.Query, h.Fragment, h.Id = 1234, "body", []byte{0, 1, 2, 0xff}, "a=b", "frag", "77"
 	h.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "x-raw", RawValue: []byte("v\xff")}, {Key: "k", Value: "v"}}}
 	reqs = append(reqs, full, &authv3.CheckRequest{}, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{}})
+	return marshalAll(t, reqs)
+}
+
+// sameAsProto checks that DecodeCheckRequest and protobuf-go agree on
+// b (agreeWithProto).
+func sameAsProto(t testing.TB, b []byte) { agreeWithProto(t, b, DecodeCheckRequest) }
+
+// agreeWithProto checks that decode and protobuf-go agree on b: both fail
+// with the same error, or both give equal messages, and returns decode's
+// (nil when both failed).
+// protobuf-go is proto.Unmarshal, or, where that refuses a string that is
+// not valid UTF-8 or nesting beyond its limit, proto.Unmarshal of b with
+// such strings repaired and such nesting cut (DecodeLenient).
+func agreeWithProto[T any, M interface {
+	*T
+	proto.Message
+}](t testing.TB, b []byte, decode func([]byte, M) error) M {
+	t.Helper()
+	got, want := M(new(T)), M(new(T))
+	gerr, werr := decode(b, got), DecodeLenient(b, want)
+	if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+		t.Fatalf("input %q: decoder error %v, proto.Unmarshal error %v", b, gerr, werr)
+	}
+	if werr == nil && !proto.Equal(got, want) {
+		t.Fatalf("input %q:\ndecoder:          %v\nproto.Unmarshal:  %v", b, got, want)
+	}
+	if gerr != nil {
+		return nil
+	}
+	return got
+}
+
+// marshalAll is msgs in wire form.
+func marshalAll[M proto.Message](t testing.TB, msgs []M) [][]byte {
+	t.Helper()
 	var out [][]byte
-	for _, r := range reqs {
-		b, err := proto.Marshal(r)
+	for _, m := range msgs {
+		b, err := proto.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, b)
 	}
 	return out
-}
-
-// sameAsProto checks that DecodeCheckRequest and protobuf-go agree on
-// b: both fail with the same error, or both give equal messages. protobuf-go
-// is proto.Unmarshal, or, where that refuses a string that is not valid
-// UTF-8 or nesting beyond its limit, proto.Unmarshal of b with such strings
-// repaired and such nesting cut (DecodeLenient).
-func sameAsProto(t testing.TB, b []byte) {
-	t.Helper()
-	var got, want authv3.CheckRequest
-	gerr, werr := DecodeCheckRequest(b, &got), DecodeLenient(b, &want)
-	if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
-		t.Fatalf("input %q: decoder error %v, proto.Unmarshal error %v", b, gerr, werr)
-	}
-	if werr == nil && !proto.Equal(&got, &want) {
-		t.Fatalf("input %q:\ndecoder:          %v\nproto.Unmarshal:  %v", b, &got, &want)
-	}
 }
 
 func TestTheDecoderIsProtoUnmarshal(t *testing.T) {

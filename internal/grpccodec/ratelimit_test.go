@@ -50,43 +50,24 @@ func rateLimitRequests() []*rlsv3.RateLimitRequest {
 
 func rateLimitSeeds(t testing.TB) [][]byte {
 	t.Helper()
-	var out [][]byte
-	for _, r := range rateLimitRequests() {
-		b, err := proto.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
-	}
-	return out
+	return marshalAll(t, rateLimitRequests())
 }
 
 // sameAsProtoRLS checks that DecodeRateLimitRequest and protobuf-go agree
-// on b: both fail with the same error, or both give equal messages.
-// protobuf-go is proto.Unmarshal, or, where that refuses a string that is
-// not valid UTF-8, proto.Unmarshal of b with such strings repaired
-// (DecodeLenient).
+// on b (agreeWithProto), and that the decoded entries are distinct
+// messages.
 func sameAsProtoRLS(t testing.TB, b []byte) {
 	t.Helper()
-	var got, want rlsv3.RateLimitRequest
-	gerr, werr := DecodeRateLimitRequest(b, &got), DecodeLenient(b, &want)
-	if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
-		t.Fatalf("input %q: decoder error %v, proto.Unmarshal error %v", b, gerr, werr)
-	}
-	if werr == nil && !proto.Equal(&got, &want) {
-		t.Fatalf("input %q:\ndecoder:          %v\nproto.Unmarshal:  %v", b, &got, &want)
-	}
-	if werr == nil {
-		// The descriptors and entries share backing arrays: each must be
-		// its own message all the same.
-		seen := map[*commonrl.RateLimitDescriptor_Entry]bool{}
-		for _, d := range got.GetDescriptors() {
-			for _, e := range d.GetEntries() {
-				if seen[e] {
-					t.Fatalf("input %q: an entry appears twice", b)
-				}
-				seen[e] = true
+	got := agreeWithProto(t, b, DecodeRateLimitRequest)
+	// The descriptors and entries share backing arrays: each must be its
+	// own message all the same.
+	seen := map[*commonrl.RateLimitDescriptor_Entry]bool{}
+	for _, d := range got.GetDescriptors() {
+		for _, e := range d.GetEntries() {
+			if seen[e] {
+				t.Fatalf("input %q: an entry appears twice", b)
 			}
+			seen[e] = true
 		}
 	}
 }

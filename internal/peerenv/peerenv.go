@@ -453,14 +453,30 @@ const (
 )
 
 func redis(e *env, d *doc, res *Result) {
+	if !redisBackend(e, d) {
+		return
+	}
+	redisAuth(e, d, res, redisAddresses(e, d))
+	d.set("store.redis.pool_size", e.integer("REDIS_POOL_SIZE", 10), "REDIS_POOL_SIZE")
+	redisTLS(e, d)
+	redisBatches(e, d)
+	redisUnsupported(e)
+	if p := e.str("CACHE_KEY_PREFIX", ""); p != "" {
+		d.set("store.redis.prefix", p, "CACHE_KEY_PREFIX")
+	}
+}
+
+// redisBackend reads BACKEND_TYPE and REDIS_SOCKET_TYPE: false when the
+// backend is not Redis, and nothing more of Redis is read.
+func redisBackend(e *env, d *doc) bool {
 	switch b := e.str("BACKEND_TYPE", "redis"); b {
 	case "redis", "":
 	case "memcache":
 		e.refuse("memcache is not implemented: Floodgate keeps its buckets in Redis", "BACKEND_TYPE")
-		return
+		return false
 	default:
 		e.refuse(fmt.Sprintf("%q: want redis (memcache is not implemented)", b), "BACKEND_TYPE")
-		return
+		return false
 	}
 	d.set("store.backend", "redis", "BACKEND_TYPE")
 	switch st := e.str("REDIS_SOCKET_TYPE", "unix"); st {
@@ -470,11 +486,19 @@ func redis(e *env, d *doc, res *Result) {
 	default:
 		e.refuse(fmt.Sprintf("%q: want tcp", st), "REDIS_SOCKET_TYPE")
 	}
+	return true
+}
+
+// credentials are a user and password, either possibly empty.
+type credentials struct{ user, pass string }
+
+// redisAddresses reads REDIS_TYPE, REDIS_URL and REDIS_SENTINEL_AUTH into
+// the addresses, the kind of deployment and the Sentinels' password, and
+// returns the credentials the URLs carry.
+func redisAddresses(e *env, d *doc) (fromURL credentials) {
 	typ := strings.ToLower(e.str("REDIS_TYPE", "SINGLE"))
 	raw := e.str("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
-	auth := e.str("REDIS_AUTH", "")
 	var addrs []string
-	var fromURL struct{ user, pass string }
 	parse := func(a string) string {
 		// radix, the peer's client, reads a redis:// URL's user, password
 		// and database (radix v4 conn.go, parseRedisURL).
@@ -494,7 +518,7 @@ func redis(e *env, d *doc, res *Result) {
 		if p, ok := u.User.Password(); ok {
 			pass = p
 		}
-		if (user != "" || pass != "") && fromURL != (struct{ user, pass string }{}) && fromURL != (struct{ user, pass string }{user, pass}) {
+		if (user != "" || pass != "") && fromURL != (credentials{}) && fromURL != (credentials{user, pass}) {
 			e.refuse("the URLs carry different credentials: Floodgate authenticates every node alike", "REDIS_URL")
 		}
 		if user != "" || pass != "" {
@@ -546,9 +570,15 @@ func redis(e *env, d *doc, res *Result) {
 	if len(addrs) > 0 {
 		d.set("store.redis.addresses", addrs, "REDIS_URL")
 	}
+	return fromURL
+}
+
+// redisAuth reads REDIS_AUTH, which radix takes before the URLs'
+// credentials (fromURL).
+func redisAuth(e *env, d *doc, res *Result, fromURL credentials) {
+	auth := e.str("REDIS_AUTH", "")
 	switch user, pass, hasUser := strings.Cut(auth, ":"); {
 	case auth != "" && hasUser:
-		// radix takes REDIS_AUTH before the URL's credentials.
 		d.set("store.redis.username", user, "REDIS_AUTH")
 		res.Env[redisPasswordVar] = pass
 		d.set("store.redis.password_env", redisPasswordVar, "REDIS_AUTH")
@@ -561,7 +591,10 @@ func redis(e *env, d *doc, res *Result) {
 		res.Env[redisPasswordVar] = fromURL.pass
 		d.set("store.redis.password_env", redisPasswordVar, "REDIS_URL")
 	}
-	d.set("store.redis.pool_size", e.integer("REDIS_POOL_SIZE", 10), "REDIS_POOL_SIZE")
+}
+
+// redisTLS reads REDIS_TLS and the files it names.
+func redisTLS(e *env, d *doc) {
 	tlsVars := []string{"REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_CACERT", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"}
 	if e.boolean("REDIS_TLS", false) {
 		d.set("store.redis.tls", map[string]string{}, "REDIS_TLS")
@@ -576,6 +609,11 @@ func redis(e *env, d *doc, res *Result) {
 	} else {
 		e.warnIfSet("not read without REDIS_TLS=true (envoyproxy/ratelimit does not read them either)", tlsVars...)
 	}
+}
+
+// redisBatches reads what bounds a batch of decisions: the pipeline's
+// window and size, and REDIS_TIMEOUT.
+func redisBatches(e *env, d *doc) {
 	if e.isSet("REDIS_PIPELINE_WINDOW") {
 		w := e.duration("REDIS_PIPELINE_WINDOW", 0)
 		if w > config.MaxPipelineWait {
@@ -605,6 +643,11 @@ func redis(e *env, d *doc, res *Result) {
 			}
 		}
 	}
+}
+
+// redisUnsupported says which of the peer's Redis settings Floodgate
+// refuses or does not implement, and why.
+func redisUnsupported(e *env) {
 	switch b := strings.ToUpper(e.str("REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT")); b {
 	case "CREATE", "ERROR":
 		e.refuse(b+" is not supported (by envoyproxy/ratelimit either, which refuses to start with it): a decision waits for a pooled connection within store.redis.timeout", "REDIS_POOL_ON_EMPTY_BEHAVIOR")
@@ -620,9 +663,6 @@ func redis(e *env, d *doc, res *Result) {
 		e.warn("a second Redis for per-second limits is not implemented: every bucket is in the Redis of REDIS_URL", append([]string{"REDIS_PERSECOND"}, e.setOf(perSecond...)...)...)
 	} else {
 		e.warnIfSet("not read without REDIS_PERSECOND=true (envoyproxy/ratelimit does not read them either)", perSecond...)
-	}
-	if p := e.str("CACHE_KEY_PREFIX", ""); p != "" {
-		d.set("store.redis.prefix", p, "CACHE_KEY_PREFIX")
 	}
 }
 
