@@ -142,7 +142,11 @@ func (d *floodgateDoor) Addr() string { return d.p.HTTP }
 
 // Pause stops the process (SIGSTOP): the kernel still accepts connections
 // for it, and nothing answers them.
-func (d *floodgateDoor) Pause()  { d.p.Cmd.Process.Signal(syscall.SIGSTOP) }
+func (d *floodgateDoor) Pause() {
+	if err := redistest.PauseProcess(d.p.Cmd.Process); err != nil {
+		d.t.Errorf("pausing floodgate: %v", err)
+	}
+}
 func (d *floodgateDoor) Resume() { d.p.Cmd.Process.Signal(syscall.SIGCONT) }
 
 // Stop ends the process as an operator would (SIGTERM, which closes the

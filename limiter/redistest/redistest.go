@@ -264,8 +264,15 @@ func (s *Server) Log() string {
 	return string(b)
 }
 
-// Pause stops the process with SIGSTOP: connections stay open, nothing answers.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+// Pause stops the process with SIGSTOP and waits until it has stopped
+// (PauseProcess): connections stay open, nothing answers.
+func (s *Server) Pause() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		if err := PauseProcess(s.cmd.Process); err != nil {
+			s.t.Errorf("pausing redis-server: %v", err)
+		}
+	}
+}
 
 // Resume continues a paused process.
 func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
