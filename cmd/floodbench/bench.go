@@ -87,7 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var o benchOptions
 	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
-	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g,b-rls,b-http,rt,naive", "scenarios to run, from a b b0 b2 c d e f g a' r b-rls a-http b-http rt naive (b-http: floodgate's HTTP authorization door on (b)'s callers as Envoy's http_service sends them, against a-http, a no-op HTTP server; rt: one go-redis script round trip from the load generator, the floor of the added-latency table; naive: one GET + SET script call per decision from the load generator, distinct keys, the reference of Redis CPU per decision; b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit; b-rls: floodgate's rate limit service on (r)'s requests and limits; r and b-rls bring their baseline a', the no-op server on the rate limit API)")
+	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g,b-rls,b-xds,b-http,rt,naive", "scenarios to run, from a b b0 b2 c d e f g a' r b-rls b-xds a-http b-http rt naive (b-xds: b-rls with its limits pushed over xDS by a management server of floodbench's; b-http: floodgate's HTTP authorization door on (b)'s callers as Envoy's http_service sends them, against a-http, a no-op HTTP server; rt: one go-redis script round trip from the load generator, the floor of the added-latency table; naive: one GET + SET script call per decision from the load generator, distinct keys, the reference of Redis CPU per decision; b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit; b-rls: floodgate's rate limit service on (r)'s requests and limits; r and b-rls bring their baseline a', the no-op server on the rate limit API)")
 	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
 	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
@@ -258,7 +258,16 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	if err := os.WriteFile(rlsConfig, []byte(ratelimitConfig), 0o600); err != nil {
 		return err
 	}
-	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "redis-rls", "memory", "ratelimit", "noop-http", "redis-http"} {
+	var xdsAddr string
+	if wanted["redis-xds"] {
+		addr, stop, err := startXDS()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		xdsAddr = addr
+	}
+	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "redis-rls", "redis-xds", "memory", "ratelimit", "noop-http", "redis-http"} {
 		if !wanted[name] {
 			continue
 		}
@@ -266,7 +275,11 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		if name == "redis-cluster" {
 			addrs = clusterAddrs
 		}
-		p, err := startServer(ctx, o, name, self, dir, addrs, rlsConfig)
+		rls := rlsConfig
+		if name == "redis-xds" {
+			rls = xdsAddr
+		}
+		p, err := startServer(ctx, o, name, self, dir, addrs, rls)
 		if err != nil {
 			return err
 		}
@@ -344,7 +357,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 // startServer starts the server name of the run: the no-op server (self,
 // run as floodbench noop), envoyproxy/ratelimit, or a floodgate instance
 // (floodgateConfig) on the Redis servers at addrs, its files in dir.
-func startServer(ctx context.Context, o benchOptions, name, self, dir string, addrs []string, rlsConfig string) (*proc, error) {
+func startServer(ctx context.Context, o benchOptions, name, self, dir string, addrs []string, rls string) (*proc, error) {
 	switch name {
 	case "noop":
 		return startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0", "--gogc", strconv.Itoa(o.gcPercent()))
@@ -353,7 +366,7 @@ func startServer(ctx context.Context, o benchOptions, name, self, dir string, ad
 	case "ratelimit":
 		return startRatelimit(ctx, o.ratelimit, dir, addrs[0])
 	}
-	cfg, err := floodgateConfig(name, addrs, o.gcPercent(), rlsConfig)
+	cfg, err := floodgateConfig(name, addrs, o.gcPercent(), rls)
 	if err != nil {
 		return nil, err
 	}

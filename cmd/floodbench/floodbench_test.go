@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,12 +20,14 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/xdsfeed"
 )
 
 // bins are the floodgate and floodbench binaries, built once for the tests.
@@ -64,7 +67,7 @@ func TestSmoke(t *testing.T) {
 	var out, log bytes.Buffer
 	err := bench(ctx, benchOptions{
 		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
-		scenarios: []string{"b", "d", "g", "b-rls", "b-http", "rt", "naive"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
+		scenarios: []string{"b", "d", "g", "b-rls", "b-xds", "b-http", "rt", "naive"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
 		maxCount: 100_000, keys: 1000, conns: 1, traceDir: t.TempDir(),
 	}, &out, &log)
 	if err != nil {
@@ -92,7 +95,7 @@ func TestSmoke(t *testing.T) {
 			rows[label[:strings.IndexByte(label, ')')+1]] = r
 		}
 	}
-	for _, id := range []string{"(a)", "(b)", "(d)", "(g)", "(a')", "(b-rls)", "(a-http)", "(b-http)"} {
+	for _, id := range []string{"(a)", "(b)", "(d)", "(g)", "(a')", "(b-rls)", "(b-xds)", "(a-http)", "(b-http)"} {
 		r, ok := rows[id]
 		if !ok {
 			t.Errorf("no row for %s:\n%s", id, out.String())
@@ -130,10 +133,14 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("no cluster line:\n%s", out.String())
 	}
 	// (b-rls) decides in Redis like (b): every answer OK (errors 0 above),
-	// and at most one script call per decision.
-	if r := rows["(b-rls)"]; r != nil {
-		if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n <= 0 || n > 1.1 {
-			t.Errorf("(b-rls): %s script calls per decision, want more than 0 and at most 1", r["scripts/dec"])
+	// and at most one script call per decision; (b-xds) too, on the limits
+	// pushed over xDS (without them its answers would be OK and touch no
+	// Redis).
+	for _, id := range []string{"(b-rls)", "(b-xds)"} {
+		if r := rows[id]; r != nil {
+			if n, err := strconv.ParseFloat(r["scripts/dec"], 64); err != nil || n <= 0 || n > 1.1 {
+				t.Errorf("%s: %s script calls per decision, want more than 0 and at most 1", id, r["scripts/dec"])
+			}
 		}
 	}
 	// (b-http) decides (b)'s callers through the HTTP door: every answer a
@@ -301,6 +308,14 @@ func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
 	if _, err := floodgateConfig("redis-rls", one, 250, ""); err == nil {
 		t.Error("redis-rls got a configuration without rls.config")
 	}
+	// (b-xds)'s instance takes the same limits over xDS, and waits for them.
+	y, err = floodgateConfig("redis-xds", one, 250, "127.0.0.1:18000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := door.Parse("redis-xds.yaml", []byte(y)); err != nil || c.RLS.XDS == nil || c.RLS.XDS.Server != "127.0.0.1:18000" || c.RLS.XDS.NodeID != xdsNode || !c.RLS.XDS.WaitForFirstPush || c.RLS.Config != "" {
+		t.Errorf("(b-xds)'s instance: %v, rls %+v; want rls.xds from 127.0.0.1:18000 for node %s, waiting for the first push", err, c.RLS, xdsNode)
+	}
 	// (b)'s own instance serves no rate limit service.
 	y, err = floodgateConfig("redis", one, 250, path)
 	if err != nil {
@@ -408,5 +423,27 @@ func TestProtoClientDrivesAServer(t *testing.T) {
 	}
 	if _, err := dial(addr, 1, "fat"); err == nil {
 		t.Error("dial accepted an unknown client kind")
+	}
+}
+
+// TestXDSLimitsAreTheFilesLimits: what (b-xds)'s management server pushes
+// is, rendered as floodgate renders a push (xdsfeed.Render), the YAML
+// (b-rls) reads from its file, so the two rows decide against one limit
+// (the unit's case aside: Render writes the enum's name, SECOND, which the
+// rate limit files read as the peer does, in any case).
+func TestXDSLimitsAreTheFilesLimits(t *testing.T) {
+	pushed, notes := xdsfeed.Render(xdsLimits())
+	if len(notes) > 0 {
+		t.Fatalf("the push renders with notes: %v", notes)
+	}
+	var got, want any
+	if err := yaml.Unmarshal(bytes.ToLower(pushed), &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(ratelimitConfig), &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("pushed limits render as\n%s\nwant ratelimitConfig:\n%s", pushed, ratelimitConfig)
 	}
 }
