@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/door:FuzzParse ./extauthz:FuzzHTTPDoor
 
-.PHONY: all build image run run-redis test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies clean
+.PHONY: all build image run run-redis test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind clean
 
 all: lint test
 
@@ -58,8 +58,9 @@ run-redis: redis
 	echo "started redis-server on 127.0.0.1:6379 (stopped with Floodgate)"; \
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/floodgate serve --config $(LOCAL_REDIS_CONFIG)
 
-## test: the whole suite, real redis-server, nginx and HAProxy included (installed when missing and possible).
-test: redis proxies
+## test: the whole suite, real redis-server, nginx and HAProxy included, and valgrind for the instruction
+## counter's test (installed when missing and possible).
+test: redis proxies valgrind
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
 ## e2e: the end-to-end tests alone (also part of test): the built binary as two replicas on one
@@ -200,6 +201,20 @@ proxies:
 	  { echo "$$n has no ngx_http_auth_request_module: install Debian's nginx package, which is built with it" >&2; exit 1; }
 	@h=$$(command -v haproxy || echo /usr/sbin/haproxy); $$h -vv 2>&1 | grep -q 'Built with Lua' || \
 	  { echo "$$h is built without Lua: install Debian's haproxy package, which has it" >&2; exit 1; }
+
+## valgrind: make sure valgrind (callgrind), which the instruction counter's test runs, is installed;
+## install Debian's package with apt-get when root.
+valgrind:
+	@if ! command -v valgrind >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "valgrind not found: installing it with apt-get"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; } || \
+	    { echo "apt-get could not install valgrind; install it and re-run" >&2; exit 1; }; \
+	  else \
+	    echo "the tests need valgrind (floodbench instructions runs under callgrind): run 'sudo apt-get install valgrind' (Debian/Ubuntu) and re-run" >&2; exit 1; \
+	  fi; \
+	fi
 
 clean:
 	rm -rf bin
