@@ -242,58 +242,12 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		return []*redis.Client{rc}
 	}
 
-	clients := map[string]*client{}
-	httpClients := map[string]*httpClient{}
-	defer func() {
-		for _, c := range clients {
-			c.close()
-		}
-		for _, c := range httpClients {
-			c.close()
-		}
-	}()
-	servers := map[string]*proc{}
-	// (b-rls)'s limits: (r)'s configuration, the same file envoyproxy/ratelimit reads.
-	rlsConfig := dir + "/ratelimit-floodbench.yaml"
-	if err := os.WriteFile(rlsConfig, []byte(ratelimitConfig), 0o600); err != nil {
+	f := &fleet{servers: map[string]*proc{}, clients: map[string]*client{}, httpClients: map[string]*httpClient{}}
+	defer f.close()
+	err = f.start(ctx, o, self, dir, wanted, redisAddr, clusterAddrs)
+	procs = append(procs, f.procs...)
+	if err != nil {
 		return err
-	}
-	var xdsAddr string
-	if wanted["redis-xds"] {
-		addr, stop, err := startXDS()
-		if err != nil {
-			return err
-		}
-		defer stop()
-		xdsAddr = addr
-	}
-	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "redis-rls", "redis-xds", "memory", "ratelimit", "noop-http", "redis-http"} {
-		if !wanted[name] {
-			continue
-		}
-		addrs := []string{redisAddr}
-		if name == "redis-cluster" {
-			addrs = clusterAddrs
-		}
-		rls := rlsConfig
-		if name == "redis-xds" {
-			rls = xdsAddr
-		}
-		p, err := startServer(ctx, o, name, self, dir, addrs, rls)
-		if err != nil {
-			return err
-		}
-		procs = append(procs, p)
-		servers[name] = p
-		if name == "noop-http" || name == "redis-http" {
-			if httpClients[name], err = dialHTTP(p.http); err != nil {
-				return err
-			}
-			continue
-		}
-		if clients[name], err = dial(p.addr, o.conns, o.client); err != nil {
-			return err
-		}
 	}
 	var direct *directDriver
 	if wanted[redisDirect] {
@@ -320,7 +274,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}
 
-	m := &measurer{o: o, scs: scs, servers: servers, clients: clients, httpClients: httpClients, direct: direct, ghz: ghz, work: work, statsOf: statsOf}
+	m := &measurer{o: o, scs: scs, servers: f.servers, clients: f.clients, httpClients: f.httpClients, direct: direct, ghz: ghz, work: work, statsOf: statsOf}
 	rows, steady, traced, err := m.measureAll(ctx, stderr)
 	if err != nil {
 		return err
@@ -352,6 +306,79 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		writeMarkdown(stdout, t)
 	}
 	return nil
+}
+
+// fleet is the servers a run measures, by instance name, and the clients
+// that drive them.
+type fleet struct {
+	servers     map[string]*proc
+	procs       []*proc // in the order started
+	clients     map[string]*client
+	httpClients map[string]*httpClient // (a-http), (b-http)
+	stopXDS     func()
+}
+
+// start starts every instance wanted, each with its client: on redisAddr
+// (clusterAddrs for the cluster's), the rate limit service's with (r)'s
+// file of limits, or with the same limits pushed over xDS by a management
+// server started first.
+func (f *fleet) start(ctx context.Context, o benchOptions, self, dir string, wanted map[string]bool, redisAddr string, clusterAddrs []string) error {
+	// (b-rls)'s limits: (r)'s configuration, the same file envoyproxy/ratelimit reads.
+	rlsConfig := dir + "/ratelimit-floodbench.yaml"
+	if err := os.WriteFile(rlsConfig, []byte(ratelimitConfig), 0o600); err != nil {
+		return err
+	}
+	var xdsAddr string
+	if wanted["redis-xds"] {
+		addr, stop, err := startXDS()
+		if err != nil {
+			return err
+		}
+		f.stopXDS, xdsAddr = stop, addr
+	}
+	for _, name := range []string{"noop", "redis", "redis-nopipe", "redis-2flushers", "redis-cluster", "redis-rls", "redis-xds", "memory", "ratelimit", "noop-http", "redis-http"} {
+		if !wanted[name] {
+			continue
+		}
+		addrs := []string{redisAddr}
+		if name == "redis-cluster" {
+			addrs = clusterAddrs
+		}
+		rls := rlsConfig
+		if name == "redis-xds" {
+			rls = xdsAddr
+		}
+		p, err := startServer(ctx, o, name, self, dir, addrs, rls)
+		if err != nil {
+			return err
+		}
+		f.procs = append(f.procs, p)
+		f.servers[name] = p
+		if name == "noop-http" || name == "redis-http" {
+			if f.httpClients[name], err = dialHTTP(p.http); err != nil {
+				return err
+			}
+			continue
+		}
+		if f.clients[name], err = dial(p.addr, o.conns, o.client); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close closes the clients and stops the management server; bench stops
+// the processes with its others.
+func (f *fleet) close() {
+	for _, c := range f.clients {
+		c.close()
+	}
+	for _, c := range f.httpClients {
+		c.close()
+	}
+	if f.stopXDS != nil {
+		f.stopXDS()
+	}
 }
 
 // startServer starts the server name of the run: the no-op server (self,
