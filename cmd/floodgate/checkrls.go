@@ -74,6 +74,20 @@ func buildRLSRequest(domain string, descriptors []string, hits uint64) (*rlsv3.R
 	return req, nil
 }
 
+// resetOf says when a status' limit resets: "reset 30s", or "no reset" for
+// an answer that carries no duration (a cost larger than the limit, which
+// waiting never lets through).
+func resetOf(st *rlsv3.RateLimitResponse_DescriptorStatus) string {
+	d := st.GetDurationUntilReset()
+	if d == nil {
+		return "no reset"
+	}
+	if t := d.AsDuration(); t%time.Second != 0 {
+		return "reset " + t.String()
+	}
+	return fmt.Sprintf("reset %ds", d.GetSeconds())
+}
+
 // describeRLS renders an answer on one line.
 func describeRLS(resp *rlsv3.RateLimitResponse) string {
 	var b strings.Builder
@@ -90,8 +104,8 @@ func describeRLS(resp *rlsv3.RateLimitResponse) string {
 			if name != "" {
 				name = " " + name
 			}
-			fmt.Fprintf(&b, "%s %d/%s remaining %d reset %ds", name, lim.GetRequestsPerUnit(), strings.ToLower(lim.GetUnit().String()),
-				st.GetLimitRemaining(), st.GetDurationUntilReset().GetSeconds())
+			fmt.Fprintf(&b, "%s %d/%s remaining %d %s", name, lim.GetRequestsPerUnit(), strings.ToLower(lim.GetUnit().String()),
+				st.GetLimitRemaining(), resetOf(st))
 		case st.GetLimitRemaining() == math.MaxUint32:
 			b.WriteString(" unlimited")
 		default:

@@ -14,6 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 func rlsLimits(perMinute string) string {
@@ -259,5 +260,20 @@ func TestARateLimitReloadIsVisible(t *testing.T) {
 	})
 	if got := metricValue(t, metrics(t, p), "floodgate_rls_domains_removed_total"); got != 1 {
 		t.Errorf("floodgate_rls_domains_removed_total = %v, want 1", got)
+	}
+}
+
+// TestDescribeRLSSaysWhenNothingResets: check --rls prints a status
+// without duration_until_reset (a cost above the limit, which waiting
+// never admits) as no reset, not as "reset 0s", which reads as "at once".
+func TestDescribeRLSSaysWhenNothingResets(t *testing.T) {
+	lim := &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 2, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+		{Code: rlsv3.RateLimitResponse_OVER_LIMIT, CurrentLimit: lim},
+		{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: lim, LimitRemaining: 1, DurationUntilReset: durationpb.New(1500 * time.Millisecond)},
+	}}
+	want := "over limit  [0] over_limit 2/minute remaining 0 no reset  [1] ok 2/minute remaining 1 reset 1.5s"
+	if got := describeRLS(resp); got != want {
+		t.Errorf("describeRLS = %q, want %q", got, want)
 	}
 }
