@@ -2,7 +2,6 @@ package extauthz
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -95,25 +94,5 @@ func BenchmarkCheckDirect(b *testing.B) {
 func BenchmarkCheckGRPC(b *testing.B) {
 	client := authv3.NewAuthorizationClient(extauthztest.Serve(b, benchServer(b, benchPerKey)))
 	reqs := benchRequests(benchKeys)
-	ctx := context.Background()
-	for _, r := range reqs {
-		if _, err := client.Check(ctx, r); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var worker atomic.Int64
-	b.SetParallelism(32) // 64 in flight on 2 cores
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(worker.Add(1)) * 101
-		for pb.Next() {
-			resp, err := client.Check(ctx, reqs[i%len(reqs)])
-			i++
-			if err != nil || !allowed(resp) {
-				b.Errorf("Check: %v (allowed %v)", err, allowed(resp))
-				return
-			}
-		}
-	})
+	extauthztest.BenchmarkChecks(b, client, reqs)
 }

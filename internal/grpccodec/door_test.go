@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,25 +338,5 @@ func benchGRPC(b *testing.B, opts ...grpc.ServerOption) {
 	srv := extauthz.NewServer(eng, storetest.Memory(nil), extauthz.ServerOptions{Registerer: prometheus.NewRegistry()})
 	client := authv3.NewAuthorizationClient(extauthztest.Serve(b, srv, opts...))
 	reqs := extauthztest.EnvoyRequests(1024)
-	ctx := context.Background()
-	for _, r := range reqs { // the buckets exist in the steady state
-		if _, err := client.Check(ctx, r); err != nil {
-			b.Fatal(err)
-		}
-	}
-	var worker atomic.Int64
-	b.SetParallelism(32) // 64 in flight on 2 cores
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(worker.Add(1)) * 101
-		for pb.Next() {
-			resp, err := client.Check(ctx, reqs[i%len(reqs)])
-			i++
-			if err != nil || !allowed(resp) {
-				b.Errorf("Check: %v (allowed %v)", err, allowed(resp))
-				return
-			}
-		}
-	})
+	extauthztest.BenchmarkChecks(b, client, reqs)
 }

@@ -1,7 +1,6 @@
 package grpccodec
 
 import (
-	"math/rand/v2"
 	"strconv"
 	"testing"
 	"unicode/utf8"
@@ -125,22 +124,7 @@ func TestTheRateLimitDecoderIsProtoUnmarshal(t *testing.T) {
 	sameAsProtoRLS(t, tag(nil, 2, tag(nil, 2, tag(nil, 3, []byte{0xff})))) // a unit_multiplier that is malformed
 
 	// Random damage: truncations, flipped bytes, inserted bytes.
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 20000; i++ {
-		b := append([]byte{}, seeds[rng.IntN(len(seeds))]...)
-		switch rng.IntN(3) {
-		case 0:
-			b = b[:rng.IntN(len(b)+1)]
-		case 1:
-			for j := 0; j < 1+rng.IntN(3) && len(b) > 0; j++ {
-				b[rng.IntN(len(b))] = byte(rng.IntN(256))
-			}
-		case 2:
-			at := rng.IntN(len(b) + 1)
-			b = append(b[:at], append([]byte{byte(rng.IntN(256))}, b[at:]...)...)
-		}
-		sameAsProtoRLS(t, b)
-	}
+	damaged(seeds, 3, func(b []byte) { sameAsProtoRLS(t, b) })
 }
 
 // FuzzRateLimitDecoder: for any bytes, the decoder and proto.Unmarshal
