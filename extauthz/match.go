@@ -225,18 +225,20 @@ func anyPrincipal(list []principalMatch, principal string) bool {
 // (NormalizePath), so %2f and %2F are one either way.
 func (m *matcher) pathMatches(forms []string) bool {
 	for _, f := range forms {
-		if m.foldCase {
-			if (m.pathPrefix == "" || len(f) >= len(m.pathPrefix) && asciiEqualFold(f[:len(m.pathPrefix)], m.pathPrefix)) &&
-				(m.path == "" || asciiEqualFold(f, m.path)) {
-				return true
-			}
-			continue
-		}
-		if (m.pathPrefix == "" || strings.HasPrefix(f, m.pathPrefix)) && (m.path == "" || f == m.path) {
+		if (m.pathPrefix == "" || m.same(f[:min(len(f), len(m.pathPrefix))], m.pathPrefix)) && (m.path == "" || m.same(f, m.path)) {
 			return true
 		}
 	}
 	return false
+}
+
+// same compares a request's path (or its start) with a rule's, ignoring
+// ASCII case under case_sensitive: false.
+func (m *matcher) same(a, b string) bool {
+	if m.foldCase {
+		return asciiEqualFold(a, b)
+	}
+	return a == b
 }
 
 // asciiEqualFold reports whether a and b are equal with ASCII letters
