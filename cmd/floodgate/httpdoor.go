@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/headerbytes"
 	"github.com/floodgate/floodgate/internal/inflight"
 )
 
@@ -76,7 +77,9 @@ func (s *server) listenHTTP(budget *inflight.Budget) error {
 			s.closeHTTP()
 			return fmt.Errorf("listen.http %s: %w", ld.Listen(), err)
 		}
-		s.https = append(s.https, &httpListener{door: ld, lis: lis,
+		// Header bytes net/http refuses but proxies forward are escaped,
+		// so that the door decides every request a proxy sends it.
+		s.https = append(s.https, &httpListener{door: ld, lis: headerbytes.Listener(lis),
 			srv:  newHTTPServer(s.cfg.Config, ld.Handler(), s.log.Named(ld.Name())),
 			gate: inflight.NewHTTPGate(inflight.HTTPOptions{Budget: budget, Wait: inflight.DefaultWait, Unread: ld.UnreadHTTP}),
 		})

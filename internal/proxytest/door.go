@@ -30,6 +30,9 @@ type DoorConfig struct {
 	TrustedHops int
 	// OnFailure is store.on_failure: allow (the default) or deny.
 	OnFailure string
+	// MaxHeaderBytes is listen.max_header_bytes (0: the default): a
+	// request whose headers are larger gets net/http's 431.
+	MaxHeaderBytes int
 	// Policies are Floodgate's policies; each refills one token an hour
 	// (refill_per_second: 1/3600), so a test's burst never refills.
 	Policies []Policy
@@ -66,7 +69,11 @@ func (cfg DoorConfig) YAML(redisAddr string) string {
 	if onFailure == "" {
 		onFailure = "allow"
 	}
-	fmt.Fprintf(&b, `listen: {grpc: "127.0.0.1:0", http: "127.0.0.1:0", admin: ""}
+	maxHeader := ""
+	if cfg.MaxHeaderBytes > 0 {
+		maxHeader = fmt.Sprintf(", max_header_bytes: %d", cfg.MaxHeaderBytes)
+	}
+	fmt.Fprintf(&b, `listen: {grpc: "127.0.0.1:0", http: "127.0.0.1:0", admin: ""%s}
 store:
   backend: redis
   redis: {addresses: [%q], timeout: %s}
@@ -74,7 +81,7 @@ store:
 client_ip: {trusted_hops: %d}
 http_authz: {path_prefix: %q, original_uri_header: %q, original_method_header: %q}
 policies:
-`, redisAddr, StoreTimeout, onFailure, cfg.TrustedHops, cfg.PathPrefix, cfg.OriginalURIHeader, cfg.OriginalMethodHeader)
+`, maxHeader, redisAddr, StoreTimeout, onFailure, cfg.TrustedHops, cfg.PathPrefix, cfg.OriginalURIHeader, cfg.OriginalMethodHeader)
 	for _, p := range cfg.Policies {
 		fmt.Fprintf(&b, "  - name: %s\n    match: {", p.Name)
 		var match []string

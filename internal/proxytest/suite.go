@@ -1,8 +1,10 @@
 package proxytest
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,9 +49,16 @@ func setup(t *testing.T, r Recipe) *recipeEnv { t.Helper(); return setupFailing(
 // setupFailing is setup with store.on_failure set to onFailure.
 func setupFailing(t *testing.T, r Recipe, onFailure string) *recipeEnv {
 	t.Helper()
+	return setupWith(t, r, func(cfg *DoorConfig) { cfg.OnFailure = onFailure })
+}
+
+// setupWith is setup with the door's configuration changed by change.
+func setupWith(t *testing.T, r Recipe, change func(*DoorConfig)) *recipeEnv {
+	t.Helper()
 	cfg := r.Door
 	cfg.Policies = []Policy{apiPolicy, loginPolicy}
-	cfg.OnFailure = onFailure
+	cfg.OnFailure = "allow"
+	change(&cfg)
 	// One trusted load balancer in front of the proxy: the tests' client
 	// plays it, writing the address it saw into X-Forwarded-For.
 	cfg.TrustedHops = 1
@@ -169,7 +178,8 @@ func (e *recipeEnv) retryAfter(resp Response) int {
 // proxy's X-Forwarded-For, one trusted hop) are the identity; the original
 // URI and method reach the door, whatever the client claims in headers; a
 // store failure gives what on_failure promises; a door that is down or hung
-// meets the proxy's own failure mode (fail open, marked upstream).
+// meets the proxy's own failure mode (fail open, marked upstream); and no
+// way around it a spent client tries (runAttacks) reaches the upstream.
 func RunRecipe(t *testing.T, r Recipe) {
 	t.Run("a burst passes, then 429 with Retry-After and the RateLimit headers", func(t *testing.T) {
 		e := setup(t, r)
@@ -311,6 +321,8 @@ func RunRecipe(t *testing.T, r Recipe) {
 		defer e.door.Resume()
 		e.failOpen()
 	})
+
+	runAttacks(t, r)
 }
 
 // failOpen requires the proxy's failure mode with no answer from the door:
@@ -326,4 +338,150 @@ func (e *recipeEnv) failOpen() {
 	if len(seen) != 1 || seen[0].Header.Get(e.r.FailureHeader) != "true" {
 		e.t.Errorf("the upstream saw %v; want the one request, with %s: true", seen, e.r.FailureHeader)
 	}
+}
+
+// rawRequest sends one HTTP/1.1 GET of uri to the proxy, written byte for
+// byte as given (Go's client refuses to send the header values these cases
+// need), with headers as "Name: value" lines, and reads the answer.
+func (e *recipeEnv) rawRequest(uri string, headers ...string) Response {
+	e.t.Helper()
+	c, err := net.DialTimeout("tcp", e.proxy, 5*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n", uri)
+	for _, h := range headers {
+		b.WriteString(h + "\r\n")
+	}
+	b.WriteString("\r\n")
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		e.t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		e.t.Fatalf("GET %s through the proxy, headers %q: %v", uri, headers, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: string(body)}
+}
+
+// oddBytes are header values a client can send that some proxies accept
+// and forward (nginx, HAProxy: control bytes but CR, LF and NUL, and
+// obs-text) and Go's net/http refuses (all but obs-text).
+var oddBytes = []string{"\x01", "\x0b", "\x1b", "\x7f", "\x08", "\xff"}
+
+// runAttacks are the ways around a recipe a client whose bucket is spent
+// tries; none may reach the upstream.
+func runAttacks(t *testing.T, r Recipe) {
+	t.Run("a spent client is denied whatever bytes its header values hold", func(t *testing.T) {
+		e := setup(t, r)
+		key := map[string]string{"X-Api-Key": "key-odd"}
+		for i := int64(1); i <= apiPolicy.Capacity; i++ {
+			e.allowed(fmt.Sprintf("request %d of the burst", i), e.do(http.MethodGet, "/api/items", "/public/spoofed", key))
+		}
+		for _, odd := range oddBytes {
+			for _, h := range []string{"User-Agent: curl" + odd, "Cookie: session=a" + odd + "b", "X-Anything: " + odd} {
+				resp := e.rawRequest("/api/items", "X-Api-Key: key-odd", h)
+				if resp.Status < 400 {
+					t.Errorf("the spent key-odd with %q: %v, want a denial", h, resp)
+				}
+			}
+		}
+		if got := e.upstream.Count(func(s Seen) bool { return s.Header.Get("X-Api-Key") == "key-odd" }); got != int(apiPolicy.Capacity) {
+			t.Errorf("the upstream saw %d requests of the spent key-odd, want the %d of its burst", got, apiPolicy.Capacity)
+		}
+		// A key that holds an odd byte is a key of its own, decided as
+		// any: its burst passes with Floodgate's headers (not by the
+		// proxy's failure mode), then it is denied. A proxy that refuses
+		// the byte itself refuses every one of them.
+		for _, odd := range oddBytes {
+			k := "X-Api-Key: key" + odd + "odd"
+			first := e.rawRequest("/api/items", k)
+			if first.Status >= 400 {
+				for i := 2; i <= int(apiPolicy.Capacity)+1; i++ {
+					if resp := e.rawRequest("/api/items", k); resp.Status < 400 {
+						t.Errorf("%q: the proxy refused the first request (%d) but let request %d through: %v", k, first.Status, i, resp)
+					}
+				}
+				continue
+			}
+			if first.Status != http.StatusOK || e.one(first, "RateLimit-Limit") != strconv.FormatInt(apiPolicy.Capacity, 10) {
+				t.Errorf("%q, the first request: %v, want 200 with Floodgate's RateLimit headers", k, first)
+			}
+			for i := 2; i <= int(apiPolicy.Capacity); i++ {
+				e.rawRequest("/api/items", k)
+			}
+			if resp := e.rawRequest("/api/items", k); resp.Status != http.StatusTooManyRequests {
+				t.Errorf("%q after its burst: %v, want 429", k, resp)
+			}
+		}
+		e.unmarked()
+	})
+
+	// What the door cannot read it answers with a 4xx of net/http's (431
+	// here): an answer, which no recipe may take for "the door is down".
+	t.Run("a 4xx the door answers refuses the request, it never lets it through", func(t *testing.T) {
+		e := setupWith(t, r, func(cfg *DoorConfig) { cfg.MaxHeaderBytes = 4096 })
+		pad := strings.Repeat("p", 5000) // each line under every proxy's own limit (nginx: 8k)
+		for i := 1; i <= 3; i++ {
+			resp := e.rawRequest("/api/items", "X-Api-Key: key-large", "X-Pad-1: "+pad, "X-Pad-2: "+pad)
+			if resp.Status < 400 || resp.Status >= 500 {
+				t.Errorf("request %d with headers above the door's max_header_bytes: %v, want a 4xx", i, resp)
+			}
+		}
+		if n := len(e.upstream.Requests()); n != 0 {
+			t.Errorf("the upstream saw %d requests the door refused to read, want none", n)
+		}
+		e.allowed("an ordinary request beside them", e.do(http.MethodGet, "/api/items", "/public/spoofed", map[string]string{"X-Api-Key": "key-small"}))
+	})
+
+	t.Run("a spent client is denied whatever it writes into X-Forwarded-For", func(t *testing.T) {
+		e := setup(t, r)
+		lb := "198.51.100.9" // what the trusted load balancer appended
+		for i := int64(1); i <= apiPolicy.Capacity; i++ {
+			e.allowed(fmt.Sprintf("request %d of the burst", i), e.do(http.MethodGet, "/api/items", "/public/spoofed", map[string]string{"X-Forwarded-For": lb}))
+		}
+		for i := 0; i < 8; i++ {
+			forged := fmt.Sprintf("203.0.113.%d", i+1)
+			for _, xff := range []string{forged + ", " + lb, forged + ", 10.0.0.1, " + lb, "unknown, " + lb, forged + "," + lb} {
+				if resp := e.do(http.MethodGet, "/api/items", "/public/spoofed", map[string]string{"X-Forwarded-For": xff}); resp.Status != http.StatusTooManyRequests {
+					t.Errorf("X-Forwarded-For %q: %v, want 429 (the client is %s, spent)", xff, resp, lb)
+				}
+			}
+		}
+		// Two header lines are one list: the client's own line first.
+		if resp := e.rawRequest("/api/items", "X-Forwarded-For: 203.0.113.50", "X-Forwarded-For: "+lb); resp.Status != http.StatusTooManyRequests {
+			t.Errorf("two X-Forwarded-For lines: %v, want 429", resp)
+		}
+		e.unmarked()
+	})
+
+	t.Run("a spent client is denied whatever forwarded headers it sends", func(t *testing.T) {
+		e := setup(t, r)
+		ip := map[string]string{"X-Forwarded-For": "198.51.100.8"}
+		e.allowed("the first POST /login", e.do(http.MethodPost, "/login", "/public/spoofed", ip))
+		forged := []map[string]string{
+			{"X-Original-URI": "/public", "X-Forwarded-Uri": "/public", "X-Original-Method": "GET", "X-Forwarded-Method": "GET"},
+			{"X-Forwarded-Host": "other.example", "X-Forwarded-Prefix": "/public", "X-Forwarded-Proto": "https"},
+			{"X-Original-URL": "/public", "X-Rewrite-URL": "/public", "Forwarded": "for=203.0.113.1;host=other.example"},
+			{"Expect": "nothing-you-know", "X-HTTP-Method-Override": "GET"},
+		}
+		for _, f := range forged {
+			h := map[string]string{"X-Forwarded-For": "198.51.100.8"}
+			for k, v := range f {
+				h[k] = v
+			}
+			if resp := e.do(http.MethodPost, "/login", "/public/spoofed", h); resp.Status < 400 {
+				t.Errorf("POST /login with %v: %v, want a denial", f, resp)
+			}
+		}
+		if got := e.upstream.Count(func(s Seen) bool { return s.Method == http.MethodPost }); got != 1 {
+			t.Errorf("the upstream saw %d POSTs to /login, want the 1 that passed", got)
+		}
+		e.unmarked()
+	})
 }

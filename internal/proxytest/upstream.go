@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/floodgate/floodgate/internal/headerbytes"
 )
 
 // Seen is one request as a server in this package received it.
@@ -76,7 +78,11 @@ func StartUpstream(t testing.TB) *Upstream {
 		w.Header().Set("Content-Type", "text/plain")
 		io.WriteString(w, UpstreamBody)
 	})}
-	go srv.Serve(l)
+	// Any bytes a proxy forwards in a header value reach the handler, as
+	// they would an application that is not Go's net/http (which refuses
+	// control bytes with a 400 of its own and would hide a request the
+	// proxy let through).
+	go srv.Serve(headerbytes.Listener(l))
 	t.Cleanup(func() { srv.Close() })
 	return u
 }
