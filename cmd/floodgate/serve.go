@@ -268,13 +268,18 @@ func (s *server) listen() error {
 		}
 		s.adminAddr = adminLis.Addr().String()
 		mux := adminMux(s.reg, &s.ready, s.store.Status)
-		mux.Handle("/debug/limited", limited.Handler(s.who, s.adminAddr))
+		debug := debugFor(cfg.Listen.AdminDebug)
+		openAddr := ""
+		if cfg.Listen.AdminDebug == config.AdminDebugAll {
+			openAddr = s.adminAddr
+		}
+		mux.Handle("/debug/limited", debug(limited.Handler(s.who, openAddr)))
 		mux.HandleFunc("/healthcheck", s.healthcheck)
 		if s.feed != nil {
-			mux.HandleFunc("/debug/xds", func(w http.ResponseWriter, _ *http.Request) {
+			mux.Handle("/debug/xds", debug(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 				s.feed.WriteStatus(w)
-			})
+			})))
 		}
 		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go s.admin.Serve(adminLis)

@@ -59,6 +59,7 @@ func (v *validator) checkListen(l *Listen) {
 	if l.Admin != "" {
 		v.hostPort("listen.admin", l.Admin)
 	}
+	v.oneOf("listen.admin_debug", &l.AdminDebug, AdminDebugLoopback, AdminDebugLoopback, AdminDebugAll)
 	if l.Metrics != "" {
 		v.hostPort("listen.metrics", l.Metrics)
 	}

@@ -126,6 +126,11 @@ type Listen struct {
 	// is answered 431 by the HTTP server before it is decided. Every
 	// proxy's own default limit is far below it.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// AdminDebug says who may read the admin port's /debug/ pages (who is
+	// limited, the xDS feed): loopback (the default: a peer on this host
+	// alone, whatever address the port listens on) or all (every peer that
+	// reaches the port, for floodgate top across hosts).
+	AdminDebug string `yaml:"admin_debug"`
 	// Metrics, when set, serves /metrics alone on a listener of its own
 	// too, for a scraper that expects them apart (envoyproxy/ratelimit's
 	// PROMETHEUS_ADDR).
@@ -534,3 +539,9 @@ func (v *validator) decode(root *yaml.Node, c *Config) {
 		v.problems = append(v.problems, fielderr.FromYAML(v.file, err.Error()))
 	}
 }
+
+// The values of listen.admin_debug.
+const (
+	AdminDebugLoopback = "loopback"
+	AdminDebugAll      = "all"
+)

@@ -34,3 +34,16 @@ func TestMaxRequestBytesInFlight(t *testing.T) {
 	wantProblem(t, "listen:\n  max_request_bytes_in_flight: 1000\n"+goodPolicy,
 		`bad.yaml:2: listen.max_request_bytes_in_flight: must be between 1048576 (1 MiB) and 68719476736 (64 GiB), or 0 to size it from the memory limit (got 1000)`)
 }
+
+// TestAdminDebug: listen.admin_debug is loopback unless it says all;
+// another value is refused with the choices.
+func TestAdminDebug(t *testing.T) {
+	if c := mustParse(t, goodPolicy); c.Listen.AdminDebug != AdminDebugLoopback {
+		t.Errorf("default %q, want loopback", c.Listen.AdminDebug)
+	}
+	if c := mustParse(t, "listen: {admin: \"0.0.0.0:9192\", admin_debug: all}\n"+goodPolicy); c.Listen.AdminDebug != AdminDebugAll {
+		t.Errorf("read %q, want all", c.Listen.AdminDebug)
+	}
+	wantProblem(t, "listen:\n  admin_debug: everyone\n"+goodPolicy,
+		`bad.yaml:2: listen.admin_debug: must be loopback or all (got "everyone")`)
+}

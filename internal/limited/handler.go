@@ -14,10 +14,11 @@ import (
 // default, or a small HTML page for a browser (one that asks for text/html,
 // or ?format=html). ?top=N keeps N callers per policy (default: every
 // caller a sketch follows, at most Options.Size). adminAddr is the address
-// the admin port listens on: when it is not loopback, the page says that
-// anyone who can reach the port can read it.
+// the admin port listens on when every peer that reaches it may read the
+// page ("" when only loopback peers can): when it is not loopback, the page
+// says that anyone who can reach the port can read it.
 func Handler(r *Recorder, adminAddr string) http.Handler {
-	exposed := !loopback(adminAddr)
+	exposed := adminAddr != "" && !loopback(adminAddr)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")

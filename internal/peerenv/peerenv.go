@@ -101,10 +101,14 @@ const (
 	// error (the default: an RPC error, as envoyproxy/ratelimit answers,
 	// so that Envoy's failure_mode_deny decides), allow, deny or local.
 	VarOnFailure = "FLOODGATE_ON_FAILURE"
+	// VarAdminDebug is listen.admin_debug: who may read the admin port's
+	// /debug/ pages, which HOST puts on every interface: loopback (the
+	// default) or all.
+	VarAdminDebug = "FLOODGATE_ADMIN_DEBUG"
 )
 
 // FloodgateVariables are Floodgate's own variables in ratelimit mode.
-var FloodgateVariables = []string{VarBurst, VarHashSecretFile, VarHashSecret, VarOnFailure}
+var FloodgateVariables = []string{VarBurst, VarHashSecretFile, VarHashSecret, VarOnFailure, VarAdminDebug}
 
 // The variables peerenv sets for the passwords it splits out (Result.Env).
 const (
@@ -432,6 +436,12 @@ func floodgate(e *env, d *doc, environ []string) {
 		d.set("store.on_failure", v, VarOnFailure)
 	default:
 		e.refuse(fmt.Sprintf("%q: want error, allow, deny or local", v), VarOnFailure)
+	}
+	switch v := e.str(VarAdminDebug, config.AdminDebugLoopback); v {
+	case config.AdminDebugLoopback, config.AdminDebugAll:
+		d.set("listen.admin_debug", v, VarAdminDebug)
+	default:
+		e.refuse(fmt.Sprintf("%q: want loopback or all", v), VarAdminDebug)
 	}
 }
 

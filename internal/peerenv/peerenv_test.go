@@ -2,6 +2,7 @@ package peerenv
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/peertest"
 )
@@ -371,5 +373,26 @@ func TestTheDocsTableNamesEveryVariable(t *testing.T) {
 		if !strings.Contains(named, "`"+v+"`") && !(strings.HasPrefix(v, "REDIS_PERSECOND_") && strings.Contains(named, "`REDIS_PERSECOND_*`")) {
 			t.Errorf("docs/ratelimit.md's tables do not name %s in their first column", v)
 		}
+	}
+}
+
+// TestTheAdminPortsDebugPages: HOST puts the admin port on every interface,
+// as envoyproxy/ratelimit's; its /debug/ pages stay loopback-only unless
+// FLOODGATE_ADMIN_DEBUG=all says otherwise, and another value is refused.
+func TestTheAdminPortsDebugPages(t *testing.T) {
+	base := environ{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6379", "CONFIG_TYPE": "GRPC_XDS_SOTW"}
+	_, c := base.load(t)
+	if c.Listen.Admin != "0.0.0.0:8080" || c.Listen.AdminDebug != config.AdminDebugLoopback {
+		t.Errorf("by default: admin %q, admin_debug %q, want 0.0.0.0:8080 and loopback", c.Listen.Admin, c.Listen.AdminDebug)
+	}
+	open := maps.Clone(base)
+	open[VarAdminDebug] = "all"
+	if _, c := open.load(t); c.Listen.AdminDebug != config.AdminDebugAll {
+		t.Errorf("FLOODGATE_ADMIN_DEBUG=all: admin_debug %q", c.Listen.AdminDebug)
+	}
+	bad := maps.Clone(base)
+	bad[VarAdminDebug] = "everyone"
+	if _, err := bad.build(t); err == nil || !strings.Contains(err.Error(), VarAdminDebug) || !strings.Contains(err.Error(), "want loopback or all") {
+		t.Errorf("FLOODGATE_ADMIN_DEBUG=everyone: %v", err)
 	}
 }

@@ -120,11 +120,10 @@ func (ds yDescs) proto(at string) ([]*rlsconfv3.RateLimitDescriptor, error) {
 // at test time, never copied.
 func Module(t testing.TB, module string) string {
 	t.Helper()
-	args := []string{"mod", "download", "-json", module}
-	if !strings.Contains(module, "@") {
-		args = []string{"list", "-m", "-json", module}
-	}
-	out, err := exec.Command("go", args...).Output()
+	// go mod download, not go list -m: the latter names no Dir for a
+	// module not yet in the cache (a fresh machine's). Without a version it
+	// downloads the one go.mod requires.
+	out, err := exec.Command("go", "mod", "download", "-json", module).Output()
 	if err != nil {
 		msg := ""
 		if ee, ok := err.(*exec.ExitError); ok {
