@@ -36,7 +36,9 @@ const (
 	// upstream connection (1 h, common_http_protocol_options.idle_timeout)
 	// and nginx's keepalive_timeout (60 s): the proxy, not Floodgate,
 	// closes an idle connection, so no request is sent on a connection
-	// Floodgate is closing.
+	// Floodgate is closing. What bounds the idle connections' memory is
+	// listen.max_http_connections: at it the longest idle is closed for a
+	// new one (inflight.HTTPGate).
 	httpIdleTimeout = time.Hour + time.Minute
 )
 
