@@ -68,6 +68,9 @@ func (v *validator) checkListen(l *Listen) {
 		v.hostPort("listen.http", l.HTTP)
 	}
 	v.intIn("listen.max_header_bytes", &l.MaxHeaderBytes, DefaultMaxHeaderBytes, 4096, MaxMaxHeaderBytes)
+	if n := l.MaxHTTPConnections; n != 0 && (n < MinHTTPConnections || n > MaxHTTPConnections) {
+		v.at("listen.max_http_connections", "must be between %d and %d, or 0 to size it from the memory limit and the file descriptors (got %d)", MinHTTPConnections, MaxHTTPConnections, n)
+	}
 	if n := l.MaxRequestBytesInFlight; n != 0 && (n < MinRequestBytesInFlight || n > MaxRequestBytesInFlight) {
 		v.at("listen.max_request_bytes_in_flight", "must be between %d (1 MiB) and %d (64 GiB), or 0 to size it from the memory limit (got %d)", MinRequestBytesInFlight, MaxRequestBytesInFlight, n)
 	}

@@ -131,6 +131,13 @@ type Listen struct {
 	// alone, whatever address the port listens on) or all (every peer that
 	// reaches the port, for floodgate top across hosts).
 	AdminDebug string `yaml:"admin_debug"`
+	// MaxHTTPConnections bounds the connections open to the HTTP
+	// authorization door at once. At the bound a new connection is served
+	// by closing the longest idle one, and refused (answered by the
+	// failure mode) only while every one is busy with a request. 0, the
+	// default, sizes it from the memory limit and the file descriptors
+	// (docs/http-authz.md, "Operating the door").
+	MaxHTTPConnections int `yaml:"max_http_connections"`
 	// Metrics, when set, serves /metrics alone on a listener of its own
 	// too, for a scraper that expects them apart (envoyproxy/ratelimit's
 	// PROMETHEUS_ADDR).
@@ -322,6 +329,8 @@ const (
 	DefaultMaxRequestBytes      = 32 << 20
 	DefaultMaxHeaderBytes       = 1 << 20
 	MaxMaxHeaderBytes           = 16 << 20
+	MinHTTPConnections          = 16
+	MaxHTTPConnections          = 1 << 20
 	MaxMaxRequestBytes          = 256 << 20
 	MinRequestBytesInFlight     = 1 << 20
 	MaxRequestBytesInFlight     = 64 << 30

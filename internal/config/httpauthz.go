@@ -72,6 +72,9 @@ func (v *validator) checkHTTPAuthz(c *Config) {
 	if _, set := v.lines["listen.max_header_bytes"]; set {
 		v.at("listen.max_header_bytes", "only applies with listen.http")
 	}
+	if _, set := v.lines["listen.max_http_connections"]; set {
+		v.at("listen.max_http_connections", "only applies with listen.http")
+	}
 }
 
 // isToken reports whether s is an HTTP field name (RFC 9110's token).

@@ -25,7 +25,7 @@ func TestTheHTTPDoorIsOffUntilListenHTTPIsSet(t *testing.T) {
 
 func TestTheHTTPDoorsSettingsAreRead(t *testing.T) {
 	c := mustParse(t, `
-listen: {http: "127.0.0.1:9193", max_header_bytes: 65536}
+listen: {http: "127.0.0.1:9193", max_header_bytes: 65536, max_http_connections: 2000}
 store: {on_failure: deny}
 client_ip: {trusted_hops: 0}
 http_authz:
@@ -36,7 +36,7 @@ http_authz:
   trusted_hops: 1
 `+goodPolicy)
 	h := c.HTTPAuthz
-	if c.Listen.HTTP != "127.0.0.1:9193" || c.Listen.MaxHeaderBytes != 65536 || h.PathPrefix != "/authz" || h.OriginalURIHeader != "X-Original-URI" ||
+	if c.Listen.HTTP != "127.0.0.1:9193" || c.Listen.MaxHeaderBytes != 65536 || c.Listen.MaxHTTPConnections != 2000 || h.PathPrefix != "/authz" || h.OriginalURIHeader != "X-Original-URI" ||
 		h.OriginalMethodHeader != "X-Original-Method" || h.OriginalHostHeader != "X-Forwarded-Host" || *h.TrustedHops != 1 || c.ClientIP.TrustedHops != 0 {
 		t.Errorf("read %+v (listen %+v)", h, c.Listen)
 	}
@@ -55,6 +55,9 @@ func TestTheHTTPDoorsMistakesAreReportedAtTheirLines(t *testing.T) {
 		{"listen:\n  http: 9193\n", `bad.yaml:2: listen.http: must be host:port (got "9193")`},
 		{on + "  max_header_bytes: 100\n", `bad.yaml:3: listen.max_header_bytes: must be between 4096 and 16777216 (got 100)`},
 		{"listen:\n  max_header_bytes: 8192\n", `bad.yaml:2: listen.max_header_bytes: only applies with listen.http`},
+		{on + "  max_http_connections: 8\n", `bad.yaml:3: listen.max_http_connections: must be between 16 and 1048576, or 0 to size it from the memory limit and the file descriptors (got 8)`},
+		{on + "  max_http_connections: -1\n", `bad.yaml:3: listen.max_http_connections: must be between 16`},
+		{"listen:\n  max_http_connections: 1000\n", `bad.yaml:2: listen.max_http_connections: only applies with listen.http`},
 		{"http_authz:\n  path_prefix: /authz\n", `bad.yaml:1: http_authz: applies to the HTTP authorization door, which listen.http turns on`},
 		{on + "http_authz:\n  path_prefix: authz\n", `bad.yaml:4: http_authz.path_prefix: must be a path starting with /`},
 		{on + "http_authz:\n  path_prefix: /a?b\n", `bad.yaml:4: http_authz.path_prefix: must be a path starting with /`},

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // HTTP requests draw on the Budget too (the HTTP authorization door, whose
@@ -37,20 +39,36 @@ type HTTPOptions struct {
 	// Wait is the longest a read waits for its bytes, positive.
 	Wait time.Duration
 	// Unread is the whole HTTP/1.1 response to a request that could not
-	// be read in time (it closes the connection).
+	// be read in time (it closes the connection), and to a connection
+	// refused at MaxConns.
 	Unread func() []byte
+	// MaxConns bounds the connections open at once, positive (conns.go:
+	// at the bound the longest idle is closed for a new one).
+	MaxConns int
+	// Registerer, if set, gets the connections' metrics.
+	Registerer prometheus.Registerer
 }
 
-// HTTPGate reads the requests of an HTTP server within a Budget.
-type HTTPGate struct{ o HTTPOptions }
+// HTTPGate reads the requests of an HTTP server within a Budget, on at
+// most MaxConns connections.
+type HTTPGate struct {
+	o       HTTPOptions
+	conns   *connTable
+	metrics connMetrics
+}
 
 // NewHTTPGate returns an HTTPGate.
 func NewHTTPGate(o HTTPOptions) *HTTPGate {
-	if o.Wait <= 0 || o.Budget == nil || o.Unread == nil {
-		panic("inflight: HTTPOptions need a Budget, a positive Wait and an Unread answer")
+	if o.Wait <= 0 || o.Budget == nil || o.Unread == nil || o.MaxConns <= 0 {
+		panic("inflight: HTTPOptions need a Budget, a positive Wait, an Unread answer and a positive MaxConns")
 	}
-	return &HTTPGate{o: o}
+	g := &HTTPGate{o: o, conns: &connTable{max: o.MaxConns, now: time.Now}}
+	g.metrics = newConnMetrics(o.Registerer, g.conns)
+	return g
 }
+
+// Conns is how many connections are open.
+func (g *HTTPGate) Conns() int { return g.conns.count() }
 
 // Serve serves srv on l, its connections' reads counted in the budget;
 // srv's ConnState, if any, still runs. It returns srv.Serve's error.
@@ -64,20 +82,36 @@ func (g *HTTPGate) Serve(srv *http.Server, l net.Listener) error {
 			next(c, st)
 		}
 	}
-	return srv.Serve(&meteredListener{Listener: l, g: g})
+	return srv.Serve(&meteredListener{Listener: l, g: g, refusing: make(chan struct{}, maxRefusing)})
 }
 
 type meteredListener struct {
 	net.Listener
-	g *HTTPGate
+	g        *HTTPGate
+	refusing chan struct{} // a token for each refusal being written
 }
 
+// Accept returns the next connection the table admits, having closed the
+// one evicted for it; a connection refused is answered in the background
+// and the next one accepted.
 func (l *meteredListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		mc := &meteredConn{Conn: c, g: l.g}
+		evict, ok := l.g.conns.admit(mc)
+		if !ok {
+			l.refuse(c)
+			continue
+		}
+		if evict != nil {
+			l.g.metrics.evicted.Inc()
+			evict.Conn.Close()
+		}
+		return mc, nil
 	}
-	return &meteredConn{Conn: c, g: l.g}, nil
 }
 
 // meteredConn counts the bytes read for the request being read. Its reads
@@ -95,6 +129,15 @@ type meteredConn struct {
 	answering atomic.Bool
 	held      atomic.Int64 // bytes of the budget this request holds
 	read      atomic.Int64 // bytes read for this request
+	// reading is set from a request's first byte until the connection is
+	// idle again, so that only that first read goes to the table.
+	reading atomic.Bool
+
+	// Under the table's mu: where the connection is, since when, and its
+	// neighbours in the phase's list.
+	phase      int
+	since      time.Time
+	prev, next *meteredConn
 }
 
 // errUnread ends the reading of a request that found no room in time. It
@@ -109,6 +152,9 @@ func (c *meteredConn) Read(p []byte) (int, error) {
 	b := c.g.o.Budget
 	if c.read.Load() < HTTPFree {
 		n, err := c.Conn.Read(p)
+		if n > 0 && !c.reading.Swap(true) {
+			c.g.conns.to(c, phaseReading)
+		}
 		c.read.Add(int64(n))
 		c.held.Add(b.TakeNow(int64(n)))
 		return n, err
@@ -125,36 +171,24 @@ func (c *meteredConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// refuse writes the door's answer and closes the writing side, then reads
-// what the client still sends for a moment (discarding it), so that the
-// close that follows does not reset the connection under an answer the
-// client has not read yet (net/http's closeWriteAndWait does the same for
-// its 431).
-func (c *meteredConn) refuse() {
-	c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
-	c.Conn.Write(c.g.o.Unread())
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
-	c.Conn.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
-	var scratch [4096]byte
-	for {
-		if _, err := c.Conn.Read(scratch[:]); err != nil {
-			return
-		}
-	}
-}
+// refuse writes the door's answer (writeAndDrain); net/http closes the
+// connection on errUnread.
+func (c *meteredConn) refuse() { writeAndDrain(c.Conn, c.g.o.Unread()) }
 
 // state follows the connection through net/http's states.
 func (c *meteredConn) state(st http.ConnState) {
 	switch st {
 	case http.StateActive:
 		c.answering.Store(true)
+		c.g.conns.to(c, phaseAnswering)
 	case http.StateIdle:
 		c.release()
+		c.g.conns.to(c, phaseIdle)
+		c.reading.Store(false)
 		c.answering.Store(false)
 	case http.StateClosed, http.StateHijacked:
 		c.release()
+		c.g.conns.to(c, phaseGone)
 	}
 }
 

@@ -20,7 +20,7 @@ func serveGated(t *testing.T, b *Budget) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := NewHTTPGate(HTTPOptions{Budget: b, Wait: 20 * time.Millisecond, Unread: func() []byte { return []byte(unreadAnswer) }})
+	g := NewHTTPGate(HTTPOptions{Budget: b, Wait: 20 * time.Millisecond, Unread: func() []byte { return []byte(unreadAnswer) }, MaxConns: 64})
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 1 << 20, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "decided")
 	})}
