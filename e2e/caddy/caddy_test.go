@@ -499,3 +499,30 @@ func TestTheCaddyfileIsFormatted(t *testing.T) {
 		t.Error("the Caddyfile is not as `caddy fmt` writes it: run `caddy fmt --overwrite e2e/caddy/Caddyfile`")
 	}
 }
+
+// TestFailOpenKeepsTheBlocksURI: the request handle_errors lets through
+// while the door is down is the one the block would have sent: inside
+// handle_path the stripped URI (Caddy gives handle_errors the client's
+// URI back; the snippet kept the block's), with the method and the body.
+func TestFailOpenKeepsTheBlocksURI(t *testing.T) {
+	standIn := proxytest.StartStandIn(t)
+	up := proxytest.StartUpstream(t)
+	addr := start(t, standIn.Addr(), up.Addr)
+	standIn.Stop()
+	for _, c := range []struct{ target, want string }{{"/api/orders?id=7", "/orders?id=7"}, {"/public/page?x=1", "/public/page?x=1"}} {
+		before := len(up.Requests())
+		resp, err := http.Post("http://"+addr+c.target, "text/plain", strings.NewReader("a body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		seen := up.Requests()[before:]
+		if resp.StatusCode != http.StatusOK || len(seen) != 1 {
+			t.Fatalf("POST %s with the door down: %d, upstream saw %d, want 200 and 1", c.target, resp.StatusCode, len(seen))
+		}
+		if s := seen[0]; s.Method != http.MethodPost || s.URI != c.want || string(s.Body) != "a body" || s.Header.Get(failureHeader) != "true" {
+			t.Errorf("POST %s with the door down: the upstream saw %s %s body %q marker %q, want POST %s, the body, marked",
+				c.target, s.Method, s.URI, s.Body, s.Header.Get(failureHeader), c.want)
+		}
+	}
+}
