@@ -183,24 +183,28 @@ redis:
 	if [ -n "$$v" ] && [ "$$v" -lt 7 ]; then \
 	  echo "redis-server $$(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p') is too old: Floodgate needs Redis >= 7.0 (PEXPIRETIME)" >&2; exit 1; fi
 
-## proxies: make sure nginx (with ngx_http_auth_request_module) and haproxy (with Lua), which the
-## recipes' tests run, are installed; install Debian's packages with apt-get when root.
+## proxies: make sure nginx (with ngx_http_auth_request_module), haproxy (with Lua) and caddy (>= 2.5,
+## with copy_response_headers), which the recipes' tests run, are installed; install Debian's packages
+## with apt-get when root.
 proxies:
 	@if { ! command -v nginx >/dev/null 2>&1 && ! test -x /usr/sbin/nginx; } || \
-	    { ! command -v haproxy >/dev/null 2>&1 && ! test -x /usr/sbin/haproxy; }; then \
+	    { ! command -v haproxy >/dev/null 2>&1 && ! test -x /usr/sbin/haproxy; } || \
+	    ! command -v caddy >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "nginx or haproxy not found: installing them with apt-get"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null 2>&1 || \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null; } || \
-	    { echo "apt-get could not install nginx and haproxy; install them (nginx with ngx_http_auth_request_module, haproxy >= 2.2 with Lua) and re-run" >&2; exit 1; }; \
+	    echo "nginx, haproxy or caddy not found: installing them with apt-get"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy caddy >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy caddy >/dev/null; } || \
+	    { echo "apt-get could not install nginx, haproxy and caddy; install them (nginx with ngx_http_auth_request_module, haproxy >= 2.2 with Lua, caddy >= 2.5) and re-run" >&2; exit 1; }; \
 	  else \
-	    echo "the tests need nginx and haproxy: run 'sudo apt-get install nginx haproxy' (Debian/Ubuntu) and re-run" >&2; exit 1; \
+	    echo "the tests need nginx, haproxy and caddy: run 'sudo apt-get install nginx haproxy caddy' (Debian/Ubuntu) and re-run" >&2; exit 1; \
 	  fi; \
 	fi
 	@n=$$(command -v nginx || echo /usr/sbin/nginx); $$n -V 2>&1 | grep -q http_auth_request_module || \
 	  { echo "$$n has no ngx_http_auth_request_module: install Debian's nginx package, which is built with it" >&2; exit 1; }
 	@h=$$(command -v haproxy || echo /usr/sbin/haproxy); $$h -vv 2>&1 | grep -q 'Built with Lua' || \
 	  { echo "$$h is built without Lua: install Debian's haproxy package, which has it" >&2; exit 1; }
+	@caddy list-modules 2>/dev/null | grep -q http.handlers.copy_response_headers || \
+	  { echo "$$(command -v caddy) has no copy_response_headers (Caddy < 2.5): install Debian's caddy package (2.6.2)" >&2; exit 1; }
 
 ## valgrind: make sure valgrind (callgrind), which the instruction counter's test runs, is installed;
 ## install Debian's package with apt-get when root.
