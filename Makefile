@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/door:FuzzParse ./extauthz:FuzzHTTPDoor
 
-.PHONY: all build image run run-redis test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind clean
+.PHONY: all build image run run-redis test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind traefik-harness clean
 
 all: lint test
 
@@ -60,14 +60,14 @@ run-redis: redis
 
 ## test: the whole suite, real redis-server, nginx and HAProxy included, and valgrind for the instruction
 ## counter's test (installed when missing and possible).
-test: redis proxies valgrind
+test: redis proxies valgrind traefik-harness
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
 ## e2e: the end-to-end tests alone (also part of test): the built binary as two replicas on one
 ## real redis-server, driven over gRPC with Envoy-shaped requests; the nginx and HAProxy recipes
 ## (e2e/nginx, e2e/haproxy) in a real nginx and HAProxy; plus the checks of the container
 ## run (e2e/docker-compose.yaml, e2e/run.sh, cmd/floodgate/Dockerfile). No container engine needed.
-e2e: redis proxies
+e2e: redis proxies traefik-harness
 	$(GO) test -count=1 ./e2e/...
 
 ## chaos: the long network-fault cases (e2e/chaos_test.go, build tag chaos) beside the short ones
@@ -205,6 +205,14 @@ proxies:
 	  { echo "$$h is built without Lua: install Debian's haproxy package, which has it" >&2; exit 1; }
 	@caddy list-modules 2>/dev/null | grep -q http.handlers.copy_response_headers || \
 	  { echo "$$(command -v caddy) has no copy_response_headers (Caddy < 2.5): install Debian's caddy package (2.6.2)" >&2; exit 1; }
+
+## traefik-harness: bin/traefik-harness, which the Traefik recipe's tests (e2e/traefik) run: Traefik's own
+## entry point, routers, middlewares and reverse proxy, built from its packages at the version
+## e2e/traefik/harness/go.mod pins, in a module of its own (the main module's go.mod does not carry
+## Traefik's dependencies). Minutes the first time on a fresh machine, seconds from Go's build cache;
+## vetted as it is built. The tests fail under CI without it and skip elsewhere.
+traefik-harness:
+	cd e2e/traefik/harness && $(GO) build -o $(CURDIR)/bin/traefik-harness . && $(GO) vet .
 
 ## valgrind: make sure valgrind (callgrind), which the instruction counter's test runs, is installed;
 ## install Debian's package with apt-get when root.

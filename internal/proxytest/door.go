@@ -25,6 +25,10 @@ type DoorConfig struct {
 	// proxy that sends a fixed authorization URI puts the original request's
 	// URI and method (nginx's recipe: X-Original-URI, X-Original-Method).
 	OriginalURIHeader, OriginalMethodHeader string
+	// OriginalHostHeader is http_authz.original_host_header: where such a
+	// proxy puts the original request's host (Traefik's recipe:
+	// X-Forwarded-Host); empty, the key is left out.
+	OriginalHostHeader string
 	// TrustedHops is client_ip.trusted_hops: the client is the
 	// (TrustedHops+1)-th address from the right of X-Forwarded-For.
 	TrustedHops int
@@ -45,6 +49,8 @@ type Policy struct {
 	PathPrefix, Path string
 	// Methods is match.methods (empty: every method).
 	Methods []string
+	// Hosts is match.hosts (empty: every host).
+	Hosts []string
 	// Key is the policy's key sources in order: "header:NAME", "client_ip".
 	Key []string
 	// Capacity is the bucket's size: the burst that passes.
@@ -65,6 +71,10 @@ const StoreTimeout = "50ms"
 // loopback port, no admin port, buckets in the Redis at redisAddr.
 func (cfg DoorConfig) YAML(redisAddr string) string {
 	var b strings.Builder
+	hostKey := ""
+	if cfg.OriginalHostHeader != "" {
+		hostKey = fmt.Sprintf(", original_host_header: %q", cfg.OriginalHostHeader)
+	}
 	onFailure := cfg.OnFailure
 	if onFailure == "" {
 		onFailure = "allow"
@@ -79,9 +89,9 @@ store:
   redis: {addresses: [%q], timeout: %s}
   on_failure: %s
 client_ip: {trusted_hops: %d}
-http_authz: {path_prefix: %q, original_uri_header: %q, original_method_header: %q}
+http_authz: {path_prefix: %q, original_uri_header: %q, original_method_header: %q%s}
 policies:
-`, maxHeader, redisAddr, StoreTimeout, onFailure, cfg.TrustedHops, cfg.PathPrefix, cfg.OriginalURIHeader, cfg.OriginalMethodHeader)
+`, maxHeader, redisAddr, StoreTimeout, onFailure, cfg.TrustedHops, cfg.PathPrefix, cfg.OriginalURIHeader, cfg.OriginalMethodHeader, hostKey)
 	for _, p := range cfg.Policies {
 		fmt.Fprintf(&b, "  - name: %s\n    match: {", p.Name)
 		var match []string
@@ -93,6 +103,9 @@ policies:
 		}
 		if len(p.Methods) > 0 {
 			match = append(match, "methods: ["+strings.Join(p.Methods, ", ")+"]")
+		}
+		if len(p.Hosts) > 0 {
+			match = append(match, "hosts: ["+strings.Join(p.Hosts, ", ")+"]")
 		}
 		fmt.Fprintf(&b, "%s}\n    key: [%q", strings.Join(match, ", "), p.Key[0])
 		for _, k := range p.Key[1:] {
