@@ -60,14 +60,14 @@ run-redis: redis
 
 ## test: the whole suite, real redis-server, nginx and HAProxy included, and valgrind for the instruction
 ## counter's test (installed when missing and possible).
-test: redis proxies valgrind traefik-harness
+test: redis proxies valgrind
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
 ## e2e: the end-to-end tests alone (also part of test): the built binary as two replicas on one
 ## real redis-server, driven over gRPC with Envoy-shaped requests; the nginx and HAProxy recipes
 ## (e2e/nginx, e2e/haproxy) in a real nginx and HAProxy; plus the checks of the container
 ## run (e2e/docker-compose.yaml, e2e/run.sh, cmd/floodgate/Dockerfile). No container engine needed.
-e2e: redis proxies traefik-harness
+e2e: redis proxies
 	$(GO) test -count=1 ./e2e/...
 
 ## chaos: the long network-fault cases (e2e/chaos_test.go, build tag chaos) beside the short ones
