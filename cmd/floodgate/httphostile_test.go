@@ -91,7 +91,7 @@ func TestHostileHTTPRequestsAreBoundedAndAnswered(t *testing.T) {
 		{"a megabyte of headers", get(strings.Repeat("X-Pad: "+strings.Repeat("p", 1000)+"\r\n", 1024)), 431},
 		{"two thousand small headers", get(strings.Repeat("X-N: 1\r\n", 2000), "X-Api-Key: c\r\n"), 0},
 		{"a key that is not UTF-8", get("X-Api-Key: \xff\xfe\xc3\x28\r\n"), 0},
-		{"a NUL in a header value", get("X-Api-Key: a\x00b\r\n"), 400},
+		{"a NUL in a header value (escaped, then decided: internal/headerbytes)", get("X-Api-Key: a\x00b\r\n"), 0},
 		{"a header name with a space", get("X Api Key: a\r\n"), 400},
 		{"a path with bytes Envoy would refuse", "GET /x/\xff%2e%2E/../..;a=b HTTP/1.1\r\nHost: h\r\nX-Api-Key: d\r\n\r\n", 0},
 		{"a path with a broken escape (net/http's URL parser refuses it)", "GET /x/%zz HTTP/1.1\r\nHost: h\r\n\r\n", 400},
