@@ -168,6 +168,17 @@ func httpProblems(hb *httpBootstrap, fc *httpDoorConfig) []string {
 			}
 		}
 	}
+	// Never content-type: Envoy's HTTP client marks an authorization request with a gRPC one gRPC
+	// (AsyncStreamImpl::sendHeaders, source/common/http/async_client_impl.cc, from
+	// Grpc::Common::isGrpcRequestHeaders), and the router's local replies to it (timeout, no
+	// healthy host) are then :status 200 with grpc-status, which toResponse
+	// (ext_authz_http_impl.cc) reads as an allow: envoyproxy/envoy#32476.
+	if matchesAny(x.GetAllowedHeaders(), "content-type") {
+		bad("allowed_headers lets content-type through: a gRPC one makes Envoy read its own errors (Floodgate down or slow) as allows (envoyproxy/envoy#32476)")
+	}
+	if fc.cfg.HTTPAuthz.GRPCStatusOnDeny != "always" {
+		bad("http_authz.grpc_status_on_deny %q, want always: without content-type the door cannot tell a gRPC caller, whose denial Envoy would send as UNAVAILABLE", fc.cfg.HTTPAuthz.GRPCStatusOnDeny)
+	}
 	if hs.GetPathPrefix() != fc.pathPrefix || (hs.GetPathPrefix() != "" && !strings.HasPrefix(hs.GetPathPrefix(), "/")) {
 		bad("http_service.path_prefix %q, http_authz.path_prefix %q: want the same, starting with /", hs.GetPathPrefix(), fc.pathPrefix)
 	}
@@ -194,7 +205,7 @@ func httpProblems(hb *httpBootstrap, fc *httpDoorConfig) []string {
 		}
 	}
 	if len(resp.GetAllowedClientHeaders().GetPatterns()) > 0 {
-		for _, h := range append(slices.Clone(rateLimitHeaders), "retry-after", "content-type") {
+		for _, h := range append(slices.Clone(rateLimitHeaders), "retry-after", "content-type", "grpc-status", "grpc-retry-pushback-ms") {
 			if !matchesAny(resp.GetAllowedClientHeaders(), h) {
 				bad("allowed_client_headers does not list %s: a denied client would not see it", h)
 			}
@@ -284,6 +295,9 @@ func TestTheHTTPServiceChecksCanFail(t *testing.T) {
 		{"no x-api-key for a policy keyed on it", "envoy", "- exact: x-api-key", "- exact: x-other", "header:x-api-key"},
 		{"no retry-after on denial", "envoy", "- exact: retry-after", "- exact: x-retry", "retry-after"},
 		{"no content-type on denial", "envoy", "- exact: content-type", "- exact: x-content", "content-type"},
+		{"no grpc-status on denial", "envoy", "- exact: grpc-status\n", "- exact: x-grpc\n", "grpc-status"},
+		{"content-type sent to the door", "envoy", "- exact: x-forwarded-for", "- exact: x-forwarded-for\n                          - prefix: content-", "32476"},
+		{"gRPC status only for gRPC content", "floodgate", "  grpc_status_on_deny: always\n", "", "grpc_status_on_deny"},
 		{"no RateLimit on success", "envoy", "allowed_client_headers_on_success:\n                            patterns:\n                              - exact: ratelimit-limit", "allowed_client_headers_on_success:\n                            patterns:\n                              - exact: x-limit", "ratelimit-limit"},
 		{"timeout below the store's", "envoy", "timeout: 0.25s\n                        # The authorization", "timeout: 0.04s\n                        # The authorization", "server_uri.timeout"},
 		{"fail closed", "envoy", "failure_mode_allow: true", "failure_mode_allow: false", "fail open"},

@@ -321,6 +321,26 @@ func TestAGRPCCallerIsDeniedWithItsStatus(t *testing.T) {
 	}
 }
 
+// TestGRPCStatusAlwaysMarksEveryDenial: with GRPCStatusAlways (Envoy's
+// http_service, which must not send a content-type) a denial carries
+// grpc-status 8 and the pushback without a gRPC content-type; without it, a
+// plain HTTP request's denial carries neither.
+func TestGRPCStatusAlwaysMarksEveryDenial(t *testing.T) {
+	tight := PolicySpec{Name: "tight", Key: []string{"client_ip"}, Capacity: 1, RefillPerSecond: "1/60"}
+	for _, always := range []bool{false, true} {
+		r := newHTTPRig(t, []PolicySpec{tight}, Options{}, 0, ServerOptions{}, HTTPOptions{Request: HTTPRequestOptions{GRPCStatusAlways: always}}, nil)
+		first := r.ask(t, http.MethodGet, "/items", "h")
+		if first.status != 200 || first.header.Get("Grpc-Status") != "" {
+			t.Errorf("GRPCStatusAlways %v: the allow is %d with grpc-status %q, want 200 without", always, first.status, first.header.Get("Grpc-Status"))
+		}
+		a := r.ask(t, http.MethodGet, "/items", "h")
+		status, pushback := a.header.Get("Grpc-Status"), a.header.Get("Grpc-Retry-Pushback-Ms")
+		if a.status != 429 || (always && (status != "8" || pushback != "60000")) || (!always && (status != "" || pushback != "")) {
+			t.Errorf("GRPCStatusAlways %v: %d grpc-status %q pushback %q", always, a.status, status, pushback)
+		}
+	}
+}
+
 // TestTheDoorReloads: a new engine and new request options apply at once.
 func TestTheDoorReloads(t *testing.T) {
 	r := newHTTPRig(t, []PolicySpec{doorPolicy}, Options{}, 0, ServerOptions{}, HTTPOptions{}, nil)

@@ -22,6 +22,13 @@ type HTTPRequestOptions struct {
 	// X-Forwarded-Host). A header named here and absent from a request
 	// leaves that request's own.
 	OriginalURIHeader, OriginalMethodHeader, OriginalHostHeader string
+	// GRPCStatusAlways puts gRPC's status (grpc-status 8, RESOURCE_EXHAUSTED)
+	// and grpc-retry-pushback-ms on every denial, not only on a request whose
+	// content-type is gRPC: Envoy's http_service must not send the door a
+	// content-type (a gRPC one makes Envoy's own errors read as allows,
+	// envoyproxy/envoy#32476), and Envoy keeps a grpc-status the denial
+	// carries when it answers a gRPC caller (Utility::prepareLocalReply).
+	GRPCStatusAlways bool
 }
 
 // canonical returns o with its header names in net/http's form, in which
@@ -71,6 +78,7 @@ func (v *View) resetHTTP(r *http.Request, o *HTTPRequestOptions) {
 	if ct := v.first("Content-Type"); ct != "" {
 		v.GRPC = isGRPC(ct)
 	}
+	v.GRPC = v.GRPC || o.GRPCStatusAlways
 }
 
 // first is the first value of the header whose canonical name is key ("":

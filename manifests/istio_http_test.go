@@ -29,7 +29,7 @@ const (
 // a denial those and Retry-After and the body's content-type.
 var (
 	doorHeadersOnAllow = []string{"ratelimit-limit", "ratelimit-remaining", "ratelimit-reset", "ratelimit-policy", "ratelimit", "x-ratelimit-degraded"}
-	doorHeadersOnDeny  = append(slices.Clone(doorHeadersOnAllow), "retry-after", "content-type")
+	doorHeadersOnDeny  = append(slices.Clone(doorHeadersOnAllow), "retry-after", "content-type", "grpc-status", "grpc-retry-pushback-ms")
 )
 
 // readHTTPVariant reads the files of manifests/istio/http.
@@ -173,6 +173,14 @@ func httpVariantProblems(v, base *bundle, files map[string][]byte) []string {
 	if len(prov.GetIncludeHeadersInCheck()) > 0 {
 		bad("provider %s uses the deprecated includeHeadersInCheck", istioHTTPProvider)
 	}
+	// Never content-type: the sidecar's HTTP client marks a request with a gRPC one gRPC, and its
+	// own errors then read as allows (envoy/http_test.go says where; envoyproxy/envoy#32476).
+	if lists(prov.GetIncludeRequestHeadersInCheck(), "content-type") {
+		bad("provider %s: includeRequestHeadersInCheck lists content-type, which turns Floodgate's outage into allows for gRPC callers (envoyproxy/envoy#32476)", istioHTTPProvider)
+	}
+	if cfg.HTTPAuthz.GRPCStatusOnDeny != "always" {
+		bad("http_authz.grpc_status_on_deny %q, want always: the door sees no content-type, so a gRPC caller's denial would reach it as UNAVAILABLE", cfg.HTTPAuthz.GRPCStatusOnDeny)
+	}
 	if !lists(prov.GetIncludeRequestHeadersInCheck(), "x-forwarded-for") {
 		bad("provider %s: includeRequestHeadersInCheck lacks x-forwarded-for, the client's address", istioHTTPProvider)
 	}
@@ -277,6 +285,8 @@ func TestIstioHTTPBrokenCopiesAreCaught(t *testing.T) {
 		{"no x-forwarded-for", istioHTTPMesh, "[x-api-key, x-forwarded-for]", "[x-api-key]", "x-forwarded-for"},
 		{"no x-api-key", istioHTTPMesh, "[x-api-key, x-forwarded-for]", "[x-forwarded-for]", "header:x-api-key"},
 		{"no content-type on deny", istioHTTPMesh, "          - content-type\n", "", "content-type"},
+		{"content-type sent to the door", istioHTTPMesh, "[x-api-key, x-forwarded-for]", "[x-api-key, x-forwarded-for, content-type]", "32476"},
+		{"no grpc-status on deny", istioHTTPMesh, "          - grpc-status\n", "", "grpc-status"},
 		{"no RateLimit on allow", istioHTTPMesh, "        headersToDownstreamOnAllow:\n          - ratelimit-limit\n", "        headersToDownstreamOnAllow:\n", "ratelimit-limit"},
 		{"path prefix not told", istioHTTPMesh, "pathPrefix: /authz", "pathPrefix: /check", "pathPrefix"},
 		{"service elsewhere", istioHTTPDir + "/service.yaml", "targetPort: http-authz", "targetPort: grpc", "targets port"},

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/proxytest"
@@ -33,9 +35,10 @@ func TestMain(m *testing.M) { os.Exit(floodgatetest.Main(m)) }
 // the site (Caddy binds it to 127.0.0.1, so only its port changes), the
 // door and the application.
 const (
-	siteAddr     = "http://:8080"
-	doorAddr     = "127.0.0.1:9193"
-	upstreamAddr = "127.0.0.1:8081"
+	siteAddr         = "http://:8080"
+	doorAddr         = "127.0.0.1:9193"
+	upstreamAddr     = "127.0.0.1:8081"
+	grpcUpstreamAddr = "127.0.0.1:8082"
 )
 
 // failureHeader is what the Caddyfile sets on a request it lets through
@@ -60,13 +63,26 @@ func read(t *testing.T, name string) string {
 // upstream, and returns the address Caddy listens on.
 func startWith(t *testing.T, authz, upstream string, extra ...string) string {
 	t.Helper()
+	return startBoth(t, authz, upstream, proxytest.FreeAddr(t), extra...)
+}
+
+// startGRPC runs the Caddyfile in front of the door at authz and the gRPC
+// application at upstream; gRPC clients dial the site's address (h2c).
+func startGRPC(t *testing.T, authz, upstream string) string {
+	t.Helper()
+	return startBoth(t, authz, proxytest.FreeAddr(t), upstream)
+}
+
+// startBoth is startWith with the gRPC application's address too.
+func startBoth(t *testing.T, authz, upstream, grpcUpstream string, extra ...string) string {
+	t.Helper()
 	src := read(t, "Caddyfile")
 	return proxytest.StartCaddy(t, func(listen string) string {
 		_, port, err := net.SplitHostPort(listen)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pairs := append([]string{siteAddr, "http://:" + port, doorAddr, authz, upstreamAddr, upstream}, extra...)
+		pairs := append([]string{siteAddr, "http://:" + port, doorAddr, authz, upstreamAddr, upstream, grpcUpstreamAddr, grpcUpstream}, extra...)
 		return proxytest.Render(t, src, pairs...)
 	}).Addr
 }
@@ -81,6 +97,14 @@ func start(t *testing.T, authz, upstream string) string { return startWith(t, au
 // path Caddy has stripped before it asks the door.
 func TestRecipe(t *testing.T) {
 	proxytest.RunRecipe(t, proxytest.Recipe{Door: door, Start: start, FailureHeader: failureHeader})
+}
+
+// TestGRPC runs the gRPC suite against the Caddyfile's gRPC handle: a spent
+// gRPC client gets RESOURCE_EXHAUSTED with grpc-retry-pushback-ms from the
+// @floodgate_grpc_denied handler, not the UNAVAILABLE grpc-go reads into a
+// relayed 429.
+func TestGRPC(t *testing.T) {
+	proxytest.RunGRPC(t, proxytest.GRPCRecipe{Door: door, Start: startGRPC, FailureHeader: failureHeader, Denied: codes.ResourceExhausted})
 }
 
 // reply is a response read off a raw connection.

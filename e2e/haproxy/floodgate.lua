@@ -165,6 +165,18 @@ local function decide(txn, addr, timeout_ms)
         for name, vs in pairs(headers) do
             if not SKIP[name] and name ~= "date" and name ~= "server" then reply.headers[name] = vs end
         end
+        if status == 429 and headers["grpc-retry-pushback-ms"] ~= nil then
+            -- A gRPC call (Floodgate sends grpc-retry-pushback-ms when the request's content-type
+            -- is gRPC). The 429 as it is would reach a gRPC client as UNAVAILABLE (grpc-go
+            -- ignores grpc-status on a response that is not gRPC and maps the HTTP status:
+            -- HTTPStatusConvTab), which clients retry at once; so the answer is trailers-only
+            -- gRPC: 200, application/grpc, no body, grpc-status 8 (RESOURCE_EXHAUSTED) and
+            -- grpc-retry-pushback-ms, which a client's retry policy waits for.
+            reply.status, reply.body = 200, ""
+            reply.headers["content-type"] = { "application/grpc" }
+            reply.headers["grpc-status"] = { "8" }
+            reply.headers["grpc-message"] = { "rate limited" }
+        end
         return "reply", reply
     end
     return "error", "Floodgate answered " .. status

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/proxytest"
@@ -31,6 +33,8 @@ const (
 	listenAddr   = "127.0.0.1:8080"
 	doorAddr     = "127.0.0.1:9193"
 	upstreamAddr = "127.0.0.1:8081"
+	// grpcUpstreamAddr is the application's gRPC service.
+	grpcUpstreamAddr = "127.0.0.1:8082"
 	// authzAddr is where floodgate.lua reaches the floodgate-authz section:
 	// each HAProxy a test starts gets a name of its own, so that two running
 	// at once (another package's tests, another checkout's) never share it.
@@ -59,10 +63,23 @@ func read(t *testing.T, name string) string {
 // upstream.
 func startWith(t *testing.T, authz, upstream string, extra ...string) *proxytest.Proc {
 	t.Helper()
+	return startBoth(t, authz, upstream, proxytest.FreeAddr(t), extra...)
+}
+
+// startGRPC runs haproxy.cfg in front of the door at authz and the gRPC
+// application at upstream; gRPC clients dial the frontend's address (h2c).
+func startGRPC(t *testing.T, authz, upstream string) string {
+	t.Helper()
+	return startBoth(t, authz, proxytest.FreeAddr(t), upstream).Addr
+}
+
+// startBoth is startWith with the gRPC application's address too.
+func startBoth(t *testing.T, authz, upstream, grpcUpstream string, extra ...string) *proxytest.Proc {
+	t.Helper()
 	cfg := read(t, "haproxy.cfg")
 	lua := read(t, "floodgate.lua")
 	return proxytest.StartHAProxy(t, func(listen string) string {
-		pairs := append([]string{listenAddr, listen, doorAddr, authz, upstreamAddr, upstream}, extra...)
+		pairs := append([]string{listenAddr, listen, doorAddr, authz, upstreamAddr, upstream, grpcUpstreamAddr, grpcUpstream}, extra...)
 		pairs = append(pairs, authzAddr, fmt.Sprintf("%s-%d-%s", authzAddr, os.Getpid(), listen))
 		return proxytest.Render(t, cfg, pairs...)
 	}, map[string]string{"floodgate.lua": lua})
@@ -75,6 +92,14 @@ func start(t *testing.T, authz, upstream string) string { return startWith(t, au
 // identities, the original URI and method, the store and the door failing.
 func TestRecipe(t *testing.T) {
 	proxytest.RunRecipe(t, proxytest.Recipe{Door: door, Start: start, FailureHeader: failureHeader})
+}
+
+// TestGRPC runs the gRPC suite against haproxy.cfg and floodgate.lua: a
+// spent gRPC client gets RESOURCE_EXHAUSTED with grpc-retry-pushback-ms from
+// floodgate.lua's own answer, not the UNAVAILABLE grpc-go reads into a
+// relayed 429.
+func TestGRPC(t *testing.T) {
+	proxytest.RunGRPC(t, proxytest.GRPCRecipe{Door: door, Start: startGRPC, FailureHeader: failureHeader, Denied: codes.ResourceExhausted})
 }
 
 // TestWhatHAProxySends pins the authorization request floodgate.lua makes,

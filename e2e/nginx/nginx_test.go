@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/internal/proxytest"
@@ -21,9 +23,11 @@ func TestMain(m *testing.M) { os.Exit(floodgatetest.Main(m)) }
 
 // The addresses nginx.conf is written with, which the tests replace.
 const (
-	listenAddr   = "127.0.0.1:8080"
-	doorAddr     = "127.0.0.1:9193"
-	upstreamAddr = "127.0.0.1:8081"
+	listenAddr       = "127.0.0.1:8080"
+	grpcListenAddr   = "127.0.0.1:8443"
+	doorAddr         = "127.0.0.1:9193"
+	upstreamAddr     = "127.0.0.1:8081"
+	grpcUpstreamAddr = "127.0.0.1:8082"
 )
 
 // failureHeader is what nginx.conf sets on a request it lets through without
@@ -41,7 +45,22 @@ func start(t *testing.T, authz, upstream string) string {
 		t.Fatal(err)
 	}
 	return proxytest.StartNginx(t, func(listen string) string {
-		return proxytest.Render(t, string(src), listenAddr, listen, doorAddr, authz, upstreamAddr, upstream)
+		return proxytest.Render(t, string(src), listenAddr, listen, grpcListenAddr, proxytest.FreeAddr(t),
+			doorAddr, authz, upstreamAddr, upstream, grpcUpstreamAddr, proxytest.FreeAddr(t))
+	}).Addr
+}
+
+// startGRPC runs nginx.conf in front of the door at authz and the gRPC
+// application at upstream and returns its gRPC (HTTP/2) address.
+func startGRPC(t *testing.T, authz, upstream string) string {
+	t.Helper()
+	src, err := os.ReadFile("nginx.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxytest.StartNginx(t, func(listen string) string {
+		return proxytest.Render(t, string(src), grpcListenAddr, listen, listenAddr, proxytest.FreeAddr(t),
+			doorAddr, authz, upstreamAddr, proxytest.FreeAddr(t), grpcUpstreamAddr, upstream)
 	}).Addr
 }
 
@@ -50,6 +69,14 @@ func start(t *testing.T, authz, upstream string) string {
 // URI and method, the store and the door failing.
 func TestRecipe(t *testing.T) {
 	proxytest.RunRecipe(t, proxytest.Recipe{Door: door, Start: start, FailureHeader: failureHeader})
+}
+
+// TestGRPC runs the gRPC suite against nginx.conf's gRPC location: a spent
+// gRPC client gets RESOURCE_EXHAUSTED with grpc-retry-pushback-ms from
+// @floodgate_grpc_denied, not the UNAVAILABLE grpc-go would read into a
+// relayed 429.
+func TestGRPC(t *testing.T) {
+	proxytest.RunGRPC(t, proxytest.GRPCRecipe{Door: door, Start: startGRPC, FailureHeader: failureHeader, Denied: codes.ResourceExhausted})
 }
 
 // TestWhatNginxSends pins the authorization request nginx.conf makes, as

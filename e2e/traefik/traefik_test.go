@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	grpccodes "google.golang.org/grpc/codes"
 	"gopkg.in/yaml.v3"
 
 	"github.com/floodgate/floodgate/internal/floodgatetest"
@@ -49,6 +50,7 @@ const (
 	listenAddr    = "127.0.0.1:8080"
 	doorAddr      = "127.0.0.1:9193"
 	upstreamAddr  = "127.0.0.1:8081"
+	grpcUpstream  = "127.0.0.1:8082"
 	balancerRange = "192.0.2.0/24"
 )
 
@@ -78,11 +80,34 @@ func read(t *testing.T, name string) string {
 func startWith(t *testing.T, authz, upstream string, extra ...string) string {
 	t.Helper()
 	static, dynamic := read(t, "traefik.yaml"), read(t, "dynamic.yaml")
-	pairs := append([]string{doorAddr, authz, upstreamAddr, upstream}, extra...)
+	pairs := append([]string{doorAddr, authz, upstreamAddr, upstream, grpcUpstream, proxytest.FreeAddr(t)}, extra...)
 	dynamic = proxytest.Render(t, dynamic, pairs...)
 	return proxytest.StartTraefik(t, func(listen string) string {
 		return proxytest.Render(t, static, listenAddr, listen, balancerRange, "127.0.0.1/32")
 	}, dynamic).Addr
+}
+
+// startGRPC runs the recipe in front of the door at authz and the gRPC
+// application at upstream; gRPC clients dial the entry point (h2c).
+func startGRPC(t *testing.T, authz, upstream string) string {
+	t.Helper()
+	static, dynamic := read(t, "traefik.yaml"), read(t, "dynamic.yaml")
+	dynamic = proxytest.Render(t, dynamic, doorAddr, authz, upstreamAddr, proxytest.FreeAddr(t), grpcUpstream, upstream)
+	return proxytest.StartTraefik(t, func(listen string) string {
+		return proxytest.Render(t, static, listenAddr, listen, balancerRange, "127.0.0.1/32")
+	}, dynamic).Addr
+}
+
+// TestGRPC runs the gRPC suite against the recipe's gRPC router and pins
+// what Traefik can do for a gRPC client: ForwardAuth relays Floodgate's 429,
+// which grpc-go reads as UNAVAILABLE (http2_client.operateHeaders maps the
+// HTTP status of a response that is not gRPC, HTTPStatusConvTab); allowed
+// calls carry no RateLimit headers (ForwardAuth gives them to the
+// application only); with the door down the call fails with ForwardAuth's
+// 500, UNKNOWN, and never reaches the application.
+func TestGRPC(t *testing.T) {
+	proxytest.RunGRPC(t, proxytest.GRPCRecipe{Door: door, Start: startGRPC, FailureHeader: "X-Floodgate-Failure-Mode-Allowed",
+		Denied: grpccodes.Unavailable, NoRateLimitHeaders: true, DoorDown: grpccodes.Unknown})
 }
 
 // env is one run of the recipe: its door, upstream and Traefik.
@@ -540,7 +565,7 @@ func TestEveryGuardedRouterCleansFirstAndRewritesLast(t *testing.T) {
 			}
 		}
 	}
-	if guarded != 2 {
-		t.Errorf("%d guarded routers, want app and api-v2", guarded)
+	if guarded != 3 {
+		t.Errorf("%d guarded routers, want app, api-v2 and grpc", guarded)
 	}
 }

@@ -35,11 +35,19 @@ type HTTPAuthz struct {
 	// (failure_mode_allow, nginx's error_page, the HAProxy action's last
 	// argument).
 	OnFailure string `yaml:"on_failure"`
+	// GRPCStatusOnDeny is when a denial carries gRPC's status
+	// (grpc-status 8 and grpc-retry-pushback-ms): "grpc_requests" (the
+	// default), on a request whose content-type is gRPC; "always", on every
+	// denial, for Envoy's http_service, which must not send the door a
+	// content-type and keeps a grpc-status the denial carries when it
+	// answers a gRPC caller.
+	GRPCStatusOnDeny string `yaml:"grpc_status_on_deny"`
 }
 
 func (v *validator) checkHTTPAuthz(c *Config) {
 	h := &c.HTTPAuthz
 	v.oneOf("http_authz.on_failure", &h.OnFailure, "store", "store", "error")
+	v.oneOf("http_authz.grpc_status_on_deny", &h.GRPCStatusOnDeny, "grpc_requests", "grpc_requests", "always")
 	if p := h.PathPrefix; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?# \t")) {
 		v.at("http_authz.path_prefix", "must be a path starting with /, as Envoy's http_service path_prefix is (got %q)", p)
 	}

@@ -34,16 +34,20 @@ http_authz:
   original_method_header: X-Original-Method
   original_host_header: X-Forwarded-Host
   trusted_hops: 1
+  grpc_status_on_deny: always
 `+goodPolicy)
 	h := c.HTTPAuthz
 	if c.Listen.HTTP != "127.0.0.1:9193" || c.Listen.MaxHeaderBytes != 65536 || c.Listen.MaxHTTPConnections != 2000 || h.PathPrefix != "/authz" || h.OriginalURIHeader != "X-Original-URI" ||
-		h.OriginalMethodHeader != "X-Original-Method" || h.OriginalHostHeader != "X-Forwarded-Host" || *h.TrustedHops != 1 || c.ClientIP.TrustedHops != 0 {
+		h.OriginalMethodHeader != "X-Original-Method" || h.OriginalHostHeader != "X-Forwarded-Host" || *h.TrustedHops != 1 || c.ClientIP.TrustedHops != 0 || h.GRPCStatusOnDeny != "always" {
 		t.Errorf("read %+v (listen %+v)", h, c.Listen)
 	}
 	if c.HTTPOnFailure() != decide.Deny {
 		t.Errorf("HTTPOnFailure %v, want store.on_failure's deny", c.HTTPOnFailure())
 	}
 	c = mustParse(t, "listen: {http: \"127.0.0.1:9193\"}\nhttp_authz: {on_failure: error}\n"+goodPolicy)
+	if c.HTTPAuthz.GRPCStatusOnDeny != "grpc_requests" {
+		t.Errorf("grpc_status_on_deny %q by default, want grpc_requests", c.HTTPAuthz.GRPCStatusOnDeny)
+	}
 	if c.HTTPOnFailure() != decide.Error || c.OnFailure(false) != decide.Allow {
 		t.Errorf("on_failure: error: HTTP %v, Check %v; want error for the HTTP door alone", c.HTTPOnFailure(), c.OnFailure(false))
 	}
@@ -66,7 +70,8 @@ func TestTheHTTPDoorsMistakesAreReportedAtTheirLines(t *testing.T) {
 		{on + "http_authz:\n  on_failure: deny\n", `bad.yaml:4: http_authz.on_failure: must be store or error (got "deny")`},
 		{on + "http_authz:\n  trusted_hops: 64\n", `bad.yaml:4: http_authz.trusted_hops: must be between 0 and 63 (got 64)`},
 		{on + "client_ip: {trusted_cidrs: [10.0.0.0/8]}\nhttp_authz:\n  trusted_hops: 1\n", `bad.yaml:5: http_authz.trusted_hops: overrides client_ip.trusted_hops, and client_ip.trusted_cidrs is set instead`},
-		{on + "http_authz:\n  patth_prefix: /x\n", `bad.yaml:4: unknown key "patth_prefix" in http_authz (known: on_failure, original_host_header, original_method_header, original_uri_header, path_prefix, trusted_hops)`},
+		{on + "http_authz:\n  grpc_status_on_deny: yes\n", `bad.yaml:4: http_authz.grpc_status_on_deny: must be grpc_requests or always (got "yes")`},
+		{on + "http_authz:\n  patth_prefix: /x\n", `bad.yaml:4: unknown key "patth_prefix" in http_authz (known: grpc_status_on_deny, on_failure, original_host_header, original_method_header, original_uri_header, path_prefix, trusted_hops)`},
 	} {
 		wantProblem(t, tc.yaml+goodPolicy, tc.want)
 	}

@@ -61,7 +61,8 @@ func (d *httpDoor) options(c *Config) extauthz.HTTPOptions {
 func HTTPRequest(c *Config) extauthz.HTTPRequestOptions {
 	h := c.HTTPAuthz
 	return extauthz.HTTPRequestOptions{PathPrefix: h.PathPrefix, OriginalURIHeader: h.OriginalURIHeader,
-		OriginalMethodHeader: h.OriginalMethodHeader, OriginalHostHeader: h.OriginalHostHeader}
+		OriginalMethodHeader: h.OriginalMethodHeader, OriginalHostHeader: h.OriginalHostHeader,
+		GRPCStatusAlways: h.GRPCStatusOnDeny == "always"}
 }
 
 // HTTPServer is the HTTP door's server among doors (nil without one, or
