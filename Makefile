@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/door:FuzzParse ./extauthz:FuzzHTTPDoor
 
-.PHONY: all build image run run-redis test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind traefik-harness clean
+.PHONY: all build image run run-redis try-nginx try-haproxy try-caddy test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind traefik-harness clean
 
 all: lint test
 
@@ -40,6 +40,12 @@ image:
 ## with the version make build stamps.
 run:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/floodgate serve
+
+## try-nginx, try-haproxy, try-caddy: that proxy in front of Floodgate's HTTP door, from zero: Floodgate on
+## the sample policy (in-memory), a demo application, and the recipe as shipped (e2e/PROXY/), on
+## 127.0.0.1:8080, until Ctrl-C (e2e/try.sh). The proxy must be installed (make proxies, as root).
+try-nginx try-haproxy try-caddy:
+	bash e2e/try.sh $(@:try-%=%)
 
 ## run-redis: Floodgate on a local Redis (internal/config/local-redis.yaml: the sample policy, buckets
 ## in Redis). Uses the Redis answering on 127.0.0.1:6379, or starts redis-server there (no persistence,
