@@ -153,13 +153,7 @@ func send(t *testing.T, addr, method, target string, header ...string) reply {
 // its failure marker replaced or removed. The application gets the
 // stripped path, the method and the body.
 func TestWhatCaddySends(t *testing.T) {
-	standIn := proxytest.StartStandIn(t)
-	up := proxytest.StartUpstream(t)
-	addr := start(t, standIn.Addr(), up.Addr)
-
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/orders?id=7", strings.NewReader("a body"))
-	req.Host = "shop.example"
-	for k, v := range map[string]string{
+	sent := proxytest.SendThrough(t, "Caddy", start, map[string]string{
 		"X-Api-Key":          "key-1",
 		"X-Forwarded-For":    "198.51.100.1",
 		"X-Forwarded-Uri":    "/spoofed",
@@ -168,26 +162,8 @@ func TestWhatCaddySends(t *testing.T) {
 		"X-Original-URI":     "/spoofed",
 		"X-Original-Method":  "GET",
 		failureHeader:        "true",
-	} {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST through Caddy: %d", resp.StatusCode)
-	}
-	seen := standIn.Requests()
-	if len(seen) != 1 {
-		t.Fatalf("the door saw %d authorization requests, want 1", len(seen))
-	}
-	got := seen[0]
-	if got.Method != http.MethodGet || got.URI != "/_floodgate" {
-		t.Errorf("authorization request %s %s, want GET /_floodgate", got.Method, got.URI)
-	}
-	for k, v := range map[string]string{
+	})
+	proxytest.WantAuthorization(t, sent.Door, map[string]string{
 		"X-Forwarded-Uri":    "/api/orders?id=7",
 		"X-Forwarded-Method": "POST",
 		"X-Forwarded-Host":   "shop.example",
@@ -197,16 +173,8 @@ func TestWhatCaddySends(t *testing.T) {
 		"X-Original-Uri":     "",
 		"X-Original-Method":  "",
 		failureHeader:        "",
-		"Content-Length":     "",
-	} {
-		if g := strings.Join(got.Header.Values(k), " | "); g != v {
-			t.Errorf("the door got %s %q, want %q", k, g, v)
-		}
-	}
-	if len(got.Body) != 0 {
-		t.Errorf("the authorization request carried a body: %q", got.Body)
-	}
-	apps := up.Requests()
+	})
+	apps := sent.App
 	if len(apps) != 1 {
 		t.Fatalf("the upstream saw %d requests, want 1", len(apps))
 	}

@@ -449,47 +449,17 @@ func TestTheDoorDownFailsClosed(t *testing.T) {
 // X-Forwarded-Uri, -Method and -Host (the client's own replaced),
 // X-Forwarded-For with ForwardAuth's peer appended, and no body.
 func TestWhatTraefikSends(t *testing.T) {
-	standIn := proxytest.StartStandIn(t)
-	up := proxytest.StartUpstream(t)
-	addr := startWith(t, standIn.Addr(), up.Addr)
-
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/orders?id=7", strings.NewReader("a body"))
-	req.Host = "shop.example"
-	for k, v := range with(spoofed, map[string]string{"X-Api-Key": "key-1", "X-Forwarded-For": "198.51.100.1"}) {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST through Traefik: %d", resp.StatusCode)
-	}
-	seen := standIn.Requests()
-	if len(seen) != 1 {
-		t.Fatalf("the door saw %d authorization requests, want 1", len(seen))
-	}
-	got := seen[0]
-	if got.Method != http.MethodGet || got.URI != "/_floodgate" {
-		t.Errorf("authorization request %s %s, want GET /_floodgate", got.Method, got.URI)
-	}
-	for k, v := range map[string]string{
+	sent := proxytest.SendThrough(t, "Traefik", func(t *testing.T, authz, upstream string) string { return startWith(t, authz, upstream) },
+		with(spoofed, map[string]string{"X-Api-Key": "key-1", "X-Forwarded-For": "198.51.100.1"}))
+	proxytest.WantAuthorization(t, sent.Door, map[string]string{
 		"X-Forwarded-Uri":    "/api/orders?id=7",
 		"X-Forwarded-Method": "POST",
 		"X-Forwarded-Host":   "shop.example",
 		"X-Forwarded-For":    "198.51.100.1, 127.0.0.1",
 		"X-Api-Key":          "key-1",
-	} {
-		if g := strings.Join(got.Header.Values(k), " | "); g != v {
-			t.Errorf("%s: %q, want %q", k, g, v)
-		}
-	}
-	if len(got.Body) != 0 {
-		t.Errorf("the authorization request carried a body (%q)", got.Body)
-	}
-	if n := len(up.Requests()); n != 1 || string(up.Requests()[0].Body) != "a body" {
-		t.Errorf("the upstream saw %v, want the POST with its body", up.Requests())
+	})
+	if len(sent.App) != 1 || string(sent.App[0].Body) != "a body" {
+		t.Errorf("the upstream saw %v, want the POST with its body", sent.App)
 	}
 }
 
