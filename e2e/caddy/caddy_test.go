@@ -49,15 +49,6 @@ const failureHeader = "X-Floodgate-Failure-Mode-Allowed"
 // comment).
 var door = proxytest.DoorConfig{OriginalURIHeader: "X-Forwarded-Uri", OriginalMethodHeader: "X-Forwarded-Method"}
 
-func read(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // startWith runs the Caddyfile, with the extra replacements (old, new, ...)
 // applied after the addresses, in front of the door at authz and the
 // upstream, and returns the address Caddy listens on.
@@ -76,7 +67,7 @@ func startGRPC(t *testing.T, authz, upstream string) string {
 // startBoth is startWith with the gRPC application's address too.
 func startBoth(t *testing.T, authz, upstream, grpcUpstream string, extra ...string) string {
 	t.Helper()
-	src := read(t, "Caddyfile")
+	src := proxytest.Read(t, "Caddyfile")
 	return proxytest.StartCaddy(t, func(listen string) string {
 		_, port, err := net.SplitHostPort(listen)
 		if err != nil {
@@ -406,7 +397,7 @@ func TestTheRewrittenURIMissesThePolicy(t *testing.T) {
 // Caddy, decides while Redis is slow) and at most a second (each is waited
 // on every request while Floodgate hangs).
 func TestTheDoorsTimeoutsLeaveFloodgateTime(t *testing.T) {
-	src := read(t, "Caddyfile")
+	src := proxytest.Read(t, "Caddyfile")
 	_, snippet, _ := strings.Cut(src, "(floodgate) {")
 	snippet, _, _ = strings.Cut(snippet, "\n}\n")
 	found := map[string]bool{}
@@ -487,7 +478,7 @@ func TestTheCaddyfileIsFormatted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("caddy fmt: %v", err)
 	}
-	if string(out) != read(t, "Caddyfile") {
+	if string(out) != proxytest.Read(t, "Caddyfile") {
 		t.Error("the Caddyfile is not as `caddy fmt` writes it: run `caddy fmt --overwrite e2e/caddy/Caddyfile`")
 	}
 }

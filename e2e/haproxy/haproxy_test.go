@@ -49,15 +49,6 @@ const failureHeader = "X-Floodgate-Failure-Mode-Allowed"
 // comment).
 var door = proxytest.DoorConfig{OriginalURIHeader: "X-Original-URI", OriginalMethodHeader: "X-Original-Method"}
 
-func read(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // startWith runs haproxy.cfg, with the extra replacements (old, new, ...)
 // applied after the addresses, in front of the door at authz and the
 // upstream.
@@ -76,8 +67,8 @@ func startGRPC(t *testing.T, authz, upstream string) string {
 // startBoth is startWith with the gRPC application's address too.
 func startBoth(t *testing.T, authz, upstream, grpcUpstream string, extra ...string) *proxytest.Proc {
 	t.Helper()
-	cfg := read(t, "haproxy.cfg")
-	lua := read(t, "floodgate.lua")
+	cfg := proxytest.Read(t, "haproxy.cfg")
+	lua := proxytest.Read(t, "floodgate.lua")
 	return proxytest.StartHAProxy(t, func(listen string) string {
 		pairs := append([]string{listenAddr, listen, doorAddr, authz, upstreamAddr, upstream, grpcUpstreamAddr, grpcUpstream}, extra...)
 		pairs = append(pairs, authzAddr, fmt.Sprintf("%s-%d-%s", authzAddr, os.Getpid(), listen))
@@ -136,7 +127,7 @@ func TestFailClosed(t *testing.T) {
 // while Redis is slow) and at most a second (it is waited on every request
 // while Floodgate hangs).
 func TestTheDoorsTimeoutLeavesFloodgateTime(t *testing.T) {
-	m := regexp.MustCompile(`(?m)^\s*http-request lua\.floodgate-authorize \S+ (\d+) (allow|deny)$`).FindStringSubmatch(read(t, "haproxy.cfg"))
+	m := regexp.MustCompile(`(?m)^\s*http-request lua\.floodgate-authorize \S+ (\d+) (allow|deny)$`).FindStringSubmatch(proxytest.Read(t, "haproxy.cfg"))
 	if m == nil {
 		t.Fatal("haproxy.cfg has no `http-request lua.floodgate-authorize ADDRESS TIMEOUT_MS allow|deny`")
 	}

@@ -40,12 +40,9 @@ var door = proxytest.DoorConfig{OriginalURIHeader: "X-Original-URI", OriginalMet
 // start runs nginx.conf in front of the door at authz and the upstream.
 func start(t *testing.T, authz, upstream string) string {
 	t.Helper()
-	src, err := os.ReadFile("nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := proxytest.Read(t, "nginx.conf")
 	return proxytest.StartNginx(t, func(listen string) string {
-		return proxytest.Render(t, string(src), listenAddr, listen, grpcListenAddr, proxytest.FreeAddr(t),
+		return proxytest.Render(t, src, listenAddr, listen, grpcListenAddr, proxytest.FreeAddr(t),
 			doorAddr, authz, upstreamAddr, upstream, grpcUpstreamAddr, proxytest.FreeAddr(t))
 	}).Addr
 }
@@ -54,12 +51,9 @@ func start(t *testing.T, authz, upstream string) string {
 // application at upstream and returns its gRPC (HTTP/2) address.
 func startGRPC(t *testing.T, authz, upstream string) string {
 	t.Helper()
-	src, err := os.ReadFile("nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := proxytest.Read(t, "nginx.conf")
 	return proxytest.StartNginx(t, func(listen string) string {
-		return proxytest.Render(t, string(src), grpcListenAddr, listen, listenAddr, proxytest.FreeAddr(t),
+		return proxytest.Render(t, src, grpcListenAddr, listen, listenAddr, proxytest.FreeAddr(t),
 			doorAddr, authz, upstreamAddr, proxytest.FreeAddr(t), grpcUpstreamAddr, upstream)
 	}).Addr
 }
@@ -93,11 +87,8 @@ func TestWhatNginxSends(t *testing.T) {
 // nginx, decides while Redis is slow) and at most a second (each waits on
 // every request while Floodgate hangs).
 func TestTheDoorsTimeoutsLeaveFloodgateTime(t *testing.T) {
-	src, err := os.ReadFile("nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, loc, _ := strings.Cut(string(src), "location = /_floodgate {")
+	src := proxytest.Read(t, "nginx.conf")
+	_, loc, _ := strings.Cut(src, "location = /_floodgate {")
 	loc, _, _ = strings.Cut(loc, "}")
 	found := 0
 	for _, m := range regexp.MustCompile(`(?m)^\s*(proxy_\w*timeout)\s+(\S+);`).FindAllStringSubmatch(loc, -1) {

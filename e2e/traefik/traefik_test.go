@@ -64,22 +64,13 @@ var (
 	adminPolicy = proxytest.Policy{Name: "admin", Hosts: []string{"admin.example"}, Key: []string{"client_ip"}, Capacity: 1}
 )
 
-func read(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // startWith runs traefik.yaml and dynamic.yaml in front of the door at authz
 // and the upstream, the tests' client playing the load balancer (its
 // 127.0.0.1 in trustedIPs), with the extra replacements (old, new, ...) of
 // dynamic.yaml applied after the addresses.
 func startWith(t *testing.T, authz, upstream string, extra ...string) string {
 	t.Helper()
-	static, dynamic := read(t, "traefik.yaml"), read(t, "dynamic.yaml")
+	static, dynamic := proxytest.Read(t, "traefik.yaml"), proxytest.Read(t, "dynamic.yaml")
 	pairs := append([]string{doorAddr, authz, upstreamAddr, upstream, grpcUpstream, proxytest.FreeAddr(t)}, extra...)
 	dynamic = proxytest.Render(t, dynamic, pairs...)
 	return proxytest.StartTraefik(t, func(listen string) string {
@@ -91,7 +82,7 @@ func startWith(t *testing.T, authz, upstream string, extra ...string) string {
 // application at upstream; gRPC clients dial the entry point (h2c).
 func startGRPC(t *testing.T, authz, upstream string) string {
 	t.Helper()
-	static, dynamic := read(t, "traefik.yaml"), read(t, "dynamic.yaml")
+	static, dynamic := proxytest.Read(t, "traefik.yaml"), proxytest.Read(t, "dynamic.yaml")
 	dynamic = proxytest.Render(t, dynamic, doorAddr, authz, upstreamAddr, proxytest.FreeAddr(t), grpcUpstream, upstream)
 	return proxytest.StartTraefik(t, func(listen string) string {
 		return proxytest.Render(t, static, listenAddr, listen, balancerRange, "127.0.0.1/32")
@@ -475,8 +466,8 @@ func TestAClientOutsideTrustedIPsIsTraefiksPeer(t *testing.T) {
 	cfg.TrustedHops = 1
 	d := proxytest.StartDoor(t, cfg)
 	up := proxytest.StartUpstream(t)
-	dynamic := proxytest.Render(t, read(t, "dynamic.yaml"), doorAddr, d.Addr(), upstreamAddr, up.Addr)
-	static := read(t, "traefik.yaml")
+	dynamic := proxytest.Render(t, proxytest.Read(t, "dynamic.yaml"), doorAddr, d.Addr(), upstreamAddr, up.Addr)
+	static := proxytest.Read(t, "traefik.yaml")
 	addr := proxytest.StartTraefik(t, func(listen string) string { return proxytest.Render(t, static, listenAddr, listen) }, dynamic).Addr
 	codes := make([]int, 0, 4)
 	for i := 0; i < 4; i++ {
@@ -507,7 +498,7 @@ func TestEveryGuardedRouterCleansFirstAndRewritesLast(t *testing.T) {
 			Middlewares map[string]map[string]any                 `yaml:"middlewares"`
 		} `yaml:"http"`
 	}
-	if err := yaml.Unmarshal([]byte(read(t, "dynamic.yaml")), &cfg); err != nil {
+	if err := yaml.Unmarshal([]byte(proxytest.Read(t, "dynamic.yaml")), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	rewrites := map[string]bool{"stripPrefix": true, "stripPrefixRegex": true, "replacePath": true, "replacePathRegex": true, "addPrefix": true}

@@ -68,6 +68,17 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// Read returns the file a recipe's test runs (its shipped configuration),
+// ending the test when it cannot be read.
+func Read(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // Render returns src with each old string of pairs (old, new, old, new, ...)
 // replaced by its new one. Every old must occur in src: a shipped file that
 // no longer holds an address the test replaces fails here, not later as a
