@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -195,12 +194,10 @@ func TestIdleConnectionsToTheDoorLockNoProxyOut(t *testing.T) {
 	pid := p.Cmd.Process.Pid
 
 	up := proxytest.StartUpstream(t)
-	src, err := os.ReadFile("../../e2e/nginx/nginx.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := proxytest.Read(t, "../../e2e/nginx/nginx.conf")
 	nginx := proxytest.StartNginx(t, func(listen string) string {
-		return proxytest.Render(t, string(src), "127.0.0.1:8080", listen, "127.0.0.1:9193", p.HTTP, "127.0.0.1:8081", up.Addr)
+		return proxytest.Render(t, src, "127.0.0.1:8080", listen, "127.0.0.1:9193", p.HTTP, "127.0.0.1:8081", up.Addr,
+			"127.0.0.1:8443", proxytest.FreeAddr(t), "127.0.0.1:8082", proxytest.FreeAddr(t))
 	})
 	client := &http.Client{Timeout: 5 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
