@@ -101,6 +101,17 @@ func TestGRPC(t *testing.T) {
 		Denied: grpccodes.Unavailable, NoRateLimitHeaders: true, DoorDown: grpccodes.Unknown})
 }
 
+// TestAttacks runs the shared ways around a recipe a spent client tries
+// (proxytest.RunAttacks: odd bytes in any header value, a key holding one,
+// the door's own 4xx, rotated X-Forwarded-For, forged forwarded headers)
+// against the recipe, with the test's client as the trusted load balancer.
+// Traefik answers the door's 431 with a 500 of its own, which refuses the
+// request too: ForwardAuth never lets one through without an answer.
+func TestAttacks(t *testing.T) {
+	proxytest.RunAttacks(t, proxytest.Recipe{Door: door, Start: func(t *testing.T, authz, upstream string) string { return startWith(t, authz, upstream) },
+		FailureHeader: "X-Floodgate-Failure-Mode-Allowed", NoRateLimitHeaders: true, FailsClosed: true})
+}
+
 // env is one run of the recipe: its door, upstream and Traefik.
 type env struct {
 	t        *testing.T
