@@ -64,7 +64,7 @@ run-redis: redis
 	echo "started redis-server on 127.0.0.1:6379 (stopped with Floodgate)"; \
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/floodgate serve --config $(LOCAL_REDIS_CONFIG)
 
-## test: the whole suite, real redis-server, nginx and HAProxy included, and valgrind for the instruction
+## test: the whole suite, real redis-server, nginx, HAProxy and Caddy included, and valgrind for the instruction
 ## counter's test (installed when missing and possible).
 test: redis proxies valgrind
 	$(GO) test $(TESTFLAGS) $(PKGS)
