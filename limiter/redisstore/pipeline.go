@@ -721,12 +721,15 @@ const perScript = 32
 type batchPart []*call
 
 // split splits live into parts: in arrival order, up to perScript
-// decisions each and, on a Cluster, of one node (or, bySlot, of one slot).
+// decisions and MaxScriptBuckets buckets each (a decision has at most that
+// many: TakeBy cuts a larger one) and, on a Cluster, of one node (or,
+// bySlot, of one slot).
 func (c *coalescer) split(ctx context.Context, live []*call, bySlot bool) []batchPart {
-	if c.store.cluster == nil && len(live) <= perScript {
+	if c.store.cluster == nil && len(live) <= perScript && bucketsOf(live) <= MaxScriptBuckets {
 		return []batchPart{live}
 	}
 	var out []batchPart
+	var size []int        // buckets of out[i]
 	open := map[any]int{} // node, or slot (always 0 outside a Cluster) → the index in out of the part still filling
 	for _, cl := range live {
 		var where any = 0
@@ -740,14 +743,24 @@ func (c *coalescer) split(ctx context.Context, live []*call, bySlot bool) []batc
 			}
 		}
 		i, ok := open[where]
-		if !ok || len(out[i]) == perScript {
+		if !ok || len(out[i]) == perScript || size[i]+len(cl.keys) > MaxScriptBuckets {
 			i = len(out)
-			out = append(out, nil)
+			out, size = append(out, nil), append(size, 0)
 			open[where] = i
 		}
 		out[i] = append(out[i], cl)
+		size[i] += len(cl.keys)
 	}
 	return out
+}
+
+// bucketsOf is the number of buckets of calls.
+func bucketsOf(calls []*call) int {
+	n := 0
+	for _, cl := range calls {
+		n += len(cl.keys)
+	}
+	return n
 }
 
 // script is the token-bucket script's call deciding p's decisions in
@@ -766,7 +779,18 @@ func (p batchPart) script(s *Store) *scriptCall {
 			keys = append(keys, cl.keys...)
 		}
 	}
-	sc := s.takeCall(keys, len(p), func(j int) []bucketArgs { return p[j].buckets })
+	// Past the last of its callers' deadlines, none waits for the call.
+	var deadline time.Time
+	for _, cl := range p {
+		if cl.deadline.IsZero() {
+			deadline = time.Time{}
+			break
+		}
+		if cl.deadline.After(deadline) {
+			deadline = cl.deadline
+		}
+	}
+	sc := s.takeCall(keys, len(p), deadline, func(j int) []bucketArgs { return p[j].buckets })
 	if s.cluster != nil && !sameSlot(keys) {
 		args := make([]any, 0, len(sc.args)+len(keys)-1)
 		args = append(args, sc.args...)
@@ -791,7 +815,10 @@ func (p batchPart) deliver(reply []int64, err error) {
 		}
 		n := 1 + len(cl.keys)
 		cl.reply, cl.err = reply[pos:pos+n:pos+n], nil
-		if cl.reply[0] < 0 {
+		switch {
+		case cl.reply[0] == expired:
+			cl.reply, cl.err = nil, ErrExpired
+		case cl.reply[0] < 0:
 			cl.reply, cl.err = nil, ErrKeyType
 		}
 		pos += n
