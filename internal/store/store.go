@@ -202,10 +202,11 @@ func NewRedis(r config.Redis, client redis.UniversalClient, prefix string, reg p
 func lateMetrics(reg prometheus.Registerer) func(outcome string, decisions int) {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "floodgate_store_late_decisions_total",
-		Help: "Decisions answered as a store failure whose token-bucket script call outlived their deadline, by outcome: expired_unrun (Redis started the script past the deadline: it took nothing), unanswered (no reply by the deadline: the script took nothing if Redis started it past the deadline, and charged the buckets if it started before).",
+		Help: "Decisions answered as a store failure whose token-bucket script call outlived their deadline, by outcome: expired_unrun (Redis started the script past the deadline: it took nothing), refunded (Redis allowed it after its caller left: its takes were given back), refund_failed (that refund failed: the buckets keep the charge), unanswered (no reply by the deadline: the script took nothing if Redis started it past the deadline, and charged the buckets if it started before).",
 	}, []string{"outcome"})
-	c.WithLabelValues("expired_unrun")
-	c.WithLabelValues("unanswered")
+	for _, o := range []string{"expired_unrun", "refunded", "refund_failed", "unanswered"} {
+		c.WithLabelValues(o)
+	}
 	reg.MustRegister(c)
 	return func(outcome string, decisions int) { c.WithLabelValues(outcome).Add(float64(decisions)) }
 }

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,5 +119,89 @@ func TestADecisionPastItsDeadlineTakesNothing(t *testing.T) {
 				t.Fatalf("a decision without a deadline behind the stall: %v, %+v; want allowed, 4 left", ok, res[0])
 			}
 		})
+	}
+}
+
+// signalClient is a sleepyClient that reports each stalled send on sent.
+type signalClient struct {
+	sleepyClient
+	sent chan struct{}
+}
+
+func (c *signalClient) Process(ctx context.Context, cmd redis.Cmder) error {
+	if c.stall.Load() {
+		select {
+		case c.sent <- struct{}{}:
+		default:
+		}
+	}
+	return c.sleepyClient.Process(ctx, cmd)
+}
+
+// TestADecisionLeftBehindInItsBatchIsRefunded: a pipelined decision whose
+// batch (shared with a decision of a later deadline, so sent and run) comes
+// back after its own deadline was answered that the store failed; what its
+// take took is given back, and counted, while the other decision of the
+// batch keeps its charge.
+func TestADecisionLeftBehindInItsBatchIsRefunded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: 5 * time.Second, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	sc := &signalClient{sleepyClient: sleepyClient{Client: uc.(*redis.Client)}, sent: make(chan struct{}, 1)}
+	s := pipelined(t, sc, "")
+	var refunded, unanswered atomic.Int64
+	s.ObserveLate(func(outcome string, n int) {
+		switch outcome {
+		case "refunded":
+			refunded.Add(int64(n))
+		case "unanswered":
+			unanswered.Add(int64(n))
+		}
+	})
+	l := limiter.MustLimit(5, "1/60")
+	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1})
+
+	decide := func(id string, within time.Duration, out chan<- error) {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		res := make([]limiter.Result, 1)
+		ok, err := s.Take(ctx, []limiter.Request{{Name: "b", ID: id, Limit: l, Cost: 1}}, res)
+		if err == nil && !ok {
+			err = errors.New("denied")
+		}
+		out <- err
+	}
+	sc.stall.Store(true)
+	first, a, b := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	go decide("first", 5*time.Second, first) // on the wire, alone, for the stall
+	<-sc.sent
+	// These two queue behind it and leave together, stalled too: a's
+	// deadline passes while their batch is out, b's does not.
+	go decide("a", stallFor+stallFor/3, a)
+	go decide("b", 5*time.Second, b)
+	if err := <-first; err != nil {
+		t.Fatalf("the first decision: %v", err)
+	}
+	errA, errB := <-a, <-b
+	sc.stall.Store(false)
+	if errA == nil {
+		t.Fatal("decision a, whose deadline passed while its batch was out, was answered in time")
+	}
+	if errB != nil {
+		t.Fatalf("decision b: %v", errB)
+	}
+	ctx := context.Background()
+	if n, _ := c.Exists(ctx, s.Key("b", "b")).Result(); n != 1 {
+		t.Fatal("decision b's bucket was not charged")
+	}
+	if n, err := c.Exists(ctx, s.Key("b", "a")).Result(); err != nil || n != 0 {
+		t.Fatalf("decision a's bucket exists (%d, %v): charged though its caller was told the store failed", n, err)
+	}
+	if refunded.Load() != 1 || unanswered.Load() != 0 {
+		t.Errorf("late decisions counted: refunded %d, unanswered %d; want 1 and 0", refunded.Load(), unanswered.Load())
 	}
 }

@@ -140,7 +140,9 @@ func (s *Store) ObserveScripts(f func(calls int, elapsed time.Duration)) { s.onS
 // ObserveLate makes the store call f with the number of decisions of a
 // token-bucket script call that outlived its deadline, and what became of
 // their charge: "expired_unrun" when the reply says Redis started the
-// script past the deadline and it took nothing; "unanswered" when no reply
+// script past the deadline and it took nothing; "refunded" (or
+// "refund_failed") for pipelined decisions Redis allowed after their
+// callers stopped waiting, whose takes were given back; "unanswered" when no reply
 // came by the deadline (it took nothing if Redis started it past the
 // deadline, and charged if Redis started it before). Call it before the
 // store decides anything; f must not block.
@@ -253,7 +255,9 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 		if d, ok := ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
 			dl = d
 		}
-		sc := s.takeCall(keys, 1, dl, func(int) []bucketArgs { return buckets })
+		// Built here rather than by takeCall, so that it stays on the stack.
+		arg, extra := s.callDeadline(dl)
+		sc := &scriptCall{script: s.take, keys: keys, args: takeArgvBy(1, arg, func(int) []bucketArgs { return buckets }), want: 1 + len(keys) + extra, clock: extra > 0}
 		s.exec(ctx, sc)
 		reply, err = sc.reply, sc.err
 		if err == nil && reply[0] == expired {
@@ -335,10 +339,18 @@ type scriptCall struct {
 // buckets being buckets(j), their keys keys (every decision's in turn), to
 // decide nothing if Redis starts it after deadline (zero: none).
 func (s *Store) takeCall(keys []string, n int, deadline time.Time, buckets func(j int) []bucketArgs) *scriptCall {
+	dl, extra := s.callDeadline(deadline)
+	return &scriptCall{script: s.take, keys: keys, args: takeArgvBy(n, dl, buckets), want: n + len(keys) + extra, clock: extra > 0}
+}
+
+// callDeadline is the deadline argument of a call ending at deadline and
+// the values its reply holds beyond the decisions': the call asks for
+// Redis' clock instead when it is time to (-1, and 2 more values).
+func (s *Store) callDeadline(deadline time.Time) (int64, int) {
 	if s.wantsClock() {
-		return &scriptCall{script: s.take, keys: keys, args: takeArgvBy(n, -1, buckets), want: n + len(keys) + 2, clock: true}
+		return -1, 2
 	}
-	return &scriptCall{script: s.take, keys: keys, args: takeArgvBy(n, s.redisDeadline(deadline), buckets), want: n + len(keys)}
+	return s.redisDeadline(deadline), 0
 }
 
 // expired is the allowed tokenbucket.lua reports for the decisions of a
