@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -203,5 +204,52 @@ func TestADecisionLeftBehindInItsBatchIsRefunded(t *testing.T) {
 	}
 	if refunded.Load() != 1 || unanswered.Load() != 0 {
 		t.Errorf("late decisions counted: refunded %d, unanswered %d; want 1 and 0", refunded.Load(), unanswered.Load())
+	}
+}
+
+// TestALargeDecisionPastItsDeadlineTakesNothing: the worst request the rate
+// limit door accepts (32,768 buckets, so 256 script calls) behind a stalled
+// Redis, with the production store timeout: the caller gets an error at its
+// deadline, Redis runs the calls that reached it after the stall, and not
+// one bucket was charged.
+func TestALargeDecisionPastItsDeadlineTakesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: time.Second, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	sc := &sleepyClient{Client: uc.(*redis.Client)}
+	s := pipelined(t, sc, "")
+	l := limiter.MustLimit(5, "1/60")
+	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1})
+	reqs := make([]limiter.Request, worstRequest)
+	for i := range reqs {
+		reqs[i] = limiter.Request{Name: "big", ID: strconv.Itoa(i), Limit: l, Cost: 1}
+	}
+	ran := func() int64 { return redistest.CommandStats(t, c)["evalsha"].Calls }
+	before := ran()
+	sc.stall.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ok, err := s.Take(ctx, reqs, make([]limiter.Result, len(reqs)))
+	cancel()
+	sc.stall.Store(false)
+	if ok || err == nil {
+		t.Fatalf("a decision of %d buckets behind a %v stall, 50ms deadline: %v, %v; want an error", len(reqs), stallFor, ok, err)
+	}
+	ctx = context.Background()
+	if err := c.Ping(ctx).Err(); err != nil { // behind the stall and every call
+		t.Fatal(err)
+	}
+	// The calls that reached Redis before the client gave up (the pipeline
+	// may not all be written by then) ran after the stall.
+	n := ran() - before
+	t.Logf("Redis ran %d of the decision's %d script calls after the stall", n, worstRequest/redisstore.MaxScriptBuckets)
+	if n < 1 {
+		t.Fatal("Redis ran none of the decision's script calls after the stall: the test shows nothing")
+	}
+	if n, err := c.Keys(ctx, "big:*").Result(); err != nil || len(n) != 0 {
+		t.Fatalf("%d of the decision's buckets exist (%v): charged though the caller was told the store failed", len(n), err)
 	}
 }
