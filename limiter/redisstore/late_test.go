@@ -253,3 +253,46 @@ func TestALargeDecisionPastItsDeadlineTakesNothing(t *testing.T) {
 		t.Fatalf("%d of the decision's buckets exist (%v): charged though the caller was told the store failed", len(n), err)
 	}
 }
+
+// TestALargeDecisionOverItsDeadlineKeepsLittle: the worst request the rate
+// limit door accepts, on a Redis that answers but cannot run 256 script
+// calls within the 50 ms store timeout: the caller gets an error at its
+// deadline; the calls answered in time are refunded, those Redis started
+// past the deadline take nothing, and what stays charged is only the
+// bounded exception (docs/failure-modes.md): calls running, or whose reply
+// was on its way, at the deadline.
+func TestALargeDecisionOverItsDeadlineKeepsLittle(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: time.Second, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	s := pipelined(t, uc, "")
+	l := limiter.MustLimit(5, "1/60")
+	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1})
+	reqs := make([]limiter.Request, worstRequest)
+	for i := range reqs {
+		reqs[i] = limiter.Request{Name: "big", ID: strconv.Itoa(i), Limit: l, Cost: 1}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ok, err := s.Take(ctx, reqs, make([]limiter.Result, len(reqs)))
+	cancel()
+	if ok || err == nil {
+		t.Fatalf("Redis decided %d buckets within 50ms (%v, %v): want an error", len(reqs), ok, err)
+	}
+	ctx = context.Background()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The refunds of the calls answered in time ran before Take returned.
+	keys, err := c.Keys(ctx, "big:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d of %d buckets stayed charged after the failed answer", len(keys), len(reqs))
+	if max := 4 * redisstore.MaxScriptBuckets; len(keys) > max {
+		t.Errorf("%d buckets stayed charged, want at most %d (4 script calls)", len(keys), max)
+	}
+}

@@ -579,7 +579,20 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		}
 		takes[g] = s.takeCall(gkeys[g], 1, dl, func(int) []bucketArgs { return gbuckets[g] })
 	}
-	s.exec(ctx, takes...)
+	// A window of calls at a time: a reply is read only once its whole
+	// pipeline is written, so a call that ran in time but whose reply is
+	// not read by the deadline (its buckets charged, its caller told the
+	// store failed) is one of at most the window's calls. Past the
+	// deadline no more are sent.
+	for i := 0; i < len(takes); i += callWindow {
+		if err := ctx.Err(); err != nil {
+			for _, sc := range takes[i:] {
+				sc.err = err
+			}
+			break
+		}
+		s.exec(ctx, takes[i:min(i+callWindow, len(takes))]...)
+	}
 	for _, sc := range takes {
 		if sc.err == nil && sc.reply[0] == expired {
 			sc.err = ErrExpired // it took nothing: no refund
@@ -673,6 +686,11 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 	}
 	return false, refundErr
 }
+
+// callWindow bounds the script calls of one decision on the wire at once
+// (see takeAcrossSlots): a decision across Cluster slots has few groups,
+// and they still leave together.
+const callWindow = 4
 
 // groupBuckets groups the indices of keys for takeAcrossSlots: by slot, in
 // order of first appearance, on a Cluster (bySlot; one group outside one),
