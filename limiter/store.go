@@ -107,9 +107,12 @@ var ErrDeniedDespite = errors.New("limiter: denied, with an error after the deci
 // allowed: a decision of Charges and Refunds alone returns true. res must
 // have len(reqs); on return res[i] describes bucket i after the decision.
 // An error means the store could not decide (it is unreachable, say) and
-// the caller must act as if nothing was taken or given back; but a call
-// that timed out after Redis ran it was applied, so a Charge retried after
-// an error may be charged twice.
+// the caller must act as if nothing was taken or given back. A store
+// should make that so (the Redis store's script decides nothing when it
+// starts past the decision's deadline); where it cannot, the exception is
+// its to bound and document (docs/failure-modes.md: a script started in
+// time whose reply came late was applied, so a Charge retried after such an
+// error may be charged twice).
 type Store interface {
 	Take(ctx context.Context, reqs []Request, res []Result) (allowed bool, err error)
 }

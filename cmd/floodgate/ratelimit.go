@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -62,7 +63,7 @@ func runRatelimit(ctx context.Context, args []string, lookup func(string) (strin
 	}
 	cfg, err := loadBytes(peerenv.Source, res.YAML)
 	if err != nil {
-		fmt.Fprintf(stderr, "ratelimit: %v\n", res.Explain(err))
+		fmt.Fprintf(stderr, "ratelimit: %v\n", explainEnv(res, err))
 		return 1
 	}
 	log, err := newLogger(cfg.Log, stdout)
@@ -80,12 +81,30 @@ func runRatelimit(ctx context.Context, args []string, lookup func(string) (strin
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	data := res.YAML
-	src := source{name: peerenv.Source, read: func() ([]byte, error) { return data, nil }}
+	src := source{name: peerenv.Source, read: func() ([]byte, error) { return data, nil },
+		explain: func(err error) error { return explainEnv(res, err) }}
 	if err := runServer(ctx, cfg, src, log); err != nil {
 		log.Error("floodgate stopped", zap.Error(err))
 		return 1
 	}
 	return 0
+}
+
+// explainEnv names, for a problem of the configuration built from the
+// environment, the variables the user set rather than that configuration's
+// settings and lines, which the user never wrote: the rate limit files'
+// problems (each at its own file and line) under RUNTIME_ROOT and the
+// variables beside it, the others as res.Explain names them.
+func explainEnv(res *peerenv.Result, err error) error {
+	var le *door.LimitsError
+	if !errors.As(err, &le) {
+		return res.Explain(err)
+	}
+	vars := res.VarsOf("rls.config")
+	if len(le.Problems) > 0 {
+		return peerenv.Refused{{Vars: vars, Msg: le.Detail()}}
+	}
+	return peerenv.Refused{{Vars: vars, Msg: "the rate limit configuration they name, " + le.Path + ", cannot be read: " + le.Err.Error()}}
 }
 
 // loadBytes is door.Load for a configuration that is not a file: parsed,

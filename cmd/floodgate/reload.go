@@ -57,6 +57,9 @@ type reloader struct {
 type source struct {
 	name string
 	read func() ([]byte, error)
+	// explain, when set, rewrites a reload's error in the terms the user
+	// configured (ratelimit mode: the environment's variables).
+	explain func(error) error
 }
 
 // fileSource is the configuration file at path ("" for the embedded
@@ -132,6 +135,9 @@ func (r *reloader) reload(force bool) {
 	data, err := r.src.read()
 	if err != nil {
 		r.failures.Inc()
+		if r.src.explain != nil {
+			err = r.src.explain(err)
+		}
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
@@ -146,6 +152,9 @@ func (r *reloader) reload(force bool) {
 	cfg, changed, secretErr, err := r.compile(data)
 	if err != nil {
 		r.failures.Inc()
+		if r.src.explain != nil {
+			err = r.src.explain(err)
+		}
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}

@@ -160,20 +160,18 @@ func (c *Config) ReadLimits() error {
 		c.Limits = rls.Empty()
 		return nil
 	}
-	at := func(path string) string { return fmt.Sprintf("%s:%d", c.Source, c.LineOf(path)) }
 	rules, err := rls.Load(c.RLS.Config)
-	var problems fielderr.List
-	switch {
-	case errors.As(err, &problems):
-		return fmt.Errorf("%s: rls.config: %d %s in the rate limit configuration:\n%w", at("rls.config"), len(problems), plural(len(problems), "problem", "problems"), err)
-	case err != nil:
-		return c.Problems(fielderr.List{{Path: "rls.config", Msg: err.Error()}})
+	if err != nil {
+		le := &LimitsError{At: fmt.Sprintf("%s:%d", c.Source, c.LineOf("rls.config")), Path: c.RLS.Config, Err: err}
+		errors.As(err, &le.Problems)
+		return le
 	}
 	if err := rules.SetBursts(c.RLS.Burst); err != nil {
 		var bursts rls.BurstErrors
 		if !errors.As(err, &bursts) {
 			return err
 		}
+		var problems fielderr.List
 		for _, b := range bursts {
 			problems = append(problems, &fielderr.Error{Path: "rls.burst." + b.Key, Msg: b.Msg + " (the limits of " + c.RLS.Config + ")"})
 		}
@@ -182,6 +180,33 @@ func (c *Config) ReadLimits() error {
 	c.Limits = rules
 	return nil
 }
+
+// LimitsError is ReadLimits' error for a rate limit configuration that
+// could not be read (Err) or holds problems (Problems, each at its own file
+// and line). Error names the setting at its line in Floodgate's
+// configuration (At); a caller whose configuration the user did not write
+// (ratelimit mode: envoyproxy/ratelimit's environment) names what the user
+// set instead, with Detail.
+type LimitsError struct {
+	At       string // file:line of rls.config
+	Path     string // what rls.config names
+	Problems fielderr.List
+	Err      error
+}
+
+func (e *LimitsError) Error() string { return e.At + ": rls.config: " + e.Detail() }
+
+// Detail is the error without the setting: the problems, or why the files
+// could not be read.
+func (e *LimitsError) Detail() string {
+	if len(e.Problems) > 0 {
+		n := len(e.Problems)
+		return fmt.Sprintf("%d %s in the rate limit configuration %s:\n%v", n, plural(n, "problem", "problems"), e.Path, e.Err)
+	}
+	return e.Err.Error()
+}
+
+func (e *LimitsError) Unwrap() error { return e.Err }
 
 func plural(n int, one, many string) string {
 	if n == 1 {

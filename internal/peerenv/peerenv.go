@@ -175,6 +175,10 @@ func (r *Result) Explain(err error) error {
 	return out
 }
 
+// VarsOf names the variables behind a setting of the configuration Build
+// made (its nearest enclosing setting's), or none.
+func (r *Result) VarsOf(path string) []string { return r.doc.varsOf(path) }
+
 func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
 
 func listen(e *env, d *doc) {

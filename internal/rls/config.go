@@ -211,13 +211,13 @@ const maxFileBytes = 1 << 20
 func Load(path string) (*Config, error) {
 	info, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("rls.config: %w", err)
+		return nil, err
 	}
 	var files []string
 	if info.IsDir() {
 		entries, err := os.ReadDir(path)
 		if err != nil {
-			return nil, fmt.Errorf("rls.config: %w", err)
+			return nil, err
 		}
 		for _, e := range entries {
 			name := e.Name()
@@ -239,7 +239,7 @@ func Load(path string) (*Config, error) {
 	for _, f := range files {
 		data, err := readBounded(f)
 		if err != nil {
-			return nil, fmt.Errorf("rls.config: %w", err)
+			return nil, err
 		}
 		sources[f] = data
 	}

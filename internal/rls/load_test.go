@@ -19,8 +19,8 @@ func TestAnEmptyDirectoryConfiguresNoDomain(t *testing.T) {
 	if err != nil || len(cfg.Domains()) != 0 || cfg.Select("edge", []Entry{{"k", "v"}}) != nil {
 		t.Fatalf("Load(an empty directory): %v, %v", cfg, err)
 	}
-	if _, err := Load(filepath.Join(dir, "absent")); err == nil || !strings.Contains(err.Error(), "rls.config") {
-		t.Fatalf("Load(an absent path): %v, want an error naming rls.config", err)
+	if _, err := Load(filepath.Join(dir, "absent")); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "absent")) || strings.Contains(err.Error(), "rls.config") {
+		t.Fatalf("Load(an absent path): %v, want an error naming the path (and not the setting, which its caller names)", err)
 	}
 	os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte("domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644)
 	if cfg, err := Load(dir); err != nil || strings.Join(cfg.Domains(), ",") != "edge" {

@@ -44,7 +44,8 @@ func manyDescriptors(n int, distinct bool) []*rlcommon.RateLimitDescriptor {
 
 // TestManyDescriptorsArePlannedOnce: 10,000 and 20,000 descriptors (every
 // one its own bucket, or all the same one) are planned in one pass and
-// decided in one store call, each answered. The time they take is
+// decided in one store Take (which the Redis store cuts into script calls
+// of redisstore.MaxScriptBuckets), each answered. The time they take is
 // measured, not asserted (go test -v prints it).
 func TestManyDescriptorsArePlannedOnce(t *testing.T) {
 	cfg := mustConfig(t, "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 100000}\n")

@@ -192,7 +192,23 @@ func NewRedis(r config.Redis, client redis.UniversalClient, prefix string, reg p
 		rstore = redisstore.New(client, prefix)
 	}
 	rstore.ObserveScripts(scriptMetrics(reg))
+	rstore.ObserveLate(lateMetrics(reg))
 	return rstore
+}
+
+// lateMetrics registers the decisions whose script call outlived their
+// deadline, by what became of their charge (docs/failure-modes.md), and
+// returns what the store reports them to.
+func lateMetrics(reg prometheus.Registerer) func(outcome string, decisions int) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "floodgate_store_late_decisions_total",
+		Help: "Decisions answered as a store failure whose token-bucket script call outlived their deadline, by outcome: expired_unrun (Redis started the script past the deadline: it took nothing), refunded (Redis allowed it after its caller left: its takes were given back), refund_failed (that refund failed: the buckets keep the charge), unanswered (no reply by the deadline: the script took nothing if Redis started it past the deadline, and charged the buckets if it started before).",
+	}, []string{"outcome"})
+	for _, o := range []string{"expired_unrun", "refunded", "refund_failed", "unanswered"} {
+		c.WithLabelValues(o)
+	}
+	reg.MustRegister(c)
+	return func(outcome string, decisions int) { c.WithLabelValues(outcome).Add(float64(decisions)) }
 }
 
 // pipelineMetrics registers how deep the Redis pipelines run and returns

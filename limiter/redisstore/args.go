@@ -41,9 +41,15 @@ type bucketArgs struct {
 }
 
 // takeArgv is tokenbucket.lua's ARGV for n decisions decided in turn,
-// decision j's buckets being buckets(j) (in KEYS order): one binary string
-// (see the script).
+// decision j's buckets being buckets(j) (in KEYS order), with no deadline:
+// one binary string (see the script).
 func takeArgv(n int, buckets func(j int) []bucketArgs) []any {
+	return takeArgvBy(n, 0, buckets)
+}
+
+// takeArgvBy is takeArgv with the call's deadline, in microseconds since
+// the Unix epoch by Redis' clock (0: none).
+func takeArgvBy(n int, deadline int64, buckets func(j int) []bucketArgs) []any {
 	var small [4]limitArgs
 	limits := small[:0]
 	total := 0
@@ -53,7 +59,7 @@ func takeArgv(n int, buckets func(j int) []bucketArgs) []any {
 			total++
 		}
 	}
-	a := make([]byte, 0, 4+25*len(limits)+2*n+11*total)
+	a := make([]byte, 0, 4+25*len(limits)+2*n+11*total+8)
 	a = le.AppendUint16(a, uint16(n))
 	a = le.AppendUint16(a, uint16(len(limits)))
 	for _, l := range limits {
@@ -72,7 +78,7 @@ func takeArgv(n int, buckets func(j int) []bucketArgs) []any {
 			a = appendFloat(a, b.cost)
 		}
 	}
-	return []any{a}
+	return []any{appendFloat(a, deadline)}
 }
 
 var le = binary.LittleEndian

@@ -54,8 +54,9 @@ func readArgv(t *testing.T, blob []byte) []int64 {
 			f64()
 		}
 	}
+	f64() // the deadline
 	if len(blob) != 0 {
-		t.Fatalf("%d bytes left after the last decision", len(blob))
+		t.Fatalf("%d bytes left after the deadline", len(blob))
 	}
 	return got
 }
@@ -83,6 +84,7 @@ func TestTakeArgvSendsEachLimitOnce(t *testing.T) {
 		1, 1, 0, 1, // decision 1: one bucket, limit 1, a take of 1
 		2, 2, 0, 2, 1, 1, 1, // decision 2: limit 2 take 2, limit 1 charge 1
 		2, 1, 2, 3, 3, 0, 0, // decision 3: limit 1 refund 3, limit 3 look
+		0, // no deadline
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("takeArgv = %v\nwant        %v", got, want)

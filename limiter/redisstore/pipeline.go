@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/limiter"
 )
 
 // Pipelining. Without it every decision is one round trip on a connection of
@@ -173,6 +175,7 @@ type call struct {
 	reply    []int64
 	err      error
 	done     chan struct{} // one send (buffered) once reply or err is final
+	state    atomic.Int32  // waiting, left or answered (see left)
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
@@ -317,10 +320,17 @@ func (c *coalescer) run(ctx context.Context, deadline time.Time, cl *call, keys 
 	select {
 	case <-cl.done:
 	case <-ctx.Done():
-		// The batch may still carry the call; its reply is dropped.
-		return nil, ctx.Err()
+		// The batch may still carry the call: its reply is dropped and,
+		// if it took, refunded (see left), unless the batch answered first.
+		if cl.state.CompareAndSwap(waiting, left) {
+			return nil, ctx.Err()
+		}
+		<-cl.done
 	case <-expired:
-		return nil, context.DeadlineExceeded
+		if cl.state.CompareAndSwap(waiting, left) {
+			return nil, context.DeadlineExceeded
+		}
+		<-cl.done
 	}
 	reply, err := cl.reply, cl.err
 	cl.recycle()
@@ -362,6 +372,7 @@ func (cl *call) recycle() {
 	}
 	clear(cl.keys)
 	cl.ctx, cl.deadline, cl.keys, cl.buckets, cl.reply, cl.err = nil, time.Time{}, cl.keys[:0], cl.buckets[:0], nil, nil
+	cl.state.Store(waiting)
 	callPool.Put(cl)
 }
 
@@ -648,10 +659,81 @@ func (c *coalescer) flush(batch, live []*call, grace bool) (inTime bool) {
 	if c.onBatch != nil {
 		c.onBatch(len(live), sent)
 	}
+	var left []*call // decisions whose callers stopped waiting while their batch was out
 	for _, cl := range live {
+		if !cl.state.CompareAndSwap(waiting, answered) {
+			left = append(left, cl)
+		}
 		cl.finish()
 	}
+	if len(left) > 0 {
+		c.store.refundLeft(left)
+	}
 	return inTime
+}
+
+// A call's state, once queued: its caller waits, or has stopped waiting
+// (its deadline passed or its context ended: it was answered that the
+// store failed), or the batch has answered it. Whichever of the caller
+// and the flusher moves it from waiting first decides: a caller that finds
+// it answered takes the reply after all; a flusher that finds it left gives
+// back what its takes took (refundLeft), so that the answer and the charge
+// agree.
+const (
+	waiting int32 = iota
+	left
+	answered
+)
+
+// refundLeft gives back the takes of the decisions in calls that Redis
+// allowed after their callers had stopped waiting (in a batch shared with
+// callers of later deadlines, or read in a flusher's grace): those callers
+// were told the store failed. Their Charges and Refunds (limiter.Kind)
+// stand, as for a denial. The refunds leave in one pipeline, on a context
+// of their own (warmTimeout): the callers are gone. Counted through
+// ObserveLate ("refunded", "refund_failed").
+func (s *Store) refundLeft(calls []*call) {
+	var refunds []*scriptCall
+	var decided []int
+	for _, cl := range calls {
+		if cl.err != nil || len(cl.reply) == 0 || cl.reply[0] != 1 {
+			continue // not answered, or denied: its takes took nothing
+		}
+		var keys []string
+		var buckets []bucketArgs
+		for i, b := range cl.buckets {
+			if b.kind == limiter.Take && b.cost > 0 {
+				keys, buckets = append(keys, cl.keys[i]), append(buckets, b)
+			}
+		}
+		if len(keys) > 0 {
+			refunds = append(refunds, &scriptCall{script: s.refund, keys: keys, args: refundArgv(buckets), want: len(keys)})
+			decided = append(decided, 1)
+		}
+	}
+	if len(refunds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), warmTimeout)
+	defer cancel()
+	s.exec(ctx, refunds...)
+	if s.onLate == nil {
+		return
+	}
+	var ok, failed int
+	for i, sc := range refunds {
+		if sc.err != nil {
+			failed += decided[i]
+		} else {
+			ok += decided[i]
+		}
+	}
+	if ok > 0 {
+		s.onLate("refunded", ok)
+	}
+	if failed > 0 {
+		s.onLate("refund_failed", failed)
+	}
 }
 
 // gotReplies reports whether Redis answered every decision of a batch:
@@ -721,12 +803,15 @@ const perScript = 32
 type batchPart []*call
 
 // split splits live into parts: in arrival order, up to perScript
-// decisions each and, on a Cluster, of one node (or, bySlot, of one slot).
+// decisions and MaxScriptBuckets buckets each (a decision has at most that
+// many: TakeBy cuts a larger one) and, on a Cluster, of one node (or,
+// bySlot, of one slot).
 func (c *coalescer) split(ctx context.Context, live []*call, bySlot bool) []batchPart {
-	if c.store.cluster == nil && len(live) <= perScript {
+	if c.store.cluster == nil && len(live) <= perScript && bucketsOf(live) <= MaxScriptBuckets {
 		return []batchPart{live}
 	}
 	var out []batchPart
+	var size []int        // buckets of out[i]
 	open := map[any]int{} // node, or slot (always 0 outside a Cluster) → the index in out of the part still filling
 	for _, cl := range live {
 		var where any = 0
@@ -740,14 +825,24 @@ func (c *coalescer) split(ctx context.Context, live []*call, bySlot bool) []batc
 			}
 		}
 		i, ok := open[where]
-		if !ok || len(out[i]) == perScript {
+		if !ok || len(out[i]) == perScript || size[i]+len(cl.keys) > MaxScriptBuckets {
 			i = len(out)
-			out = append(out, nil)
+			out, size = append(out, nil), append(size, 0)
 			open[where] = i
 		}
 		out[i] = append(out[i], cl)
+		size[i] += len(cl.keys)
 	}
 	return out
+}
+
+// bucketsOf is the number of buckets of calls.
+func bucketsOf(calls []*call) int {
+	n := 0
+	for _, cl := range calls {
+		n += len(cl.keys)
+	}
+	return n
 }
 
 // script is the token-bucket script's call deciding p's decisions in
@@ -766,7 +861,18 @@ func (p batchPart) script(s *Store) *scriptCall {
 			keys = append(keys, cl.keys...)
 		}
 	}
-	sc := s.takeCall(keys, len(p), func(j int) []bucketArgs { return p[j].buckets })
+	// Past the last of its callers' deadlines, none waits for the call.
+	var deadline time.Time
+	for _, cl := range p {
+		if cl.deadline.IsZero() {
+			deadline = time.Time{}
+			break
+		}
+		if cl.deadline.After(deadline) {
+			deadline = cl.deadline
+		}
+	}
+	sc := s.takeCall(keys, len(p), deadline, func(j int) []bucketArgs { return p[j].buckets })
 	if s.cluster != nil && !sameSlot(keys) {
 		args := make([]any, 0, len(sc.args)+len(keys)-1)
 		args = append(args, sc.args...)
@@ -791,7 +897,10 @@ func (p batchPart) deliver(reply []int64, err error) {
 		}
 		n := 1 + len(cl.keys)
 		cl.reply, cl.err = reply[pos:pos+n:pos+n], nil
-		if cl.reply[0] < 0 {
+		switch {
+		case cl.reply[0] == expired:
+			cl.reply, cl.err = nil, ErrExpired
+		case cl.reply[0] < 0:
 			cl.reply, cl.err = nil, ErrKeyType
 		}
 		pos += n

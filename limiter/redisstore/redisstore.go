@@ -67,11 +67,12 @@ func newScript(src string) *script {
 	return &script{src: src, sha: hex.EncodeToString(h[:])}
 }
 
-// ErrRefund reports a decision across Redis Cluster slots that was denied
-// but whose refund of the slots already charged failed: the decision stands
+// ErrRefund reports a decision of several script calls (across Redis
+// Cluster slots, or over more than MaxScriptBuckets buckets) that was
+// denied but whose refund of the calls already charged failed: the decision stands
 // (Take returns false and fills the results), but those buckets may have
 // paid. They recover at their refill rate.
-var ErrRefund = fmt.Errorf("redis: refund after a denial across cluster slots failed (%w)", limiter.ErrDeniedDespite)
+var ErrRefund = fmt.Errorf("redis: refund after a denial across script calls failed (%w)", limiter.ErrDeniedDespite)
 
 // Client is what the store needs of a go-redis client: commands and
 // pipelines. *redis.Client (standalone or Sentinel), *redis.ClusterClient
@@ -107,6 +108,15 @@ type Store struct {
 	// of script calls took and how many calls it carried.
 	onScripts func(calls int, elapsed time.Duration)
 
+	// The offset of Redis' clock from this process' (microseconds), the
+	// margin of its measure, and when it was measured (Unix nanoseconds, 0:
+	// never); clockSyncing: a call asking for Redis' clock is out. See
+	// redisDeadline. onLate, when set (ObserveLate), hears of decisions
+	// that came back undecided past their deadline.
+	clockOff, clockMargin, clockAt atomic.Int64
+	clockSyncing                   atomic.Bool
+	onLate                         func(outcome string, decisions int)
+
 	// testClock, set by tests only, is appended to every script call's
 	// arguments (seconds, microseconds) for scripts whose TIME call the
 	// tests replaced by those arguments.
@@ -126,6 +136,61 @@ func New(client Client, prefix string) *Store {
 // reply, the resend of a script Redis did not have cached included. Call it
 // before the store decides anything; f must not block.
 func (s *Store) ObserveScripts(f func(calls int, elapsed time.Duration)) { s.onScripts = f }
+
+// ObserveLate makes the store call f with the number of decisions of a
+// token-bucket script call that outlived its deadline, and what became of
+// their charge: "expired_unrun" when the reply says Redis started the
+// script past the deadline and it took nothing; "refunded" (or
+// "refund_failed") for pipelined decisions Redis allowed after their
+// callers stopped waiting, whose takes were given back; "unanswered" when no reply
+// came by the deadline (it took nothing if Redis started it past the
+// deadline, and charged if Redis started it before). Call it before the
+// store decides anything; f must not block.
+func (s *Store) ObserveLate(f func(outcome string, decisions int)) { s.onLate = f }
+
+// ErrExpired reports a decision whose script call Redis started after the
+// decision's deadline: it decided nothing, took nothing.
+var ErrExpired = fmt.Errorf("redis: the script started after the decision's deadline and decided nothing (%w)", context.DeadlineExceeded)
+
+// clockEvery is how often a script call asks for Redis' clock (see
+// redisDeadline).
+const clockEvery = 30 * time.Second
+
+// redisDeadline is a decision's deadline (zero: none) as tokenbucket.lua
+// reads it: microseconds by Redis' clock, for the script to decide nothing
+// when it starts later, as a call queued behind a slow script, a stalled
+// Redis or a saturated link does, its caller having been answered that the
+// store failed. The clocks are compared through the offset a call measured
+// (Redis' TIME against the middle of the round trip that carried it), the
+// deadline moved later by the measure's margin (half that round trip, and a
+// millisecond): a call still in time is never refused for want of a
+// precise clock. Until an offset is known, a call carries no deadline.
+func (s *Store) redisDeadline(deadline time.Time) int64 {
+	if deadline.IsZero() || s.clockAt.Load() == 0 {
+		return 0
+	}
+	return deadline.UnixMicro() + s.clockOff.Load() + s.clockMargin.Load()
+}
+
+// wantsClock reports whether the next script call is to ask for Redis'
+// clock: none is out, and the last measure is older than clockEvery (or
+// none was made). It reserves the ask; exec releases it.
+func (s *Store) wantsClock() bool {
+	at := s.clockAt.Load()
+	if at != 0 && time.Now().UnixNano()-at < int64(clockEvery) {
+		return false
+	}
+	return s.clockSyncing.CompareAndSwap(false, true)
+}
+
+// readClock records the offset of Redis' clock (sec, usec: its TIME) from a
+// call sent at sent and answered at got.
+func (s *Store) readClock(sec, usec int64, sent, got time.Time) {
+	mid := sent.UnixMicro() + got.Sub(sent).Microseconds()/2
+	s.clockOff.Store(sec*1_000_000 + usec - mid)
+	s.clockMargin.Store(got.Sub(sent).Microseconds()/2 + 1000)
+	s.clockAt.Store(got.UnixNano())
+}
 
 // Key returns the Redis key of bucket (name, id).
 func (s *Store) Key(name, id string) string {
@@ -163,7 +228,9 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	} else {
 		keys, buckets = s.prepare(reqs)
 	}
-	acrossSlots := s.cluster != nil && len(keys) > 1 && !sameSlot(keys)
+	// A decision over more than MaxScriptBuckets buckets, or (on a
+	// Cluster) over several slots, is several script calls.
+	acrossSlots := len(keys) > MaxScriptBuckets || (s.cluster != nil && len(keys) > 1 && !sameSlot(keys))
 	if acrossSlots && cl != nil {
 		// keys and buckets stay with this decision: the call goes back
 		// without them.
@@ -184,9 +251,18 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	if s.pipe != nil {
 		reply, err = s.pipeFor(ctx, keys[0]).run(ctx, deadline, cl, keys, buckets)
 	} else {
-		sc := s.takeCall(keys, 1, func(int) []bucketArgs { return buckets })
+		dl := deadline
+		if d, ok := ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
+			dl = d
+		}
+		// Built here rather than by takeCall, so that it stays on the stack.
+		arg, extra := s.callDeadline(dl)
+		sc := &scriptCall{script: s.take, keys: keys, args: takeArgvBy(1, arg, func(int) []bucketArgs { return buckets }), want: 1 + len(keys) + extra, clock: extra > 0}
 		s.exec(ctx, sc)
 		reply, err = sc.reply, sc.err
+		if err == nil && reply[0] == expired {
+			err = ErrExpired
+		}
 	}
 	if err != nil {
 		return false, fmt.Errorf("redis: token-bucket script: %w", err)
@@ -197,6 +273,15 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 // maxBuckets bounds one decision's buckets: the script reads the count as a
 // 16-bit number.
 const maxBuckets = 1<<16 - 1
+
+// MaxScriptBuckets bounds the buckets one script call decides. Redis serves
+// nobody else while a script runs, some 15-20 µs a bucket: a decision over
+// more buckets is split into script calls of at most this many, sent in one
+// pipeline (between which Redis serves its other clients) and kept
+// all-or-nothing by refunds, as a decision across Cluster slots is (see
+// takeAcrossSlots). 128 buckets hold Redis for about 2 ms, a small part of
+// a 50 ms store timeout.
+const MaxScriptBuckets = 128
 
 // prepare returns the keys of reqs' buckets and what the script reads of
 // each.
@@ -245,15 +330,32 @@ type scriptCall struct {
 	args      []any
 	want      int
 	crossSlot bool // a Cluster call whose keys, beyond the first, follow args
+	clock     bool // the call asks for Redis' clock: its reply ends with it (see redisDeadline)
 	reply     []int64
 	err       error
 }
 
 // takeCall is the token-bucket script's call for n decisions, decision j's
-// buckets being buckets(j), their keys keys (every decision's in turn).
-func (s *Store) takeCall(keys []string, n int, buckets func(j int) []bucketArgs) *scriptCall {
-	return &scriptCall{script: s.take, keys: keys, args: takeArgv(n, buckets), want: n + len(keys)}
+// buckets being buckets(j), their keys keys (every decision's in turn), to
+// decide nothing if Redis starts it after deadline (zero: none).
+func (s *Store) takeCall(keys []string, n int, deadline time.Time, buckets func(j int) []bucketArgs) *scriptCall {
+	dl, extra := s.callDeadline(deadline)
+	return &scriptCall{script: s.take, keys: keys, args: takeArgvBy(n, dl, buckets), want: n + len(keys) + extra, clock: extra > 0}
 }
+
+// callDeadline is the deadline argument of a call ending at deadline and
+// the values its reply holds beyond the decisions': the call asks for
+// Redis' clock instead when it is time to (-1, and 2 more values).
+func (s *Store) callDeadline(deadline time.Time) (int64, int) {
+	if s.wantsClock() {
+		return -1, 2
+	}
+	return s.redisDeadline(deadline), 0
+}
+
+// expired is the allowed tokenbucket.lua reports for the decisions of a
+// call that started past its deadline.
+const expired = -2
 
 // ErrKeyType reports a decision that failed, in a script call it shared with
 // others, on a key that is not a bucket: something else writes under the
@@ -269,6 +371,12 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 	if s.onScripts != nil {
 		start := time.Now()
 		defer func() { s.onScripts(len(calls), time.Since(start)) }()
+	}
+	var sent time.Time // for a call asking for Redis' clock
+	for _, sc := range calls {
+		if sc.clock {
+			sent = time.Now()
+		}
 	}
 	var clock []any
 	if s.testClock != nil {
@@ -298,12 +406,36 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 		if sc.err != nil {
 			if timedOut(sc.err) {
 				s.warm(sc.keys[0])
+				if sc.script == s.take && s.onLate != nil {
+					s.onLate("unanswered", sc.decisions())
+				}
 			}
 			sc.err = explain(sc.err) // on every path: alone, pipelined, slot by slot
 		} else if len(sc.reply) != sc.want {
 			sc.err = fmt.Errorf("script returned %d values, %d expected", len(sc.reply), sc.want)
+		} else if sc.clock {
+			n := len(sc.reply)
+			s.readClock(sc.reply[n-2], sc.reply[n-1], sent, time.Now())
+			sc.reply = sc.reply[: n-2 : n-2]
+		}
+		if sc.clock {
+			s.clockSyncing.Store(false)
+		} else if sc.err == nil && sc.reply[0] == expired && s.onLate != nil {
+			s.onLate("expired_unrun", sc.decisions())
 		}
 	}
+}
+
+// decisions is the number of decisions a token-bucket call carries.
+func (sc *scriptCall) decisions() int {
+	n := sc.want - len(sc.keys)
+	if sc.clock {
+		n -= 2
+	}
+	if sc.crossSlot {
+		n = int(le.Uint16(sc.args[0].([]byte))) // D leads ARGV[1]
+	}
+	return n
 }
 
 // timedOut reports whether a command got no reply in time: go-redis then
@@ -397,14 +529,17 @@ func (sc *scriptCall) cmd(ctx context.Context, verb, body string, clock []any) *
 	return cmd
 }
 
-// takeAcrossSlots decides buckets that live in several Redis Cluster slots.
-// Redis runs a script only over keys of one slot, so no single call can be
+// takeAcrossSlots decides buckets that live in several Redis Cluster slots,
+// or more than MaxScriptBuckets of them. Redis runs a script only over keys
+// of one slot, and one script over many buckets would hold Redis for
+// everyone (tens of milliseconds for a few thousand), so no single call is
 // atomic over them all. Instead:
 //
-//  1. The buckets are grouped by slot and the token-bucket script runs once
-//     per group, all groups in one cluster pipeline: go-redis sends each node
-//     its groups in one round trip, to all nodes at once. Each group is
-//     all-or-nothing on its own.
+//  1. The buckets are grouped by slot, each group cut into runs of at most
+//     MaxScriptBuckets (groupBuckets), and the token-bucket script runs once
+//     per group, all groups in one pipeline: go-redis sends each node its
+//     groups in one round trip, to all nodes at once, and Redis serves its
+//     other clients between them. Each group is all-or-nothing on its own.
 //  2. If every group allowed, the decision is allowed: every bucket paid.
 //  3. Otherwise the takes of the groups that were charged are refunded
 //     (refund.lua, again one pipeline), so that no take paid; they report
@@ -431,21 +566,8 @@ func (sc *scriptCall) cmd(ctx context.Context, verb, body string, clock []any) *
 // failed group (and failed refund), naming the master it failed on, so the
 // resilience layer counts the failure against that master alone.
 func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res []limiter.Result, keys []string, buckets []bucketArgs) (bool, error) {
-	// Group bucket indices by slot, in order of first appearance.
-	var groups [][]int
-	var slots []int
-	for i, k := range keys {
-		sl := Slot(k)
-		g := 0
-		for g < len(slots) && slots[g] != sl {
-			g++
-		}
-		if g == len(slots) {
-			slots = append(slots, sl)
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
+	groups, slots := groupBuckets(keys, s.cluster != nil)
+	dl, _ := ctx.Deadline()
 	gkeys := make([][]string, len(groups))
 	gbuckets := make([][]bucketArgs, len(groups))
 	takes := make([]*scriptCall, len(groups))
@@ -455,15 +577,43 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		for j, i := range idx {
 			gkeys[g][j], gbuckets[g][j] = keys[i], buckets[i]
 		}
-		takes[g] = s.takeCall(gkeys[g], 1, func(int) []bucketArgs { return gbuckets[g] })
+		takes[g] = s.takeCall(gkeys[g], 1, dl, func(int) []bucketArgs { return gbuckets[g] })
 	}
-	s.exec(ctx, takes...)
+	// A window of calls at a time: a reply is read only once its whole
+	// pipeline is written, so a call that ran in time but whose reply is
+	// not read by the deadline (its buckets charged, its caller told the
+	// store failed) is one of at most the window's calls. Past the
+	// deadline no more are sent.
+	for i := 0; i < len(takes); i += callWindow {
+		if err := ctx.Err(); err != nil {
+			for _, sc := range takes[i:] {
+				sc.err = err
+			}
+			break
+		}
+		s.exec(ctx, takes[i:min(i+callWindow, len(takes))]...)
+	}
+	for _, sc := range takes {
+		if sc.err == nil && sc.reply[0] == expired {
+			sc.err = ErrExpired // it took nothing: no refund
+		}
+	}
+	// where names group g in errors: its slot on a Cluster, its place
+	// among the calls otherwise.
+	where := func(g int) string {
+		if s.cluster != nil {
+			return fmt.Sprintf("slot %d", slots[g])
+		}
+		return fmt.Sprintf("script call %d of %d", g+1, len(groups))
+	}
 	allowed := true
 	var fails []error // one per failed group, each naming its master
 	for g, sc := range takes {
 		if sc.err != nil {
 			allowed = false
-			fails = append(fails, s.onNode(ctx, gkeys[g][0], fmt.Errorf("redis: token-bucket script (slot %d): %w", slots[g], sc.err)))
+			if s.cluster != nil || len(fails) == 0 { // outside a Cluster, the first says it
+				fails = append(fails, s.onNode(ctx, gkeys[g][0], fmt.Errorf("redis: token-bucket script (%s): %w", where(g), sc.err)))
+			}
 			continue
 		}
 		if sc.reply[0] != 1 {
@@ -487,7 +637,7 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 	// caller's cancellation; the client's own read and write timeouts
 	// still bound it.
 	var refunds []*scriptCall
-	var refunded []int // slots
+	var refunded []int // groups
 	for g, sc := range takes {
 		if sc.err != nil || sc.reply[0] != 1 {
 			continue
@@ -501,7 +651,7 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		}
 		if len(rkeys) > 0 {
 			refunds = append(refunds, &scriptCall{script: s.refund, keys: rkeys, args: refundArgv(rbuckets), want: len(rkeys)})
-			refunded = append(refunded, slots[g])
+			refunded = append(refunded, g)
 		}
 	}
 	var refundErrs []error
@@ -509,7 +659,7 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		s.exec(context.WithoutCancel(ctx), refunds...)
 		for j, sc := range refunds {
 			if sc.err != nil {
-				refundErrs = append(refundErrs, s.onNode(ctx, refunds[j].keys[0], fmt.Errorf("%w (slot %d): %w", ErrRefund, refunded[j], sc.err)))
+				refundErrs = append(refundErrs, s.onNode(ctx, refunds[j].keys[0], fmt.Errorf("%w (%s): %w", ErrRefund, where(refunded[j]), sc.err)))
 			}
 		}
 	}
@@ -535,6 +685,49 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		}
 	}
 	return false, refundErr
+}
+
+// callWindow bounds the script calls of one decision on the wire at once
+// (see takeAcrossSlots): a decision across Cluster slots has few groups,
+// and they still leave together.
+const callWindow = 4
+
+// groupBuckets groups the indices of keys for takeAcrossSlots: by slot, in
+// order of first appearance, on a Cluster (bySlot; one group outside one),
+// each group cut into runs of at most MaxScriptBuckets. slots[g] is group
+// g's slot (0 outside a Cluster).
+func groupBuckets(keys []string, bySlot bool) (groups [][]int, slots []int) {
+	var bucketsOf [][]int
+	if !bySlot {
+		all := make([]int, len(keys))
+		for i := range all {
+			all[i] = i
+		}
+		bucketsOf, slots = [][]int{all}, []int{0}
+	} else {
+		for i, k := range keys {
+			sl := Slot(k)
+			g := 0
+			for g < len(slots) && slots[g] != sl {
+				g++
+			}
+			if g == len(slots) {
+				slots = append(slots, sl)
+				bucketsOf = append(bucketsOf, nil)
+			}
+			bucketsOf[g] = append(bucketsOf[g], i)
+		}
+	}
+	var outSlots []int
+	for g, idx := range bucketsOf {
+		for len(idx) > 0 {
+			n := min(len(idx), MaxScriptBuckets)
+			groups = append(groups, idx[:n:n])
+			outSlots = append(outSlots, slots[g])
+			idx = idx[n:]
+		}
+	}
+	return groups, outSlots
 }
 
 // ErrNoMaster reports Sentinels that answered but named no master: they

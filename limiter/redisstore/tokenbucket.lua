@@ -18,11 +18,18 @@
 --          decision, its number of buckets n_j (uint16) followed by a
 --          triple per bucket, in KEYS order: the bucket's limit (1..L,
 --          uint16), its kind (uint8: 0 take, 1 charge, 2 refund) and its
---          cost (double). Arguments after ARGV[1] are ignored.
+--          cost (double); last, the call's deadline (double): microseconds
+--          since the Unix epoch by Redis' clock (TIME), 0 for none, -1
+--          for none and Redis' clock appended to the reply (seconds, then
+--          microseconds).
+--          Arguments after ARGV[1] are ignored.
 -- Returns  for each decision in turn: allowed, then m_1, ..., m_nj. allowed
 --          is 1 when every take could pay and all were charged, 0 when
 --          none was; m_i is the number of units missing from bucket i after
---          the decision (0 = full; above C·K in debt).
+--          the decision (0 = full; above C·K in debt). A call that starts
+--          after its deadline decides nothing: every allowed is -2, every
+--          m_i 0, and no bucket is read or written (the caller has already
+--          answered that the store failed; see docs/failure-modes.md).
 --
 -- Kinds. A take of n tokens is all-or-nothing with the decision's other
 -- takes: it pays if every take's bucket holds its cost (a take of 0, a
@@ -54,6 +61,23 @@ local args = ARGV[1]
 local function key(i) return KEYS[i] or ARGV[i] end
 
 local d, nl, pos = unpack('<HH', args)
+
+-- Past the deadline, nothing is decided (see Returns). A deadline of -1
+-- asks for the clock instead: the reply ends with TIME's seconds and
+-- microseconds, which the store reads to turn its deadlines into Redis'.
+local deadline = unpack('<d', args, #args - 7)
+if deadline > 0 and tonumber(t[1]) * 1000000 + us > deadline then
+  for l = 1, nl do pos = pos + 25 end -- '<dddB' each
+  local out, o = {}, 0
+  for j = 1, d do
+    local nb = unpack('<H', args, pos)
+    pos = pos + 2 + 11 * nb -- '<HBd' a bucket
+    out[o + 1] = -2
+    for i = 1, nb do out[o + 1 + i] = 0 end
+    o = o + 1 + nb
+  end
+  return out
+end
 for l = 1, nl do -- the limits cap, per, gain, res, full of bucket.lua, in order
   local c, k, g, j
   c, k, g, j, pos = unpack('<dddB', args, pos)
@@ -152,5 +176,6 @@ for j = 1, d do
   end
   o, kb = o + 1 + nb, kb + nb
 end
+if deadline == -1 then out[o + 1], out[o + 2] = tonumber(t[1]), us end
 flush()
 return out
