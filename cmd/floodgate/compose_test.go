@@ -145,7 +145,7 @@ func TestThePeersDockerComposeRunsWithOnlyTheImageChanged(t *testing.T) {
 				sv.p.WaitListening(t, sv.grpc, 30*time.Second)
 				sv.p.WaitListening(t, sv.web, 30*time.Second)
 				sv.c = rlClient(t, sv.grpc)
-				if code, body := peertest.Healthcheck(sv.web); code != 200 || body != "OK" {
+				if code, body := peertest.WaitHealthy(sv.web, 10*time.Second); code != 200 || body != "OK" {
 					t.Errorf("%s: /healthcheck %d %q", sv.name, code, body)
 				}
 			}

@@ -156,6 +156,21 @@ func Healthcheck(addr string) (int, string) {
 	return resp.StatusCode, b.String()
 }
 
+// WaitHealthy polls addr's /healthcheck until it answers 200 or within
+// passes, and returns the last answer: a server that has just bound its
+// ports may answer 500 for the moment before it reports itself serving
+// (as a readiness probe, which retries, would see).
+func WaitHealthy(addr string, within time.Duration) (int, string) {
+	deadline := time.Now().Add(within)
+	for {
+		code, body := Healthcheck(addr)
+		if code == http.StatusOK || time.Now().After(deadline) {
+			return code, body
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // FreeAddr is a 127.0.0.1 address with a port no one listens on now.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
