@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -170,15 +171,57 @@ policies:
 	}
 }
 
+// recipesInFront are the shipped recipes TestIdleConnectionsToTheDoorLockNoProxyOut
+// puts in front of the door, each started from its file with only its
+// addresses replaced (the gRPC ones onto free ports).
+var recipesInFront = []struct {
+	name string
+	// uri and method are the headers the recipe puts the original URI and
+	// method in (http_authz.original_uri_header, original_method_header).
+	uri, method string
+	start       func(t *testing.T, authz, upstream string) *proxytest.Proc
+}{
+	{"nginx", "X-Original-URI", "X-Original-Method", func(t *testing.T, authz, upstream string) *proxytest.Proc {
+		src := proxytest.Read(t, "../../e2e/nginx/nginx.conf")
+		return proxytest.StartNginx(t, func(listen string) string {
+			return proxytest.Render(t, src, "127.0.0.1:8080", listen, "127.0.0.1:9193", authz, "127.0.0.1:8081", upstream,
+				"127.0.0.1:8443", proxytest.FreeAddr(t), "127.0.0.1:8082", proxytest.FreeAddr(t))
+		})
+	}},
+	{"haproxy", "X-Original-URI", "X-Original-Method", func(t *testing.T, authz, upstream string) *proxytest.Proc {
+		src, lua := proxytest.Read(t, "../../e2e/haproxy/haproxy.cfg"), proxytest.Read(t, "../../e2e/haproxy/floodgate.lua")
+		return proxytest.StartHAProxy(t, func(listen string) string {
+			return proxytest.Render(t, src, "127.0.0.1:8080", listen, "127.0.0.1:9193", authz, "127.0.0.1:8081", upstream,
+				"127.0.0.1:8082", proxytest.FreeAddr(t), "abns@floodgate-authz", fmt.Sprintf("abns@floodgate-authz-%d-%s", os.Getpid(), listen))
+		}, map[string]string{"floodgate.lua": lua})
+	}},
+	{"caddy", "X-Forwarded-Uri", "X-Forwarded-Method", func(t *testing.T, authz, upstream string) *proxytest.Proc {
+		src := proxytest.Read(t, "../../e2e/caddy/Caddyfile")
+		return proxytest.StartCaddy(t, func(listen string) string {
+			_, port, _ := net.SplitHostPort(listen)
+			return proxytest.Render(t, src, "http://:8080", "http://:"+port, "127.0.0.1:9193", authz, "127.0.0.1:8081", upstream,
+				"127.0.0.1:8082", proxytest.FreeAddr(t))
+		})
+	}},
+}
+
 // TestIdleConnectionsToTheDoorLockNoProxyOut: an attacker holds thousands
 // of connections to the door (idle after a request, or silent since their
-// accept) while clients go through nginx's recipe (e2e/nginx/nginx.conf)
-// to the same door, bounded at max_http_connections. The door keeps at most
-// that many open, closing the longest idle for each new one; nginx's own
-// connections are served, so its decisions stay exact (a key's burst
-// passes, then 429, and the upstream sees no request nginx let through
-// without the door's answer); nothing is refused; RSS stays bounded.
+// accept) while clients go through a shipped recipe (nginx's, HAProxy's,
+// Caddy's) to the same door, bounded at max_http_connections. The door keeps
+// at most that many open, closing the longest idle for each new one, the
+// proxy's own idle ones among them (which nginx and Caddy's transport then
+// find closed and dial again); the proxy's requests are served, so its
+// decisions stay exact (a key's burst passes, then 429, and the upstream
+// sees no request the proxy let through without the door's answer);
+// nothing is refused; RSS stays bounded.
 func TestIdleConnectionsToTheDoorLockNoProxyOut(t *testing.T) {
+	for _, rc := range recipesInFront {
+		t.Run(rc.name, func(t *testing.T) { idleConnectionsLockNoProxyOut(t, rc.uri, rc.method, rc.start) })
+	}
+}
+
+func idleConnectionsLockNoProxyOut(t *testing.T, uriHeader, methodHeader string, startProxy func(t *testing.T, authz, upstream string) *proxytest.Proc) {
 	const (
 		limit    = 1000
 		attack   = 4000 // connections the attacker opens before the clients come
@@ -187,27 +230,23 @@ func TestIdleConnectionsToTheDoorLockNoProxyOut(t *testing.T) {
 	)
 	raiseOpenFiles(t, attack+during+1024)
 	redis := redistest.Start(t)
-	cfg := proxytest.DoorConfig{OriginalURIHeader: "X-Original-URI", OriginalMethodHeader: "X-Original-Method",
+	cfg := proxytest.DoorConfig{OriginalURIHeader: uriHeader, OriginalMethodHeader: methodHeader,
 		Policies: []proxytest.Policy{{Name: "api", PathPrefix: "/api/", Key: []string{"header:x-api-key"}, Capacity: capacity}}}
 	yaml := proxytest.Render(t, cfg.YAML(redis.Addr), `admin: ""}`, fmt.Sprintf(`admin: "127.0.0.1:0", max_http_connections: %d}`, limit))
 	p := startFloodgate(t, yaml)
 	pid := p.Cmd.Process.Pid
 
 	up := proxytest.StartUpstream(t)
-	src := proxytest.Read(t, "../../e2e/nginx/nginx.conf")
-	nginx := proxytest.StartNginx(t, func(listen string) string {
-		return proxytest.Render(t, src, "127.0.0.1:8080", listen, "127.0.0.1:9193", p.HTTP, "127.0.0.1:8081", up.Addr,
-			"127.0.0.1:8443", proxytest.FreeAddr(t), "127.0.0.1:8082", proxytest.FreeAddr(t))
-	})
+	proxy := startProxy(t, p.HTTP, up.Addr)
 	client := &http.Client{Timeout: 5 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
 	get := func(key string) int {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, "http://"+nginx.Addr+"/api/items", nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+proxy.Addr+"/api/items", nil)
 		req.Header.Set("X-Api-Key", key)
 		resp, err := client.Do(req)
 		if err != nil {
-			t.Fatalf("through nginx: %v", err)
+			t.Fatalf("through %s: %v", proxy.Name, err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -252,9 +291,9 @@ func TestIdleConnectionsToTheDoorLockNoProxyOut(t *testing.T) {
 	<-done
 
 	if n := up.Count(func(s proxytest.Seen) bool { return s.Header.Get("X-Floodgate-Failure-Mode-Allowed") != "" }); n != 0 {
-		t.Errorf("the upstream saw %d requests nginx let through without the door's answer:\n%s", n, nginx.Log())
+		t.Errorf("the upstream saw %d requests %s let through without the door's answer:\n%s", n, proxy.Name, proxy.Log())
 	}
-	if n, want := up.Count(func(s proxytest.Seen) bool { return strings.HasPrefix(s.URI, "/api/") }), 1+3*capacity; n != want {
+	if n, want := up.Count(func(s proxytest.Seen) bool { return strings.HasSuffix(s.URI, "/items") }), 1+3*capacity; n != want {
 		t.Errorf("the upstream saw %d requests, want %d (the warm-up and each key's burst)", n, want)
 	}
 	if open := idle.still() + silent.still() + more.still(); open > limit {
