@@ -26,6 +26,18 @@ type sleepyClient struct {
 
 const stallFor = 300 * time.Millisecond
 
+// productionClient dials srv as the store does in production (redisstore.Dial,
+// which stops reading a reply at its deadline), closed when the test ends.
+func productionClient(t *testing.T, srv *redistest.Server) *redis.Client {
+	t.Helper()
+	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: time.Second, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	return uc.(*redis.Client)
+}
+
 func (c *sleepyClient) Process(ctx context.Context, cmd redis.Cmder) error {
 	if !c.stall.Load() {
 		return c.Client.Process(ctx, cmd)
@@ -60,12 +72,7 @@ func TestADecisionPastItsDeadlineTakesNothing(t *testing.T) {
 			srv := redistest.Start(t)
 			c := srv.Client()
 			// The production client: it stops reading at the deadline.
-			uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: time.Second, DialTimeout: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { uc.Close() })
-			sc := &sleepyClient{Client: uc.(*redis.Client)}
+			sc := &sleepyClient{Client: productionClient(t, srv)}
 			var s *redisstore.Store
 			if pipelinedStore {
 				s = pipelined(t, sc, "")
@@ -215,12 +222,7 @@ func TestADecisionLeftBehindInItsBatchIsRefunded(t *testing.T) {
 func TestALargeDecisionPastItsDeadlineTakesNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: time.Second, DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { uc.Close() })
-	sc := &sleepyClient{Client: uc.(*redis.Client)}
+	sc := &sleepyClient{Client: productionClient(t, srv)}
 	s := pipelined(t, sc, "")
 	l := limiter.MustLimit(5, "1/60")
 	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1})
@@ -264,12 +266,7 @@ func TestALargeDecisionPastItsDeadlineTakesNothing(t *testing.T) {
 func TestALargeDecisionOverItsDeadlineKeepsLittle(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client()
-	uc, err := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: time.Second, DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { uc.Close() })
-	s := pipelined(t, uc, "")
+	s := pipelined(t, productionClient(t, srv), "")
 	l := limiter.MustLimit(5, "1/60")
 	take(t, s, limiter.Request{Name: "warm", ID: "w", Limit: l, Cost: 1})
 	reqs := make([]limiter.Request, worstRequest)
