@@ -80,6 +80,10 @@ func startBoth(t *testing.T, authz, upstream, grpcUpstream string, extra ...stri
 
 func start(t *testing.T, authz, upstream string) string { return startWith(t, authz, upstream) }
 
+// recipe is the shipped files as the shared suites run them: a denied gRPC
+// call answered in gRPC by the recipe itself.
+var recipe = proxytest.Recipe{Door: door, Start: start, GRPCStart: startGRPC, FailureHeader: failureHeader, GRPCDenied: codes.ResourceExhausted}
+
 // TestRecipe runs the recipes' suite against the Caddyfile: the burst and
 // its 429 (Floodgate's own answer, which reverse_proxy passes as it is),
 // identities (Caddy trusts the test's client, a load balancer on loopback,
@@ -87,7 +91,7 @@ func start(t *testing.T, authz, upstream string) string { return startWith(t, au
 // door failing. Its /api/ requests go through the handle_path block, whose
 // path Caddy has stripped before it asks the door.
 func TestRecipe(t *testing.T) {
-	proxytest.RunRecipe(t, proxytest.Recipe{Door: door, Start: start, FailureHeader: failureHeader})
+	proxytest.RunRecipe(t, recipe)
 }
 
 // TestGRPC runs the gRPC suite against the Caddyfile's gRPC handle: a spent
@@ -95,7 +99,7 @@ func TestRecipe(t *testing.T) {
 // @floodgate_grpc_denied handler, not the UNAVAILABLE grpc-go reads into a
 // relayed 429.
 func TestGRPC(t *testing.T) {
-	proxytest.RunGRPC(t, proxytest.GRPCRecipe{Door: door, Start: startGRPC, FailureHeader: failureHeader, Denied: codes.ResourceExhausted})
+	proxytest.RunGRPC(t, recipe)
 }
 
 // reply is a response read off a raw connection.

@@ -78,11 +78,15 @@ func startBoth(t *testing.T, authz, upstream, grpcUpstream string, extra ...stri
 
 func start(t *testing.T, authz, upstream string) string { return startWith(t, authz, upstream).Addr }
 
+// recipe is the shipped files as the shared suites run them: a denied gRPC
+// call answered in gRPC by the recipe itself.
+var recipe = proxytest.Recipe{Door: door, Start: start, GRPCStart: startGRPC, FailureHeader: failureHeader, GRPCDenied: codes.ResourceExhausted}
+
 // TestRecipe runs the recipes' suite against haproxy.cfg and floodgate.lua:
 // the burst and its 429 (Floodgate's own answer, passed as it is),
 // identities, the original URI and method, the store and the door failing.
 func TestRecipe(t *testing.T) {
-	proxytest.RunRecipe(t, proxytest.Recipe{Door: door, Start: start, FailureHeader: failureHeader})
+	proxytest.RunRecipe(t, recipe)
 }
 
 // TestGRPC runs the gRPC suite against haproxy.cfg and floodgate.lua: a
@@ -90,7 +94,7 @@ func TestRecipe(t *testing.T) {
 // floodgate.lua's own answer, not the UNAVAILABLE grpc-go reads into a
 // relayed 429.
 func TestGRPC(t *testing.T) {
-	proxytest.RunGRPC(t, proxytest.GRPCRecipe{Door: door, Start: startGRPC, FailureHeader: failureHeader, Denied: codes.ResourceExhausted})
+	proxytest.RunGRPC(t, recipe)
 }
 
 // TestWhatHAProxySends pins the authorization request floodgate.lua makes,

@@ -58,11 +58,15 @@ func startGRPC(t *testing.T, authz, upstream string) string {
 	}).Addr
 }
 
+// recipe is the shipped files as the shared suites run them: a denied gRPC
+// call answered in gRPC by the recipe itself.
+var recipe = proxytest.Recipe{Door: door, Start: start, GRPCStart: startGRPC, FailureHeader: failureHeader, GRPCDenied: codes.ResourceExhausted}
+
 // TestRecipe runs the recipes' suite against nginx.conf: the burst and its
 // 429 (turned back from nginx's 500 by error_page), identities, the original
 // URI and method, the store and the door failing.
 func TestRecipe(t *testing.T) {
-	proxytest.RunRecipe(t, proxytest.Recipe{Door: door, Start: start, FailureHeader: failureHeader})
+	proxytest.RunRecipe(t, recipe)
 }
 
 // TestGRPC runs the gRPC suite against nginx.conf's gRPC location: a spent
@@ -70,7 +74,7 @@ func TestRecipe(t *testing.T) {
 // @floodgate_grpc_denied, not the UNAVAILABLE grpc-go would read into a
 // relayed 429.
 func TestGRPC(t *testing.T) {
-	proxytest.RunGRPC(t, proxytest.GRPCRecipe{Door: door, Start: startGRPC, FailureHeader: failureHeader, Denied: codes.ResourceExhausted})
+	proxytest.RunGRPC(t, recipe)
 }
 
 // TestWhatNginxSends pins the authorization request nginx.conf makes, as

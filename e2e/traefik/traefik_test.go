@@ -97,8 +97,7 @@ func startGRPC(t *testing.T, authz, upstream string) string {
 // application only); with the door down the call fails with ForwardAuth's
 // 500, UNKNOWN, and never reaches the application.
 func TestGRPC(t *testing.T) {
-	proxytest.RunGRPC(t, proxytest.GRPCRecipe{Door: door, Start: startGRPC, FailureHeader: "X-Floodgate-Failure-Mode-Allowed",
-		Denied: grpccodes.Unavailable, NoRateLimitHeaders: true, DoorDown: grpccodes.Unknown})
+	proxytest.RunGRPC(t, recipe)
 }
 
 // TestAttacks runs the shared ways around a recipe a spent client tries
@@ -108,8 +107,22 @@ func TestGRPC(t *testing.T) {
 // Traefik answers the door's 431 with a 500 of its own, which refuses the
 // request too: ForwardAuth never lets one through without an answer.
 func TestAttacks(t *testing.T) {
-	proxytest.RunAttacks(t, proxytest.Recipe{Door: door, Start: func(t *testing.T, authz, upstream string) string { return startWith(t, authz, upstream) },
-		FailureHeader: "X-Floodgate-Failure-Mode-Allowed", NoRateLimitHeaders: true, FailsClosed: true})
+	proxytest.RunAttacks(t, recipe)
+}
+
+// recipe is the shipped files as the shared suites run them, with what
+// ForwardAuth cannot do said: no RateLimit headers on an allowed response,
+// no fail-open (a 500, UNKNOWN to a gRPC client), a 429 relayed as it is
+// (UNAVAILABLE to a gRPC client).
+var recipe = proxytest.Recipe{
+	Door:               door,
+	Start:              func(t *testing.T, authz, upstream string) string { return startWith(t, authz, upstream) },
+	GRPCStart:          startGRPC,
+	FailureHeader:      "X-Floodgate-Failure-Mode-Allowed",
+	NoRateLimitHeaders: true,
+	FailsClosed:        true,
+	GRPCDenied:         grpccodes.Unavailable,
+	GRPCDoorDown:       grpccodes.Unknown,
 }
 
 // env is one run of the recipe: its door, upstream and Traefik.

@@ -18,31 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// GRPCRecipe is a recipe's front for gRPC clients: h2c in front of the door
-// and of an application that speaks gRPC.
-type GRPCRecipe struct {
-	// Door is the http_authz part of the door's configuration, as Recipe's.
-	Door DoorConfig
-	// Start runs the proxy's gRPC front in front of the door at authz and
-	// the gRPC application at upstream and returns the address gRPC clients
-	// dial (h2c, prior knowledge).
-	Start func(t *testing.T, authz, upstream string) string
-	// FailureHeader is the request header the application sees, "true", on
-	// a call the proxy let through without the door's answer.
-	FailureHeader string
-	// Denied is the status a spent client gets: codes.ResourceExhausted
-	// where the proxy can answer in gRPC itself; codes.Unavailable where it
-	// can only relay the door's HTTP 429 (grpc-go's HTTPStatusConvTab).
-	Denied codes.Code
-	// NoRateLimitHeaders says the proxy cannot put the door's RateLimit
-	// headers on an allowed call's response (Traefik's ForwardAuth).
-	NoRateLimitHeaders bool
-	// DoorDown is the status a call gets with the door down: codes.OK for a
-	// recipe that fails open (the call marked for the application), another
-	// code for a proxy that cannot (Traefik's 500 reads as UNKNOWN).
-	DoorDown codes.Code
-}
-
 // grpcPolicy limits calls to the health service by API key.
 var grpcPolicy = Policy{Name: "grpc", PathPrefix: "/grpc.health.v1.Health/", Key: []string{"header:x-api-key"}, Capacity: 2}
 
@@ -88,19 +63,19 @@ func (u *GRPCUpstream) Calls() []metadata.MD {
 // grpcEnv is one run of a gRPC front: its door, application and client.
 type grpcEnv struct {
 	t        *testing.T
-	r        GRPCRecipe
+	r        Recipe
 	door     Door
 	upstream *GRPCUpstream
 	client   healthpb.HealthClient
 }
 
-func setupGRPC(t *testing.T, r GRPCRecipe) *grpcEnv {
+func setupGRPC(t *testing.T, r Recipe) *grpcEnv {
 	t.Helper()
 	cfg := r.Door
 	cfg.Policies = []Policy{grpcPolicy}
 	cfg.OnFailure = "allow"
 	e := &grpcEnv{t: t, r: r, door: StartDoor(t, cfg), upstream: StartGRPCUpstream(t)}
-	addr := r.Start(t, e.door.Addr(), e.upstream.Addr)
+	addr := r.GRPCStart(t, e.door.Addr(), e.upstream.Addr)
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -144,12 +119,12 @@ func value(md metadata.MD, key string) string {
 }
 
 // RunGRPC checks a recipe's gRPC front from a grpc-go client's side: a burst
-// passes with the RateLimit headers, then the call is denied with r.Denied
+// passes with the RateLimit headers, then the call is denied with r.GRPCDenied
 // (with grpc-retry-pushback-ms in the trailers when it is
 // RESOURCE_EXHAUSTED, so that a retry policy waits), and the application saw
 // only the burst; the door down lets calls through, marked for the
 // application, and the client's own marker never reaches it.
-func RunGRPC(t *testing.T, r GRPCRecipe) {
+func RunGRPC(t *testing.T, r Recipe) {
 	t.Run("a burst passes, then the proxy's gRPC denial", func(t *testing.T) {
 		e := setupGRPC(t, r)
 		for i := int64(1); i <= grpcPolicy.Capacity; i++ {
@@ -165,10 +140,10 @@ func RunGRPC(t *testing.T, r GRPCRecipe) {
 			}
 		}
 		a := e.call("key-1")
-		if got := status.Code(a.err); got != r.Denied {
-			t.Fatalf("a spent client's call: %v, want %v", a, r.Denied)
+		if got := status.Code(a.err); got != r.GRPCDenied {
+			t.Fatalf("a spent client's call: %v, want %v", a, r.GRPCDenied)
 		}
-		if r.Denied == codes.ResourceExhausted {
+		if r.GRPCDenied == codes.ResourceExhausted {
 			ms, err := strconv.Atoi(value(a.trailer, "grpc-retry-pushback-ms"))
 			if err != nil || ms > RefillSeconds*1000 || ms < (RefillSeconds-60)*1000 {
 				t.Errorf("grpc-retry-pushback-ms %q: want milliseconds near %d s (%v)", value(a.trailer, "grpc-retry-pushback-ms"), RefillSeconds, a)
@@ -194,9 +169,9 @@ func RunGRPC(t *testing.T, r GRPCRecipe) {
 		e := setupGRPC(t, r)
 		e.door.Stop()
 		a := e.call("key-1")
-		if r.DoorDown != codes.OK {
-			if got := status.Code(a.err); got != r.DoorDown {
-				t.Errorf("a call the door did not answer: %v, want %v", a, r.DoorDown)
+		if r.GRPCDoorDown != codes.OK {
+			if got := status.Code(a.err); got != r.GRPCDoorDown {
+				t.Errorf("a call the door did not answer: %v, want %v", a, r.GRPCDoorDown)
 			}
 			if n := len(e.upstream.Calls()); n != 0 {
 				t.Errorf("the application saw %d calls, want none", n)

@@ -3,6 +3,7 @@ package proxytest
 import (
 	"bufio"
 	"fmt"
+	"google.golang.org/grpc/codes"
 	"io"
 	"net"
 	"net/http"
@@ -30,6 +31,20 @@ type Recipe struct {
 	// headers on an allowed response (Traefik's ForwardAuth gives them to
 	// the upstream only); RunAttacks then does not ask for them.
 	NoRateLimitHeaders bool
+	// GRPCStart, for RunGRPC, runs the proxy's front for gRPC clients (h2c)
+	// in front of the door at authz and a gRPC application at upstream and
+	// returns the address gRPC clients dial.
+	GRPCStart func(t *testing.T, authz, upstream string) string
+	// GRPCDenied is the status a spent gRPC client gets:
+	// codes.ResourceExhausted where the proxy can answer in gRPC itself;
+	// codes.Unavailable where it can only relay the door's HTTP 429
+	// (grpc-go's HTTPStatusConvTab).
+	GRPCDenied codes.Code
+	// GRPCDoorDown is the status a gRPC call gets with the door down:
+	// codes.OK for a recipe that fails open (the call marked for the
+	// application), another code for a proxy that cannot (Traefik's 500
+	// reads as UNKNOWN).
+	GRPCDoorDown codes.Code
 	// FailsClosed says the proxy never lets a request through without the
 	// door's answer (Traefik's ForwardAuth: a 500): a 5xx there refuses the
 	// request, as a 4xx does.
