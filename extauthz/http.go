@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/pipeline"
 )
 
 // The HTTP authorization door: the other half of Envoy's ext_authz API,
@@ -61,7 +62,7 @@ type HTTPServer struct {
 type httpState struct {
 	*serverState
 	read HTTPRequestOptions // header names canonical
-	fail decide.OnFailure
+	pipe *pipeline.Pipeline // the Server's, with the door's failure mode
 }
 
 // HTTPMetrics are the door's own collectors.
@@ -74,7 +75,8 @@ type HTTPMetrics struct {
 	// Latency is the time to answer a request once read.
 	Latency prometheus.Histogram
 
-	allowed, denied, unmatched, degradedAllowed, degradedDenied, failedError, unread prometheus.Counter
+	outcomes *pipeline.Outcomes
+	unread   prometheus.Counter
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *HTTPMetrics {
@@ -92,16 +94,9 @@ func newHTTPMetrics(reg prometheus.Registerer) *HTTPMetrics {
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Latency)
 	}
-	for _, c := range []struct {
-		to   *prometheus.Counter
-		name string
-	}{
-		{&m.allowed, outcomeAllowed}, {&m.denied, outcomeDenied}, {&m.unmatched, outcomeUnmatched},
-		{&m.degradedAllowed, outcomeDegradedAllowed}, {&m.degradedDenied, outcomeDegradedDenied},
-		{&m.failedError, "error"}, {&m.unread, "unread"},
-	} {
-		*c.to = m.Requests.WithLabelValues(c.name)
-	}
+	m.outcomes = pipeline.NewOutcomes(m.Requests, pipeline.OutcomeAllowed, pipeline.OutcomeDenied, pipeline.OutcomeUnmatched,
+		pipeline.OutcomeDegradedAllowed, pipeline.OutcomeDegradedDenied, pipeline.OutcomeError)
+	m.unread = m.Requests.WithLabelValues("unread")
 	return m
 }
 
@@ -117,16 +112,7 @@ func NewHTTPServer(s *Server, e *Engine, o HTTPOptions) *HTTPServer {
 // mode (o's Registerer is not read) atomically: requests in flight finish
 // on the old ones.
 func (h *HTTPServer) SetEngine(e *Engine, o HTTPOptions) {
-	switch o.OnFailure {
-	case decide.Allow, decide.Error:
-	case decide.Deny:
-		if h.s.opts.FailureRetryAfter <= 0 {
-			panic(fmt.Sprintf("extauthz: an HTTP door that denies on failure needs the Server's FailureRetryAfter (got %v)", h.s.opts.FailureRetryAfter))
-		}
-	default:
-		panic(fmt.Sprintf("extauthz: unknown OnFailure %v", o.OnFailure))
-	}
-	h.state.Store(&httpState{serverState: h.s.newState(e), read: o.Request.canonical(), fail: o.OnFailure})
+	h.state.Store(&httpState{serverState: h.s.newState(e), read: o.Request.canonical(), pipe: h.s.pipeline(o.OnFailure)})
 }
 
 // Engine returns the engine in use.
@@ -154,53 +140,40 @@ func (h *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	v := &sc.view
 	v.resetHTTP(r, &st.read)
-	vd, o := h.s.decide(r.Context(), st.serverState, sc, start)
-	m := h.metrics
-	switch {
-	case vd == verdictUnmatched:
-		m.unmatched.Inc()
-		w.WriteHeader(http.StatusOK)
-	case vd == verdictShadowOnly:
-		m.allowed.Inc()
-		w.WriteHeader(http.StatusOK)
-	case vd == verdictFailed:
-		h.failed(w, st, o.grpc)
-	case o.allowed:
-		pickCounter(o.degraded, m.degradedAllowed, m.allowed).Inc()
-		st.engine.writeOK(w, &o)
-	default:
-		pickCounter(o.degraded, m.degradedDenied, m.denied).Inc()
-		st.engine.writeDeny(w, &o, limiter.RetryAfter(o.results))
-	}
+	out, o := h.s.decide(r.Context(), st.serverState, st.pipe, sc, start)
+	h.metrics.outcomes.Count(out)
+	h.write(w, st, out, &o)
 }
 
-// failed answers by the failure mode when the store could not decide.
+// failed answers, and counts, the failure mode's outcome.
 func (h *HTTPServer) failed(w http.ResponseWriter, st *httpState, grpc bool) {
-	m := h.metrics
-	switch st.fail {
-	case decide.Deny:
-		m.degradedDenied.Inc()
-	case decide.Error:
-		m.failedError.Inc()
-	default:
-		m.degradedAllowed.Inc()
-	}
-	h.answerFailure(w, st, grpc)
+	out := st.pipe.Failure()
+	h.metrics.outcomes.Count(out)
+	h.write(w, st, out, &outcome{grpc: grpc})
 }
 
-// answerFailure writes the failure mode's answer: allowed marked
-// degraded, denied with the Server's FailureRetryAfter, or 503.
-func (h *HTTPServer) answerFailure(w http.ResponseWriter, st *httpState, grpc bool) {
-	o := &outcome{degraded: true, grpc: grpc}
-	switch st.fail {
-	case decide.Deny:
-		st.engine.writeDeny(w, o, h.s.opts.FailureRetryAfter)
-	case decide.Error:
+// write renders out: a pass untouched is 200 with nothing; an allow 200
+// with the RateLimit fields; a deny 429 with them, Retry-After and the
+// JSON body; the failure mode's error 503.
+func (h *HTTPServer) write(w http.ResponseWriter, st *httpState, out pipeline.Outcome, o *outcome) {
+	switch {
+	case out.Verdict == pipeline.Unmatched || out.Verdict == pipeline.ShadowOnly:
+		w.WriteHeader(http.StatusOK)
+	case out.Verdict == pipeline.Error:
 		w.Header()["Content-Type"] = []string{"text/plain; charset=utf-8"}
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, storeFailedBody)
-	default:
+	case out.Failed:
+		f := &outcome{degraded: true, grpc: o.grpc}
+		if out.Verdict == pipeline.Deny {
+			st.engine.writeDeny(w, f, out.RetryAfter)
+		} else {
+			st.engine.writeOK(w, f)
+		}
+	case out.Verdict == pipeline.Allow:
 		st.engine.writeOK(w, o)
+	default:
+		st.engine.writeDeny(w, o, limiter.RetryAfter(o.results))
 	}
 }
 
@@ -214,7 +187,8 @@ const storeFailedBody = "floodgate: the store cannot decide (http_authz.on_failu
 func (h *HTTPServer) Unread() []byte {
 	h.metrics.unread.Inc()
 	var rw rawResponse
-	h.answerFailure(&rw, h.state.Load(), false)
+	st := h.state.Load()
+	h.write(&rw, st, st.pipe.Failure(), &outcome{})
 	return rw.bytes()
 }
 

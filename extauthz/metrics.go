@@ -29,14 +29,6 @@ type Metrics struct {
 	// header was sent more than once: they shared the policy's one bucket
 	// of repeated keys, so rotating a second copy mints no buckets.
 	IdentityRepeated *prometheus.CounterVec
-
-	outcomes outcomeCounters
-}
-
-// outcomeCounters are the Checks counters, resolved once so a Check does
-// not hash label values.
-type outcomeCounters struct {
-	allowed, denied, unmatched, degradedAllowed, degradedDenied prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: none).
@@ -71,38 +63,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Decisions, m.Checks, m.Latency, m.StoreErrors, m.IdentityMissing, m.IdentityRepeated)
 	}
-	m.outcomes = outcomeCounters{
-		allowed:         m.Checks.WithLabelValues(outcomeAllowed),
-		denied:          m.Checks.WithLabelValues(outcomeDenied),
-		unmatched:       m.Checks.WithLabelValues(outcomeUnmatched),
-		degradedAllowed: m.Checks.WithLabelValues(outcomeDegradedAllowed),
-		degradedDenied:  m.Checks.WithLabelValues(outcomeDegradedDenied),
-	}
 	return m
 }
 
-// Check outcomes.
-const (
-	outcomeAllowed         = "allowed"
-	outcomeDenied          = "denied"
-	outcomeUnmatched       = "unmatched"
-	outcomeDegradedAllowed = "degraded_allowed"
-	outcomeDegradedDenied  = "degraded_denied"
-)
-
-// policyCounters are one policy's counters, resolved once per engine so a
-// decision does not hash label values.
-type policyCounters struct {
-	allowed, denied, shadowAllowed, shadowDenied prometheus.Counter
-	identityMissing, identityRepeated            prometheus.Counter
+// identityCounters are one policy's identity counters, resolved once per
+// engine so a decision does not hash label values (its decisions are
+// counted by its pipeline.Family).
+type identityCounters struct {
+	identityMissing, identityRepeated prometheus.Counter
 }
 
-func (m *Metrics) forPolicy(name string) policyCounters {
-	return policyCounters{
-		allowed:       m.Decisions.WithLabelValues(name, "allowed"),
-		denied:        m.Decisions.WithLabelValues(name, "denied"),
-		shadowAllowed: m.Decisions.WithLabelValues(name, "shadow_allowed"),
-		shadowDenied:  m.Decisions.WithLabelValues(name, "shadow_denied"),
+func (m *Metrics) forPolicy(name string) identityCounters {
+	return identityCounters{
 
 		identityMissing:  m.IdentityMissing.WithLabelValues(name),
 		identityRepeated: m.IdentityRepeated.WithLabelValues(name),

@@ -2,7 +2,6 @@ package extauthz
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/pipeline"
 	"github.com/floodgate/floodgate/limiter/respond"
 )
 
@@ -44,20 +44,22 @@ type ServerOptions struct {
 // let everything through.
 type Server struct {
 	authv3.UnimplementedAuthorizationServer
-
-	state   atomic.Pointer[serverState]
-	store   limiter.Store
-	log     *zap.Logger
-	metrics *Metrics
-	opts    ServerOptions
-	missing missingReporter // logs the policies whose key sources were all empty
+	state    atomic.Pointer[serverState]
+	store    limiter.Store
+	pipe     *pipeline.Pipeline
+	outcomes *pipeline.Outcomes
+	log      *zap.Logger
+	metrics  *Metrics
+	opts     ServerOptions
+	missing  missingReporter // logs the policies whose key sources were all empty
 }
 
-// serverState is what a reload swaps: the engine and its policies' counters.
+// serverState is what a reload swaps: the engine and its policies'
+// families (their counters and tallies) and identity counters.
 type serverState struct {
 	engine   *Engine
-	counters map[*Policy]policyCounters
-	tallies  tallies // the policies' tallies in the report of who is limited
+	families map[*Policy]*pipeline.Family
+	counters map[*Policy]identityCounters
 }
 
 // NewServer returns a server deciding with e's policies in store.
@@ -65,33 +67,43 @@ func NewServer(e *Engine, store limiter.Store, o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	switch o.OnFailure {
-	case decide.Allow:
-	case decide.Deny:
-		if o.FailureRetryAfter <= 0 {
-			panic(fmt.Sprintf("extauthz: a server that denies on failure needs a positive FailureRetryAfter (got %v)", o.FailureRetryAfter))
-		}
-	default:
+	if o.OnFailure != decide.Allow && o.OnFailure != decide.Deny {
 		panic(fmt.Sprintf("extauthz: OnFailure %v: a Check answers by allow or deny, never an RPC error", o.OnFailure))
+	}
+	if o.OnFailure == decide.Deny && o.FailureRetryAfter <= 0 {
+		panic(fmt.Sprintf("extauthz: a server that denies on failure needs a positive FailureRetryAfter (got %v)", o.FailureRetryAfter))
 	}
 	if o.ShadowStore == nil {
 		o.ShadowStore = store
 	}
-	s := &Server{store: store, log: o.Logger, metrics: NewMetrics(o.Registerer), opts: o}
+	m := NewMetrics(o.Registerer)
+	s := &Server{store: store, log: o.Logger, metrics: m, opts: o,
+		outcomes: pipeline.NewOutcomes(m.Checks, pipeline.OutcomeAllowed, pipeline.OutcomeDenied, pipeline.OutcomeUnmatched,
+			pipeline.OutcomeDegradedAllowed, pipeline.OutcomeDegradedDenied)}
+	s.pipe = s.pipeline(o.OnFailure)
 	s.SetEngine(e)
 	return s
+}
+
+// pipeline is the way from plan to outcome of a door deciding s's
+// policies with failure mode f: s's stores, store error count and log.
+func (s *Server) pipeline(f decide.OnFailure) *pipeline.Pipeline {
+	return pipeline.New(pipeline.Options{Store: s.store, ShadowStore: s.opts.ShadowStore, OnFailure: f,
+		FailureRetryAfter: s.opts.FailureRetryAfter, StoreErrors: s.metrics.StoreErrors, Logger: s.log})
 }
 
 // SetEngine switches to a new engine atomically: Checks in flight finish on
 // the old one, new Checks use the new one.
 func (s *Server) SetEngine(e *Engine) { s.state.Store(s.newState(e)) }
 
-// newState is e with its policies' counters and tallies resolved. Another
-// door deciding the same policies (the HTTP door) resolves its own: the
-// counters and tallies are looked up by policy name, so both count alike.
+// newState is e with its policies' families and counters resolved.
+// Another door deciding the same policies (the HTTP door) resolves its
+// own: they are looked up by policy name, so both count alike.
 func (s *Server) newState(e *Engine) *serverState {
-	st := &serverState{engine: e, counters: make(map[*Policy]policyCounters, len(e.Policies)), tallies: newTallies(s.opts.Recorder, e)}
+	st := &serverState{engine: e, families: make(map[*Policy]*pipeline.Family, len(e.Policies)),
+		counters: make(map[*Policy]identityCounters, len(e.Policies))}
 	for _, p := range e.Policies {
+		st.families[p] = pipeline.NewFamily(p.Name, p.Shadow, s.metrics.Decisions, []string{p.Name}, s.opts.Recorder, p.Name)
 		st.counters[p] = s.metrics.forPolicy(p.Name)
 	}
 	return st
@@ -157,7 +169,7 @@ func (sc *scratch) enforced(plan *Plan, res []limiter.Result) ([]*Policy, []limi
 	return policies, results
 }
 
-// Check decides one request: Plan, then the decide step (limiter/decide),
+// Check decides one request: Plan, then the pipeline (limiter/pipeline),
 // then the response. See the package comment for the contract.
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *authv3.CheckResponse, _ error) {
 	start := time.Now()
@@ -175,90 +187,69 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	}()
 	v := &sc.view
 	v.Reset(req)
-	vd, o := s.decide(ctx, st, sc, start)
-	oc := &s.metrics.outcomes
+	out, o := s.decide(ctx, st, s.pipe, sc, start)
 	switch {
-	case vd == verdictUnmatched:
-		oc.unmatched.Inc()
+	case out.Verdict == pipeline.Unmatched || out.Verdict == pipeline.ShadowOnly:
+		s.outcomes.Count(out)
 		return plainOK(), nil
-	case vd == verdictShadowOnly:
-		oc.allowed.Inc()
-		return plainOK(), nil
-	case vd == verdictFailed:
+	case out.Failed:
 		return s.failed(st.engine, &o), nil
-	case !v.HTTP && o.allowed:
-		oc.allowed.Inc()
-		return plainOK(), nil
 	case !v.HTTP:
-		oc.denied.Inc()
+		// A TCP connection has no headers to mark it degraded.
+		out.Degraded = false
+		s.outcomes.Count(out)
+		if out.Verdict == pipeline.Allow {
+			return plainOK(), nil
+		}
 		return tcpDeny(), nil
-	case o.allowed:
-		pickCounter(o.degraded, oc.degradedAllowed, oc.allowed).Inc()
+	}
+	s.outcomes.Count(out)
+	if out.Verdict == pipeline.Allow {
 		return st.engine.okResponse(&o), nil
 	}
-	pickCounter(o.degraded, oc.degradedDenied, oc.denied).Inc()
 	return st.engine.denyResponse(&o, limiter.RetryAfter(o.results)), nil
 }
 
-// verdict is what deciding a request came to, for its door to answer.
-type verdict uint8
-
-const (
-	// verdictUnmatched: no policy applied; the request passes untouched.
-	verdictUnmatched verdict = iota
-	// verdictShadowOnly: only shadow policies applied, which never deny;
-	// the request passes untouched.
-	verdictShadowOnly
-	// verdictFailed: the store could not decide; the failure mode answers.
-	verdictFailed
-	// verdictDecided: the outcome holds the enforced policies' decision.
-	verdictDecided
-)
-
 // decide is the part of answering a request that every door deciding the
-// policies shares: it plans the request in sc.view under st, decides the
-// plan (enforced policies together, shadow ones beside them), and counts,
-// logs and records the decision. The door counts its own outcome and
-// renders the answer. The outcome's slices are sc's.
-func (s *Server) decide(ctx context.Context, st *serverState, sc *scratch, start time.Time) (verdict, outcome) {
+// policies shares: it plans the request in sc.view under st and runs the
+// plan through pl, which decides it (enforced policies together, shadow
+// ones beside them); each policy's result is counted, logged and
+// recorded. The door counts its own outcome and renders the answer. The
+// rendering's slices are sc's.
+func (s *Server) decide(ctx context.Context, st *serverState, pl *pipeline.Pipeline, sc *scratch, start time.Time) (pipeline.Outcome, outcome) {
 	v := &sc.view
 	plan := &sc.plan
 	st.engine.Plan(v, plan)
 	if len(plan.Buckets) == 0 {
-		return verdictUnmatched, outcome{}
+		return pipeline.Outcome{Verdict: pipeline.Unmatched}, outcome{}
 	}
 	s.noteMissing(st, plan, v)
-
-	// Enforced policies decide together; shadow policies decide on their
-	// own, beside them, and never deny.
 	res := sc.resultsFor(len(plan.Buckets))
-	sc.dec.Store, sc.dec.Shadow = s.store, s.opts.ShadowStore
-	d := sc.dec.Decide(ctx, plan.Buckets, res)
-	s.countShadow(st, plan, res, &d, v)
-	st.tallies.record(start, st.engine, plan, res, &d, v, &sc.name)
-	o := outcome{allowed: d.Allowed, degraded: d.Degraded, grpc: v.GRPC}
-	o.policies, o.results = sc.enforced(plan, res)
-	if len(o.policies) == 0 {
-		return verdictShadowOnly, o
-	}
-	if d.Err != nil {
-		s.metrics.StoreErrors.Inc()
-		s.log.Warn("store could not decide; failure mode answers", zap.Error(d.Err), zap.String("path", v.Path))
-		return verdictFailed, outcome{grpc: v.GRPC}
-	}
-	for i, p := range o.policies {
-		c := st.counters[p]
-		if o.allowed {
-			c.allowed.Inc()
-		} else if !o.results[i].Allowed {
-			c.denied.Inc()
+	d, out := pl.Decide(ctx, &sc.dec, plan.Buckets, res, zap.String("path", v.Path))
+	for i, p := range plan.Policies {
+		f := st.families[p]
+		r := pipeline.ClassifyBucket(plan.Buckets[i], &res[i], &d)
+		id := plan.Buckets[i].Request.ID
+		sc.name = callerName{e: st.engine, p: p, v: v, id: id}
+		f.Count(r, start, id, &sc.name)
+		if r == pipeline.ShadowDenied {
+			pl.LogShadowDenied(f, id, res[i].RetryAfter, zap.String("path", v.Path))
 		}
 	}
-	if i := respond.Denying(o.results); !o.allowed && i >= 0 && s.log.Core().Enabled(zap.DebugLevel) {
-		s.log.Debug("denied", zap.String("policy", o.policies[i].Name), zap.String("identity", identityOf(plan, o.policies[i])),
-			zap.Duration("retry_after", limiter.RetryAfter(o.results)), zap.String("path", v.Path))
+	sc.name = callerName{}
+	o := outcome{degraded: out.Degraded, grpc: v.GRPC}
+	o.policies, o.results = sc.enforced(plan, res)
+	if len(o.policies) == 0 {
+		return pipeline.Outcome{Verdict: pipeline.ShadowOnly}, o
 	}
-	return verdictDecided, o
+	if out.Failed {
+		return out, outcome{grpc: v.GRPC}
+	}
+	o.allowed = out.Verdict == pipeline.Allow
+	if i := respond.Denying(o.results); !o.allowed && i >= 0 {
+		pl.LogDenied(st.families[o.policies[i]], identityOf(plan, o.policies[i]), limiter.RetryAfter(o.results), zap.String("path", v.Path))
+	}
+	return out, o
 }
 
 // identityOf is the bucket identity plan gives p.
@@ -271,34 +262,6 @@ func identityOf(plan *Plan, p *Policy) string {
 	return ""
 }
 
-// countShadow records what the shadow policies of plan would have done.
-func (s *Server) countShadow(st *serverState, plan *Plan, res []limiter.Result, d *decide.Decision, v *View) {
-	if d.ShadowErr != nil {
-		var p *decide.ShadowPanic
-		if errors.As(d.ShadowErr, &p) {
-			s.log.Error("shadow decision panicked", zap.Any("panic", p.Value), zap.ByteString("stack", p.Stack))
-		} else {
-			s.metrics.StoreErrors.Inc()
-		}
-		return
-	}
-	for i, p := range plan.Policies {
-		if !p.Shadow {
-			continue
-		}
-		// Each shadow policy decides as if it were the only one
-		// (decide.Decider): its own bucket says how it fared.
-		c := st.counters[p]
-		if res[i].Allowed {
-			c.shadowAllowed.Inc()
-			continue
-		}
-		c.shadowDenied.Inc()
-		s.log.Info("shadow policy would deny", zap.String("policy", p.Name),
-			zap.String("identity", plan.Buckets[i].Request.ID), zap.Duration("retry_after", res[i].RetryAfter), zap.String("path", v.Path))
-	}
-}
-
 // Unread answers, by the failure mode, a Check whose request was not read
 // (the server had no memory to spare for it in time): as when the store
 // cannot decide, allowed marked degraded, or denied with FailureRetryAfter.
@@ -306,23 +269,16 @@ func (s *Server) Unread() *authv3.CheckResponse {
 	return s.failed(s.state.Load().engine, nil)
 }
 
-// failed answers by the failure mode when the store could not decide.
+// failed answers, and counts, the failure mode's outcome.
 func (s *Server) failed(e *Engine, o *outcome) *authv3.CheckResponse {
 	if o == nil {
 		o = &outcome{}
 	}
+	out := s.pipe.Failure()
+	s.outcomes.Count(out)
 	o.policies, o.results, o.degraded = nil, nil, true
-	if s.opts.OnFailure == decide.Deny {
-		s.metrics.outcomes.degradedDenied.Inc()
-		return e.denyResponse(o, s.opts.FailureRetryAfter)
+	if out.Verdict == pipeline.Deny {
+		return e.denyResponse(o, out.RetryAfter)
 	}
-	s.metrics.outcomes.degradedAllowed.Inc()
 	return e.okResponse(o)
-}
-
-func pickCounter(cond bool, yes, no prometheus.Counter) prometheus.Counter {
-	if cond {
-		return yes
-	}
-	return no
 }

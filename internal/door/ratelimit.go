@@ -52,8 +52,8 @@ type rateLimitDoor struct {
 	// ready: there are limits to decide with (always for files; for a
 	// feed, once it has pushed).
 	ready atomic.Bool
-	// shadow is rls.shadow_mode; needDomain rls.unhealthy_without_limits.
-	shadow, needDomain atomic.Bool
+	// needDomain is rls.unhealthy_without_limits.
+	needDomain atomic.Bool
 }
 
 func newRateLimitDoor(c *Config, env Env) Door {
@@ -105,7 +105,7 @@ func (d *rateLimitDoor) serving() bool {
 func (d *rateLimitDoor) Reload(c *Config) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.shadow.Store(c.RLS.ShadowMode)
+	d.s.SetShadowMode(c.RLS.ShadowMode)
 	d.needDomain.Store(c.RLS.UnhealthyWithoutLimits)
 	d.bursts = c.RLS.Burst
 	if d.feed == nil {
@@ -152,31 +152,7 @@ func (d *rateLimitDoor) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimi
 		}
 		return d.s.Unread()
 	}
-	resp, err := d.s.ShouldRateLimit(ctx, req)
-	if err == nil && d.shadow.Load() {
-		shadowed(resp)
-	}
-	return resp, err
-}
-
-// shadowed turns an over-limit answer into an OK one as
-// envoyproxy/ratelimit's SHADOW_MODE does (src/service/ratelimit.go,
-// shouldRateLimitWorker: the overall code only, the statuses kept), and
-// drops what only a denial carries (its body and content-type), which
-// Envoy would otherwise add to the upstream's response.
-func shadowed(resp *rlsv3.RateLimitResponse) {
-	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
-		return
-	}
-	resp.OverallCode = rlsv3.RateLimitResponse_OK
-	resp.RawBody = nil
-	hs := resp.ResponseHeadersToAdd[:0]
-	for _, h := range resp.ResponseHeadersToAdd {
-		if !strings.EqualFold(h.GetKey(), "content-type") {
-			hs = append(hs, h)
-		}
-	}
-	resp.ResponseHeadersToAdd = hs
+	return d.s.ShouldRateLimit(ctx, req)
 }
 
 func (d *rateLimitDoor) Unread() map[string]func(context.Context) (any, error) {

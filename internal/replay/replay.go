@@ -29,12 +29,15 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/memory"
+	"github.com/floodgate/floodgate/limiter/pipeline"
 )
 
 // Options configure a Run.
@@ -299,6 +302,7 @@ type sequencer struct {
 	clock   virtualClock
 	store   *memory.Store
 	dec     decide.Decider
+	pipe    *pipeline.Pipeline // on the in-memory store, made with it
 	res     []limiter.Result
 	pending entryHeap
 	maxSeen int64
@@ -426,7 +430,7 @@ func (d *sequencer) decide(e *entry) {
 		o := store.MemoryOptions(config.Memory{MaxBuckets: d.o.MaxBuckets}) // sharded as serve shards it, so it forgets as serve would
 		o.Clock = &d.clock
 		d.store = memory.New(o)
-		d.dec.Store = d.store
+		d.pipe = pipeline.New(pipeline.Options{Store: d.store})
 	}
 	n := len(e.plan.Buckets)
 	if cap(d.res) < n {
@@ -434,7 +438,7 @@ func (d *sequencer) decide(e *entry) {
 	}
 	res := d.res[:n]
 	clear(res)
-	dec := d.dec.Decide(context.Background(), e.plan.Buckets, res)
+	dec, _ := d.pipe.Decide(context.Background(), &d.dec, e.plan.Buckets, res, zap.Skip())
 	allowed, err := dec.Allowed, dec.Err
 	if err != nil {
 		// The in-memory store refuses only malformed requests, which Plan
@@ -452,17 +456,15 @@ func (d *sequencer) decide(e *entry) {
 	}
 	g, last, counted := int32(-1), uint64(0), false
 	for i, p := range e.plan.Policies {
-		ok := allowed
-		if p.Shadow {
-			ok = res[i].Allowed // each shadow policy decides on its own (decide.Decider)
-		}
+		r := pipeline.ClassifyBucket(e.plan.Buckets[i], &res[i], &dec) // as every door counts it
+		ok := r == pipeline.Allowed || r == pipeline.ShadowAllowed
 		// A line's buckets often share an identity (per key, per address):
 		// look it up once.
 		if g < 0 || e.ids[i] != last {
 			g, last = d.callers.of(e, i), e.ids[i]
 		}
 		s := d.statsOf(p)
-		s.record(e, i, g, ok, !ok && !res[i].Allowed)
+		s.record(e, i, g, ok, r == pipeline.Denied || r == pipeline.ShadowDenied)
 		if s.collateral && !counted && e.callers[i].source == "client_ip" {
 			d.callers.behind(g, e.ua, e.key) // once a line, whichever policies count it
 			counted = true

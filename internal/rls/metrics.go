@@ -1,11 +1,11 @@
 package rls
 
 import (
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/pipeline"
 )
 
 // metrics are the rate limit service's counters. Their labels name
@@ -13,7 +13,8 @@ import (
 // place in the tree when unnamed): never a descriptor's value.
 type metrics struct {
 	requests    *prometheus.CounterVec // by outcome
-	limits      *prometheus.CounterVec // by domain, limit, result
+	outcomes    *pipeline.Outcomes
+	limits      *prometheus.CounterVec // by domain, limit, result: the limits' families
 	storeErrors prometheus.Counter
 	unplanned   *prometheus.CounterVec // by reason
 }
@@ -40,55 +41,37 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	if reg != nil {
 		reg.MustRegister(m.requests, m.limits, m.storeErrors, m.unplanned)
 	}
+	m.outcomes = pipeline.NewOutcomes(m.requests)
 	return m
 }
 
-// count records one answered request and its decision: per configured
-// limit, denied when its status is over the limit, allowed when the answer
-// is OK; the limits a denied answer did not deny are not counted (their
-// takes paid nothing), as Check's metric and /debug/limited count, except
-// charges and refunds, which applied whatever the answer. A shadow limit
-// counts shadow_denied when it would have denied, shadow_allowed otherwise,
-// each on its own; nothing when the shadow store failed.
-func (m metrics) count(p *Plan, resp *rlsv3.RateLimitResponse, res []limiter.Result, d *decide.Decision) {
-	outcome := "allowed"
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		outcome = "denied"
-	}
-	if d.Degraded {
-		outcome = "degraded_" + outcome
-	}
-	m.requests.WithLabelValues(outcome).Inc()
+// classify writes how each descriptor of a decided plan is counted to
+// results (len(p.Items)) and reports whether the answer denies (before a
+// shadow mode): a descriptor is over its limit when its take could not pay
+// or its charge overdrew the bucket (Plan.outcome); a denial's enforced
+// takes that were not short paid nothing and go uncounted, as Check's
+// policies do, while charges and refunds applied whatever the answer; a
+// shadow limit counts shadow_denied when it would have denied,
+// shadow_allowed otherwise, each on its own, and nothing when the shadow
+// store failed. Descriptors that meet no limit, or an unlimited one, are
+// not counted.
+func (p *Plan) classify(res []limiter.Result, d *decide.Decision, results []pipeline.Result) (denied bool) {
+	units := make([]pipeline.Unit, len(p.Items))
 	for i := range p.Items {
 		it := &p.Items[i]
-		if it.Limit == nil || (it.Kind != Bucketed && it.Kind != Never) {
+		if it.Kind != Bucketed && it.Kind != Never {
 			continue
 		}
-		result, counted := p.result(i, resp, res, d)
-		if counted {
-			m.limits.WithLabelValues(it.Limit.Domain, metricName(it.Limit), result).Inc()
+		over, _, _ := p.outcome(it, res)
+		units[i] = pipeline.Unit{Shadow: it.Shadow, Failed: it.Shadow && it.Kind == Bucketed && d.ShadowErr != nil, Over: over, Kind: p.requestOf(it)}
+		denied = denied || (over && !it.Shadow)
+	}
+	for i := range p.Items {
+		if it := &p.Items[i]; it.Kind == Bucketed || it.Kind == Never {
+			results[i] = pipeline.Classify(units[i], denied)
 		}
 	}
-}
-
-// result is how item i of an answered plan is counted (allowed, denied,
-// shadow_allowed, shadow_denied), and whether it is: see metrics.count.
-func (p *Plan) result(i int, resp *rlsv3.RateLimitResponse, res []limiter.Result, d *decide.Decision) (string, bool) {
-	it := &p.Items[i]
-	over, _, _ := p.outcome(it, res)
-	switch {
-	case it.Shadow && it.Kind == Bucketed && d.ShadowErr != nil:
-		return "", false
-	case it.Shadow && over:
-		return "shadow_denied", true
-	case it.Shadow:
-		return "shadow_allowed", true
-	case resp.Statuses[i].Code == rlsv3.RateLimitResponse_OVER_LIMIT:
-		return "denied", true
-	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && p.requestOf(it) == limiter.Take:
-		return "", false
-	}
-	return "allowed", true
+	return denied
 }
 
 // requestOf is what item asks of its bucket, as decided (several

@@ -4,24 +4,22 @@ import (
 	"strings"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
-	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/pipeline"
 )
 
-// Recording who is limited (decide.Recorder, served as /debug/limited):
-// after a request is answered, record hands each descriptor's outcome to
-// the tally of the limit it met, resolved once per configuration
-// (tallies), as Check does for its policies. It is a single call beside
-// the metrics, so the decision path does not depend on it.
+// Counting and recording who is limited (decide.Recorder, served as
+// /debug/limited): after a request is answered, count hands each
+// descriptor's result to the family of the limit it met, resolved once per
+// configuration (families), as Check does for its policies.
 
-// tallies are a configuration's tallies in the recorder: one per
-// configured limit, and one per domain for the limits requests bring
-// themselves (a descriptor's `limit` override). nil: no recorder.
-type tallies struct {
-	limits    map[*Limit]decide.Tally
-	overrides map[string]decide.Tally // by domain
+// families are a configuration's: one per configured limit (its
+// floodgate_rls_decisions_total series, made when first counted, and its
+// tally), and one per domain for the limits requests bring themselves (a
+// descriptor's `limit` override: a tally, no series).
+type families struct {
+	limits    map[*Limit]*pipeline.Family
+	overrides map[string]*pipeline.Family // by domain
+	reporting bool                        // a recorder listens
 }
 
 // ReportName is the name a limit's decisions are reported under in
@@ -34,56 +32,47 @@ func ReportName(lim *Limit) string { return "rls:" + lim.Domain + "/" + metricNa
 // domain are reported under.
 func overrideName(domain string) string { return "rls:" + domain + "/override" }
 
-func newTallies(r decide.Recorder, c *Config) *tallies {
-	if r == nil {
-		return nil
-	}
-	t := &tallies{limits: make(map[*Limit]decide.Tally, len(c.limits)), overrides: make(map[string]decide.Tally, len(c.domains))}
+func (s *Service) newFamilies(c *Config) *families {
+	r := s.opts.Recorder
+	f := &families{limits: make(map[*Limit]*pipeline.Family, len(c.limits)), reporting: r != nil}
 	for _, lim := range c.limits {
-		if !lim.Unlimited {
-			t.limits[lim] = r.Tally(ReportName(lim), lim.ShadowMode)
+		lr := r
+		if lim.Unlimited {
+			lr = nil // never decided
+		}
+		f.limits[lim] = pipeline.NewLazyFamily(metricName(lim), lim.ShadowMode, s.metrics.limits, []string{lim.Domain, metricName(lim)}, lr, ReportName(lim))
+	}
+	if r != nil {
+		f.overrides = make(map[string]*pipeline.Family, len(c.domains))
+		for d := range c.domains {
+			f.overrides[d] = pipeline.NewLazyFamily("override", false, nil, nil, r, overrideName(d))
 		}
 	}
-	for d := range c.domains {
-		t.overrides[d] = r.Tally(overrideName(d), false)
-	}
-	return t
+	return f
 }
 
-// record tells the recorder how each descriptor of the answered plan fared
-// (at the time of the first one it records), as floodgate_rls_decisions_total
-// counts it (Plan.result): denied when its status is over the limit (for a
-// shadow limit: when it would have been), allowed otherwise; the other
-// limits of a denied answer are not counted, as Check counts the policies
-// of a denied request, nor are shadow limits whose store failed. res holds
-// the buckets' results, x the decide step's outcome.
-func (t *tallies) record(domain string, p *Plan, resp *rlsv3.RateLimitResponse, res []limiter.Result, x *decide.Decision) {
-	if t == nil {
-		return
-	}
+// count feeds each counted descriptor's result to its family (at the
+// time of the first one a tally hears).
+func (f *families) count(domain string, p *Plan, results []pipeline.Result) {
 	var now time.Time
 	var name callerName // one for the request: Record reads it before it returns
-	for i := range p.Items {
+	for i, r := range results {
+		if r == pipeline.Uncounted {
+			continue
+		}
 		it := &p.Items[i]
-		if it.Kind != Bucketed && it.Kind != Never {
-			continue
-		}
-		result, counted := p.result(i, resp, res, x)
-		if !counted {
-			continue
-		}
-		h := t.overrides[domain]
+		fam := f.overrides[domain]
 		if it.Limit != nil {
-			h = t.limits[it.Limit]
+			fam = f.limits[it.Limit]
 		}
-		if h == nil {
+		if fam == nil {
 			continue
 		}
-		if now.IsZero() {
+		if now.IsZero() && fam.Reporting() {
 			now = time.Now()
 		}
 		name = callerName{entries: p.Entries[i], lim: it.Limit, id: it.ID}
-		h.Record(now, it.ID, &name, result == "denied" || result == "shadow_denied")
+		fam.Count(r, now, it.ID, &name)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate/floodgate/limiter"
-	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/pipeline"
 	"github.com/floodgate/floodgate/limiter/respond"
 )
 
@@ -38,8 +38,11 @@ type ResponseOptions struct {
 // raw_body and its content-type, as a denied Check has, and Retry-After
 // unless the request can never pass; x-ratelimit-degraded when the
 // per-replica fallback decided. res holds each bucket's result, in the
-// plan's bucket order; d is the decide step's outcome.
-func (p *Plan) Respond(res []limiter.Result, d *decide.Decision, o ResponseOptions) *rlsv3.RateLimitResponse {
+// plan's bucket order, results each descriptor's (classify); out is the
+// pipeline's outcome. A denial a shadow mode admits (rls.shadow_mode) is
+// OK, its statuses still over their limits, without the body and
+// content-type only a denial carries.
+func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipeline.Outcome, o ResponseOptions) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Items)),
@@ -69,9 +72,8 @@ func (p *Plan) Respond(res []limiter.Result, d *decide.Decision, o ResponseOptio
 		if !cannot {
 			st.DurationUntilReset = &durationpb.Duration{Seconds: respond.Seconds(wait)}
 		}
-		if over && !it.Shadow {
+		if results[i] == pipeline.Denied {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			never = never || cannot
 			retryAfter = max(retryAfter, wait)
 		}
@@ -79,11 +81,15 @@ func (p *Plan) Respond(res []limiter.Result, d *decide.Decision, o ResponseOptio
 	if o.Headers {
 		resp.ResponseHeadersToAdd = p.headers(resp, res)
 	}
-	if d.Degraded {
+	if out.Degraded {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(respond.HeaderDegraded, "true"))
 	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, retryAfter, never, d.Degraded)
+	switch {
+	case out.Verdict == pipeline.Deny:
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, retryAfter, never, out.Degraded)
+	case out.Shadowed && !never:
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(respond.HeaderRetryAfter, strconv.FormatInt(respond.RetryAfter(retryAfter), 10)))
 	}
 	return resp
 }

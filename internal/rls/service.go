@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/pipeline"
 	"github.com/floodgate/floodgate/limiter/respond"
 )
 
@@ -23,8 +25,8 @@ import (
 type ServiceOptions struct {
 	Hash Hasher
 	// Store decides the enforced limits; ShadowStore the shadow ones
-	// (default: Store), through the decide step every front end shares
-	// (decide.Decider).
+	// (default: Store), through the pipeline every door shares
+	// (limiter/pipeline).
 	Store, ShadowStore limiter.Store
 	// OnFailure is what a request answers when the store cannot decide:
 	// decide.Allow (OK), decide.Deny (OVER_LIMIT) or decide.Error (the
@@ -54,7 +56,8 @@ type Service struct {
 	state    atomic.Pointer[serving]
 	opts     ServiceOptions
 	metrics  metrics
-	deciders sync.Pool // *decide.Decider: each keeps buffers for one goroutine
+	pipe     *pipeline.Pipeline // without rls.shadow_mode: the request gate's
+	deciders sync.Pool          // *decide.Decider: each keeps buffers for one goroutine
 }
 
 // NewService returns a service deciding with cfg.
@@ -62,29 +65,42 @@ func NewService(cfg *Config, o ServiceOptions) *Service {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	if o.ShadowStore == nil {
-		o.ShadowStore = o.Store
-	}
 	if o.FailureRetryAfter <= 0 {
 		o.FailureRetryAfter = time.Second
 	}
 	s := &Service{opts: o, metrics: newMetrics(o.Registerer)}
-	s.deciders.New = func() any { return &decide.Decider{Store: o.Store, Shadow: o.ShadowStore, Concurrent: true} }
+	s.pipe = pipeline.New(pipeline.Options{Store: o.Store, ShadowStore: o.ShadowStore, OnFailure: o.OnFailure,
+		FailureRetryAfter: o.FailureRetryAfter, StoreErrors: s.metrics.storeErrors, Logger: o.Logger})
+	s.deciders.New = func() any { return &decide.Decider{Concurrent: true} }
+	s.state.Store(&serving{pipe: s.pipe})
 	s.SetConfig(cfg)
 	return s
 }
 
-// serving is a configuration and its handles in the recorder, swapped
-// together.
+// serving is a configuration, its families (counters and tallies) and
+// the pipeline with the shadow mode in use, swapped together.
 type serving struct {
-	cfg     *Config
-	tallies *tallies // the limits' tallies in the report of who is limited
+	cfg      *Config
+	families *families
+	pipe     *pipeline.Pipeline
 }
 
 // SetConfig swaps in a new configuration: requests in flight finish on the
 // old one.
 func (s *Service) SetConfig(cfg *Config) {
-	s.state.Store(&serving{cfg: cfg, tallies: newTallies(s.opts.Recorder, cfg)})
+	s.state.Store(&serving{cfg: cfg, families: s.newFamilies(cfg), pipe: s.state.Load().pipe})
+}
+
+// SetShadowMode turns rls.shadow_mode on or off: on, every answer is OK,
+// the statuses still saying which descriptors are over their limits, as
+// envoyproxy/ratelimit's SHADOW_MODE answers (src/service/ratelimit.go,
+// shouldRateLimitWorker: the overall code only), without what only a
+// denial carries (its body and content-type), which Envoy would otherwise
+// add to the upstream's response.
+func (s *Service) SetShadowMode(on bool) {
+	st := *s.state.Load()
+	st.pipe = s.pipe.WithShadowMode(on)
+	s.state.Store(&st)
 }
 
 // Config returns the configuration in use.
@@ -104,60 +120,69 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.metrics.unplanned.WithLabelValues(reason).Inc()
 		s.opts.Logger.Warn("rate limit request too large to decide; the failure mode answers", zap.String("domain", req.GetDomain()),
 			zap.Int("descriptors", n), zap.Int("max_descriptors", MaxDescriptors), zap.Int("entries", e), zap.Int("max_entries", MaxEntries))
-		return s.failed(0)
+		return s.failed(st.pipe, 0)
 	}
 	plan, err := st.cfg.Plan(req, s.opts.Hash)
 	if err != nil {
 		s.metrics.unplanned.WithLabelValues("limit").Inc()
 		s.opts.Logger.Warn("rate limit request cannot be counted; the failure mode answers", zap.String("domain", req.GetDomain()), zap.Error(err))
-		return s.failed(len(plan.Items))
+		return s.failed(st.pipe, len(plan.Items))
 	}
 	d := decide.Decision{Allowed: true, ShadowAllowed: true}
 	var res []limiter.Result
 	if len(plan.Buckets) > 0 {
 		res = make([]limiter.Result, len(plan.Buckets))
 		dec := s.deciders.Get().(*decide.Decider)
-		d = dec.Decide(ctx, plan.Buckets, res)
+		var out pipeline.Outcome
+		d, out = st.pipe.Decide(ctx, dec, plan.Buckets, res, zap.String("domain", req.GetDomain()))
 		s.deciders.Put(dec)
-		if d.Err != nil {
-			s.opts.Logger.Warn("store could not decide; failure mode answers", zap.Error(d.Err), zap.String("domain", req.GetDomain()))
-			s.metrics.storeErrors.Inc()
-			return s.failed(len(plan.Items))
+		if out.Failed {
+			return s.failed(st.pipe, len(plan.Items))
 		}
 	}
-	resp = plan.Respond(res, &d, s.opts.Response)
-	s.metrics.count(&plan, resp, res, &d)
-	st.tallies.record(req.GetDomain(), &plan, resp, res, &d)
+	results := make([]pipeline.Result, len(plan.Items))
+	denied := plan.classify(res, &d, results)
+	out := st.pipe.Verdict(!denied, d.Degraded)
+	resp = plan.Respond(res, results, out, s.opts.Response)
+	s.metrics.outcomes.Count(out)
+	st.families.count(req.GetDomain(), &plan, results)
 	return resp, nil
 }
 
 // Unread answers, by the failure mode, a request that was not read (the
 // server had no memory to spare for it in time), as when the store cannot
 // decide: it has no descriptor statuses, since its descriptors are unknown.
+// rls.shadow_mode does not apply: the request was not decided.
 func (s *Service) Unread() (*rlsv3.RateLimitResponse, error) {
-	return s.failed(0)
+	return s.failed(s.pipe, 0)
 }
 
-// failed answers by the failure mode a request of n descriptors that was
-// not decided: an RPC error (decide.Error), or OK or OVER_LIMIT marked
-// x-ratelimit-degraded, the denial with the Retry-After, content-type and
-// JSON body a denied Check has. n is 0 for a request whose descriptors
-// are not read, or too many to answer one by one.
-func (s *Service) failed(n int) (*rlsv3.RateLimitResponse, error) {
-	degraded := header(respond.HeaderDegraded, "true")
-	switch s.opts.OnFailure {
-	case decide.Error:
-		s.metrics.requests.WithLabelValues("error").Inc()
+// failed answers, and counts, the failure mode's outcome for a request of
+// n descriptors that was not decided: an RPC error (decide.Error), or OK
+// or OVER_LIMIT marked x-ratelimit-degraded, the denial with the
+// Retry-After, content-type and JSON body a denied Check has. n is 0 for a
+// request whose descriptors are not read, or too many to answer one by
+// one.
+func (s *Service) failed(pl *pipeline.Pipeline, n int) (*rlsv3.RateLimitResponse, error) {
+	out := pl.Failure()
+	s.metrics.outcomes.Count(out)
+	if out.Verdict == pipeline.Error {
 		return nil, status.Error(codes.Unavailable, "floodgate: the rate limit store could not decide")
-	case decide.Deny:
-		s.metrics.requests.WithLabelValues("degraded_denied").Inc()
-		resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: allStatuses(n, rlsv3.RateLimitResponse_OVER_LIMIT, s.opts.FailureRetryAfter)}
-		resp.ResponseHeadersToAdd, resp.RawBody = denial([]*corev3.HeaderValue{degraded}, s.opts.FailureRetryAfter, false, true)
+	}
+	degraded := header(respond.HeaderDegraded, "true")
+	if !out.Denied() {
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: allStatuses(n, rlsv3.RateLimitResponse_OK, 0),
+			ResponseHeadersToAdd: []*corev3.HeaderValue{degraded}}, nil
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: allStatuses(n, rlsv3.RateLimitResponse_OVER_LIMIT, out.RetryAfter)}
+	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{degraded}
+	if out.Shadowed {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(respond.HeaderRetryAfter, strconv.FormatInt(respond.RetryAfter(out.RetryAfter), 10)))
 		return resp, nil
 	}
-	s.metrics.requests.WithLabelValues("degraded_allowed").Inc()
-	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: allStatuses(n, rlsv3.RateLimitResponse_OK, 0),
-		ResponseHeadersToAdd: []*corev3.HeaderValue{degraded}}, nil
+	resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, out.RetryAfter, false, true)
+	return resp, nil
 }
 
 // allStatuses is n statuses of code, each waiting wait when it is not 0.
