@@ -157,20 +157,20 @@ func (h *HTTPServer) failed(w http.ResponseWriter, st *httpState, grpc bool) {
 // JSON body; the failure mode's error 503.
 func (h *HTTPServer) write(w http.ResponseWriter, st *httpState, out pipeline.Outcome, o *outcome) {
 	switch {
-	case out.Verdict == pipeline.Unmatched || out.Verdict == pipeline.ShadowOnly:
+	case out.Answer == pipeline.Unmatched || out.Answer == pipeline.ShadowOnly:
 		w.WriteHeader(http.StatusOK)
-	case out.Verdict == pipeline.Error:
+	case out.Answer == pipeline.Error:
 		w.Header()["Content-Type"] = []string{"text/plain; charset=utf-8"}
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, storeFailedBody)
 	case out.Failed:
 		f := &outcome{degraded: true, grpc: o.grpc}
-		if out.Verdict == pipeline.Deny {
+		if out.Answer == pipeline.Deny {
 			st.engine.writeDeny(w, f, out.RetryAfter)
 		} else {
 			st.engine.writeOK(w, f)
 		}
-	case out.Verdict == pipeline.Allow:
+	case out.Answer == pipeline.Allow:
 		st.engine.writeOK(w, o)
 	default:
 		st.engine.writeDeny(w, o, limiter.RetryAfter(o.results))

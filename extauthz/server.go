@@ -189,7 +189,7 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 	v.Reset(req)
 	out, o := s.decide(ctx, st, s.pipe, sc, start)
 	switch {
-	case out.Verdict == pipeline.Unmatched || out.Verdict == pipeline.ShadowOnly:
+	case out.Answer == pipeline.Unmatched || out.Answer == pipeline.ShadowOnly:
 		s.outcomes.Count(out)
 		return plainOK(), nil
 	case out.Failed:
@@ -198,13 +198,13 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (resp *aut
 		// A TCP connection has no headers to mark it degraded.
 		out.Degraded = false
 		s.outcomes.Count(out)
-		if out.Verdict == pipeline.Allow {
+		if out.Answer == pipeline.Allow {
 			return plainOK(), nil
 		}
 		return tcpDeny(), nil
 	}
 	s.outcomes.Count(out)
-	if out.Verdict == pipeline.Allow {
+	if out.Answer == pipeline.Allow {
 		return st.engine.okResponse(&o), nil
 	}
 	return st.engine.denyResponse(&o, limiter.RetryAfter(o.results)), nil
@@ -221,7 +221,7 @@ func (s *Server) decide(ctx context.Context, st *serverState, pl *pipeline.Pipel
 	plan := &sc.plan
 	st.engine.Plan(v, plan)
 	if len(plan.Buckets) == 0 {
-		return pipeline.Outcome{Verdict: pipeline.Unmatched}, outcome{}
+		return pipeline.Outcome{Answer: pipeline.Unmatched}, outcome{}
 	}
 	s.noteMissing(st, plan, v)
 	res := sc.resultsFor(len(plan.Buckets))
@@ -240,12 +240,12 @@ func (s *Server) decide(ctx context.Context, st *serverState, pl *pipeline.Pipel
 	o := outcome{degraded: out.Degraded, grpc: v.GRPC}
 	o.policies, o.results = sc.enforced(plan, res)
 	if len(o.policies) == 0 {
-		return pipeline.Outcome{Verdict: pipeline.ShadowOnly}, o
+		return pipeline.Outcome{Answer: pipeline.ShadowOnly}, o
 	}
 	if out.Failed {
 		return out, outcome{grpc: v.GRPC}
 	}
-	o.allowed = out.Verdict == pipeline.Allow
+	o.allowed = out.Answer == pipeline.Allow
 	if i := respond.Denying(o.results); !o.allowed && i >= 0 {
 		pl.LogDenied(st.families[o.policies[i]], identityOf(plan, o.policies[i]), limiter.RetryAfter(o.results), zap.String("path", v.Path))
 	}
@@ -277,7 +277,7 @@ func (s *Server) failed(e *Engine, o *outcome) *authv3.CheckResponse {
 	out := s.pipe.Failure()
 	s.outcomes.Count(out)
 	o.policies, o.results, o.degraded = nil, nil, true
-	if out.Verdict == pipeline.Deny {
+	if out.Answer == pipeline.Deny {
 		return e.denyResponse(o, out.RetryAfter)
 	}
 	return e.okResponse(o)

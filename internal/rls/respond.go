@@ -85,7 +85,7 @@ func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipe
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(respond.HeaderDegraded, "true"))
 	}
 	switch {
-	case out.Verdict == pipeline.Deny:
+	case out.Answer == pipeline.Deny:
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, retryAfter, never, out.Degraded)
 	case out.Shadowed && !never:

@@ -142,7 +142,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	results := make([]pipeline.Result, len(plan.Items))
 	denied := plan.classify(res, &d, results)
-	out := st.pipe.Verdict(!denied, d.Degraded)
+	out := st.pipe.Decided(!denied, d.Degraded)
 	resp = plan.Respond(res, results, out, s.opts.Response)
 	s.metrics.outcomes.Count(out)
 	st.families.count(req.GetDomain(), &plan, results)
@@ -166,7 +166,7 @@ func (s *Service) Unread() (*rlsv3.RateLimitResponse, error) {
 func (s *Service) failed(pl *pipeline.Pipeline, n int) (*rlsv3.RateLimitResponse, error) {
 	out := pl.Failure()
 	s.metrics.outcomes.Count(out)
-	if out.Verdict == pipeline.Error {
+	if out.Answer == pipeline.Error {
 		return nil, status.Error(codes.Unavailable, "floodgate: the rate limit store could not decide")
 	}
 	degraded := header(respond.HeaderDegraded, "true")

@@ -223,9 +223,9 @@ func (o *Outcomes) counter(i int) prometheus.Counter {
 func (o *Outcomes) Count(out Outcome) {
 	i := 0 // allowed
 	switch {
-	case out.Verdict == Unmatched:
+	case out.Answer == Unmatched:
 		i = 2
-	case out.Verdict == Error:
+	case out.Answer == Error:
 		i = 5
 	case out.Denied() && out.Degraded:
 		i = 4

@@ -25,12 +25,12 @@ import (
 	"github.com/floodgate/floodgate/limiter/decide"
 )
 
-// Verdict is what a request came to, for its door to render.
-type Verdict uint8
+// Answer is what a request came to, for its door to render.
+type Answer uint8
 
 const (
 	// Unmatched: no bucket applied; the request passes untouched.
-	Unmatched Verdict = iota
+	Unmatched Answer = iota
 	// ShadowOnly: only shadow buckets applied, which never deny; the
 	// request passes untouched.
 	ShadowOnly
@@ -46,9 +46,9 @@ const (
 
 // Outcome is a request's decision, ready to render.
 type Outcome struct {
-	Verdict Verdict
+	Answer Answer
 	// Failed: the store could not decide (or the request could not be
-	// read or planned) and the failure mode gave the verdict; the
+	// read or planned) and the failure mode gave the answer; the
 	// buckets' results are zero.
 	Failed bool
 	// Degraded: the answer is marked x-ratelimit-degraded: Failed, or an
@@ -64,11 +64,11 @@ type Outcome struct {
 
 // Admitted reports whether the request passes: allowed, or denied and
 // admitted by a shadow mode.
-func (o Outcome) Admitted() bool { return o.Verdict != Deny && o.Verdict != Error }
+func (o Outcome) Admitted() bool { return o.Answer != Deny && o.Answer != Error }
 
 // Denied reports whether the decision was a denial before a shadow mode
 // admitted it: what a door's request counter counts.
-func (o Outcome) Denied() bool { return o.Verdict == Deny || o.Shadowed }
+func (o Outcome) Denied() bool { return o.Answer == Deny || o.Shadowed }
 
 // Options configure a Pipeline. Stores and failure mode are every door's
 // own setting; the store error counter and the log are the door's.
@@ -121,29 +121,29 @@ func New(o Options) *Pipeline {
 func (p *Pipeline) OnFailure() decide.OnFailure { return p.o.OnFailure }
 
 // Failure is the outcome of a request the store could not decide, or the
-// door could not read or plan: the failure mode's verdict, marked
+// door could not read or plan: the failure mode's answer, marked
 // degraded.
 func (p *Pipeline) Failure() Outcome {
 	switch p.o.OnFailure {
 	case decide.Deny:
-		out := Outcome{Verdict: Deny, Failed: true, Degraded: true, RetryAfter: p.o.FailureRetryAfter}
+		out := Outcome{Answer: Deny, Failed: true, Degraded: true, RetryAfter: p.o.FailureRetryAfter}
 		if p.o.ShadowMode {
-			out.Verdict, out.Shadowed = Allow, true
+			out.Answer, out.Shadowed = Allow, true
 		}
 		return out
 	case decide.Error:
-		return Outcome{Verdict: Error, Failed: true, Degraded: true}
+		return Outcome{Answer: Error, Failed: true, Degraded: true}
 	}
-	return Outcome{Verdict: Allow, Failed: true, Degraded: true}
+	return Outcome{Answer: Allow, Failed: true, Degraded: true}
 }
 
 // Decide decides plan with d on the pipeline's stores, writing each
 // bucket's result to res (len(plan)). A store that could not decide the
 // enforced buckets is counted and logged with about (the request, for an
-// operator: its path, its domain). The outcome's verdict is the enforced
+// operator: its path, its domain). The outcome's answer is the enforced
 // buckets' (Allow when there are none): the door settles Unmatched and
 // ShadowOnly, which only it can tell, and adds what its plan decides
-// without a bucket (Verdict).
+// without a bucket (Decided).
 func (p *Pipeline) Decide(ctx context.Context, d *decide.Decider, plan []decide.Bucket, res []limiter.Result, about zap.Field) (decide.Decision, Outcome) {
 	d.Store, d.Shadow = p.o.Store, p.o.ShadowStore
 	dec := d.Decide(ctx, plan, res)
@@ -161,19 +161,19 @@ func (p *Pipeline) Decide(ctx context.Context, d *decide.Decider, plan []decide.
 		p.o.Logger.Warn("store could not decide; failure mode answers", zap.Error(dec.Err), about)
 		return dec, p.Failure()
 	}
-	return dec, p.Verdict(dec.Allowed, dec.Degraded)
+	return dec, p.Decided(dec.Allowed, dec.Degraded)
 }
 
-// Verdict is the outcome of a decision that allowed or not, marked
+// Decided is the outcome of a decision that allowed or not, marked
 // degraded or not, with the door-wide shadow mode applied.
-func (p *Pipeline) Verdict(allowed, degraded bool) Outcome {
+func (p *Pipeline) Decided(allowed, degraded bool) Outcome {
 	switch {
 	case allowed:
-		return Outcome{Verdict: Allow, Degraded: degraded}
+		return Outcome{Answer: Allow, Degraded: degraded}
 	case p.o.ShadowMode:
-		return Outcome{Verdict: Allow, Degraded: degraded, Shadowed: true}
+		return Outcome{Answer: Allow, Degraded: degraded, Shadowed: true}
 	}
-	return Outcome{Verdict: Deny, Degraded: degraded}
+	return Outcome{Answer: Deny, Degraded: degraded}
 }
 
 func (p *Pipeline) inc(c prometheus.Counter) {

@@ -72,10 +72,10 @@ func TestFailureIsAnsweredOnce(t *testing.T) {
 		want    Outcome
 		counted string
 	}{
-		{decide.Allow, false, Outcome{Verdict: Allow, Failed: true, Degraded: true}, OutcomeDegradedAllowed},
-		{decide.Deny, false, Outcome{Verdict: Deny, Failed: true, Degraded: true, RetryAfter: 3 * time.Second}, OutcomeDegradedDenied},
-		{decide.Deny, true, Outcome{Verdict: Allow, Failed: true, Degraded: true, Shadowed: true, RetryAfter: 3 * time.Second}, OutcomeDegradedDenied},
-		{decide.Error, false, Outcome{Verdict: Error, Failed: true, Degraded: true}, OutcomeError},
+		{decide.Allow, false, Outcome{Answer: Allow, Failed: true, Degraded: true}, OutcomeDegradedAllowed},
+		{decide.Deny, false, Outcome{Answer: Deny, Failed: true, Degraded: true, RetryAfter: 3 * time.Second}, OutcomeDegradedDenied},
+		{decide.Deny, true, Outcome{Answer: Allow, Failed: true, Degraded: true, Shadowed: true, RetryAfter: 3 * time.Second}, OutcomeDegradedDenied},
+		{decide.Error, false, Outcome{Answer: Error, Failed: true, Degraded: true}, OutcomeError},
 	} {
 		p := New(Options{Store: failing{}, OnFailure: tc.f, FailureRetryAfter: 3 * time.Second, ShadowMode: tc.shadow})
 		if got := p.Failure(); got != tc.want {
@@ -100,7 +100,7 @@ func TestDecideCountsAndLogsAStoreThatCannotDecide(t *testing.T) {
 	res := make([]limiter.Result, 1)
 	var d decide.Decider
 	dec, out := p.Decide(context.Background(), &d, plan, res, zap.String("path", "/x"))
-	if dec.Err == nil || !out.Failed || out.Verdict != Deny || !out.Degraded {
+	if dec.Err == nil || !out.Failed || out.Answer != Deny || !out.Degraded {
 		t.Fatalf("a failing store: %+v %+v", dec, out)
 	}
 	if n := testutil.ToFloat64(errs); n != 1 {
@@ -154,8 +154,8 @@ func TestOutcomesMakeOnlyTheSeriesAsked(t *testing.T) {
 	if n := testutil.CollectAndCount(vec); n != 2 {
 		t.Errorf("%d series at start, want 2", n)
 	}
-	o.Count(Outcome{Verdict: Deny})
-	o.Count(Outcome{Verdict: ShadowOnly})
+	o.Count(Outcome{Answer: Deny})
+	o.Count(Outcome{Answer: ShadowOnly})
 	if n := testutil.CollectAndCount(vec); n != 3 {
 		t.Errorf("%d series after a denial, want 3", n)
 	}
