@@ -56,20 +56,20 @@ func newMetrics(reg prometheus.Registerer) metrics {
 // store failed. Descriptors that meet no limit, or an unlimited one, are
 // not counted.
 func (p *Plan) classify(res []limiter.Result, d *decide.Decision, results []pipeline.Result) (denied bool) {
-	units := make([]pipeline.Unit, len(p.Items))
+	for i := range p.Items {
+		if it := &p.Items[i]; !it.Shadow && (it.Kind == Bucketed || it.Kind == Never) {
+			over, _, _ := p.outcome(it, res)
+			denied = denied || over
+		}
+	}
 	for i := range p.Items {
 		it := &p.Items[i]
 		if it.Kind != Bucketed && it.Kind != Never {
 			continue
 		}
 		over, _, _ := p.outcome(it, res)
-		units[i] = pipeline.Unit{Shadow: it.Shadow, Failed: it.Shadow && it.Kind == Bucketed && d.ShadowErr != nil, Over: over, Kind: p.requestOf(it)}
-		denied = denied || (over && !it.Shadow)
-	}
-	for i := range p.Items {
-		if it := &p.Items[i]; it.Kind == Bucketed || it.Kind == Never {
-			results[i] = pipeline.Classify(units[i], denied)
-		}
+		u := pipeline.Unit{Shadow: it.Shadow, Failed: it.Shadow && it.Kind == Bucketed && d.ShadowErr != nil, Over: over, Kind: p.requestOf(it)}
+		results[i] = pipeline.Classify(u, denied)
 	}
 	return denied
 }
