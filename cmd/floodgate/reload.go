@@ -198,26 +198,15 @@ func removedFrom(before, after []string) []string {
 	return gone
 }
 
-// compile parses data, resolves it for the running server (the identity
-// secret it started with) and compiles every door's part, reading the rate
-// limit files it names. changed and secretErr are ResolveReload's.
+// compile loads data for the running server (the identity secret it
+// started with), reading the rate limit files it names. changed and
+// secretErr are ResolveReload's.
 func (r *reloader) compile(data []byte) (cfg *door.Config, changed []string, secretErr error, err error) {
-	parsed, err := door.Parse(r.src.name, data) // every problem of the file at once
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	c := parsed.Config
-	if c.RLS.Config != r.rlsPath {
-		r.rlsPath, r.rlsData = c.RLS.Config, rls.Snapshot(c.RLS.Config)
-	}
-	changed, secretErr = c.ResolveReload(r.started)
-	if cfg, err = door.Compile(c); err != nil { // keyed with the running secret
-		return nil, nil, nil, err
-	}
-	if err := cfg.ReadLimits(); err != nil {
-		return nil, nil, nil, err
-	}
-	return cfg, changed, secretErr, nil
+	return door.LoadReload(r.src.name, data, r.started, func(c *config.Config) {
+		if c.RLS.Config != r.rlsPath {
+			r.rlsPath, r.rlsData = c.RLS.Config, rls.Snapshot(c.RLS.Config)
+		}
+	})
 }
 
 // watch polls the file every interval until ctx ends.
