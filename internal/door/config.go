@@ -22,7 +22,7 @@ type Config struct {
 	Engine *extauthz.Engine
 	// Limits are the rate limit service's limits, read from rls.config
 	// with rls.burst applied; nil until ReadLimits, and empty without
-	// rls.config (rls.xds pushes its limits to the door, Env.Feed).
+	// rls.config (rls.xds pushes its limits to the door through its feed).
 	Limits *rls.Config
 }
 
