@@ -12,6 +12,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
@@ -71,7 +72,11 @@ store:
 policies:%s`, srv.Addr, store, onFailure, extra, policies)
 	cfg, bs, reg := storeFrom(t, "faults.yaml", yaml)
 	doors := door.Build(cfg, door.Env{Store: bs, Log: zap.NewNop(), Registerer: reg})
-	conn := extauthztest.Serve(t, door.CheckServer(doors))
+	gs := grpc.NewServer()
+	for _, d := range doors {
+		d.Register(gs)
+	}
+	conn := extauthztest.ServeGRPC(t, gs)
 	return &faultRig{t: t, redis: srv, client: authv3.NewAuthorizationClient(conn), mode: onFailure, envoyTimeout: 250 * time.Millisecond}
 }
 

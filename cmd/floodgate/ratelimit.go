@@ -61,7 +61,7 @@ func runRatelimit(ctx context.Context, args []string, lookup func(string) (strin
 	for k, v := range res.Env {
 		os.Setenv(k, v)
 	}
-	cfg, err := loadBytes(peerenv.Source, res.YAML)
+	cfg, err := door.LoadBytes(peerenv.Source, res.YAML)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimit: %v\n", explainEnv(res, err))
 		return 1
@@ -105,22 +105,6 @@ func explainEnv(res *peerenv.Result, err error) error {
 		return peerenv.Refused{{Vars: vars, Msg: le.Detail()}}
 	}
 	return peerenv.Refused{{Vars: vars, Msg: "the rate limit configuration they name, " + le.Path + ", cannot be read: " + le.Err.Error()}}
-}
-
-// loadBytes is door.Load for a configuration that is not a file: parsed,
-// its secrets and files resolved, compiled, its rate limit files read.
-func loadBytes(name string, data []byte) (*door.Config, error) {
-	c, err := door.Parse(name, data)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Config.Resolve(); err != nil {
-		return nil, err
-	}
-	if c, err = door.Compile(c.Config); err != nil {
-		return nil, err
-	}
-	return c, c.ReadLimits()
 }
 
 // plural is one or many, as n says.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
-	"github.com/floodgate/floodgate/internal/rls"
 )
 
 // reloader swaps in the policies of a changed configuration file, on SIGHUP
@@ -38,89 +36,71 @@ type reloader struct {
 	started *config.Config // what the restart-only sections run with
 
 	mu       sync.Mutex
-	data     []byte   // the file's content when last read
-	rlsPath  string   // rls.config as the file last read names it
-	rlsData  []byte   // the rate limit configuration's files when last read
-	domains  []string // the rate limit domains served
+	data     []byte    // the file's content when last read
+	files    []watched // the files the doors read beside it
 	info     *prometheus.GaugeVec
 	failures prometheus.Counter
 	reloads  prometheus.Counter
 	ignored  *prometheus.CounterVec
-	removed  prometheus.Counter
 }
 
-// source is where a configuration is read from, and read again by a
-// reload: a file, or (ratelimit mode) the configuration built from
-// envoyproxy/ratelimit's environment, which does not change while the
-// process runs (the rate limit files it names do). name is "" for the
-// embedded default, which is never reloaded.
-type source struct {
-	name string
-	read func() ([]byte, error)
-	// explain, when set, rewrites a reload's error in the terms the user
-	// configured (ratelimit mode: the environment's variables).
-	explain func(error) error
-}
-
-// fileSource is the configuration file at path ("" for the embedded
-// default).
-func fileSource(path string) source {
-	if path == "" {
-		return source{}
-	}
-	return source{name: path, read: func() ([]byte, error) { return config.ReadFile(path) }}
+// watched is a door's files as the file last read names them, and their
+// content when last read.
+type watched struct {
+	door  door.Files
+	names string
+	data  []byte
 }
 
 // newReloader starts from the configuration in use, cfg, read from src:
 // a file changed since it was read is reloaded at the first poll, however
 // early.
 func newReloader(cfg *door.Config, src source, doors []door.Door, hs *health.Server, log *zap.Logger, reg prometheus.Registerer) *reloader {
-	r := &reloader{src: src, doors: doors, health: hs, log: log, started: cfg.Config, rlsPath: cfg.RLS.Config, rlsData: rls.Snapshot(cfg.RLS.Config),
-		domains: domainsOf(cfg),
-		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "floodgate_config_info",
-			Help: "The configuration in use: 1, labelled with the SHA-256 of its file (sha256, empty for the embedded default) and of the rate limit files rls.config names, as read (rls_sha256, empty without them).",
-		}, []string{"sha256", "rls_sha256"}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_config_reload_failures_total", Help: "Configuration reloads rejected (the previous configuration kept serving).",
-		}),
-		reloads: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_config_reloads_total", Help: "Configuration reloads applied.",
-		}),
-		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "floodgate_config_reload_ignored_total",
-			Help: "Applied reloads that changed a section read at start only (listen, store, identity, log, runtime, reload), by section: the change waits for a restart.",
-		}, []string{"section"}),
-		removed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "floodgate_rls_domains_removed_total",
-			Help: "Rate limit domains a reload removed: their descriptors meet no limit from then on.",
-		}),
+	r := &reloader{src: src, doors: doors, health: hs, log: log, started: cfg.Config}
+	labels, help := []string{"sha256"}, "The configuration in use: 1, labelled with the SHA-256 of its file (sha256, empty for the embedded default)"
+	for _, d := range door.Watched(doors) {
+		names := d.Files(cfg.Config)
+		r.files = append(r.files, watched{door: d, names: names, data: d.Snapshot(names)})
+		label, what := d.DigestLabel()
+		labels, help = append(labels, label), help+" and of "+what
 	}
-	reg.MustRegister(r.info, r.failures, r.reloads, r.ignored, r.removed)
+	r.info = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "floodgate_config_info", Help: help + "."}, labels)
+	r.failures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floodgate_config_reload_failures_total", Help: "Configuration reloads rejected (the previous configuration kept serving).",
+	})
+	r.reloads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floodgate_config_reloads_total", Help: "Configuration reloads applied.",
+	})
+	r.ignored = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "floodgate_config_reload_ignored_total",
+		Help: "Applied reloads that changed a section read at start only (listen, store, identity, log, runtime, reload), by section: the change waits for a restart.",
+	}, []string{"section"})
+	reg.MustRegister(r.info, r.failures, r.reloads, r.ignored)
 	hash := ""
 	if src.name != "" {
 		hash, r.data = cfg.Digest, cfg.Bytes()
 	}
-	r.info.WithLabelValues(hash, digest(r.rlsData)).Set(1)
+	r.info.WithLabelValues(r.labels(hash)...).Set(1)
 	return r
 }
 
-// digest is the SHA-256 (hex) of the rate limit files' snapshot, "" for
-// none.
+// labels are floodgate_config_info's label values: the file's digest,
+// then each door's files'.
+func (r *reloader) labels(hash string) []string {
+	values := []string{hash}
+	for _, w := range r.files {
+		values = append(values, digest(w.data))
+	}
+	return values
+}
+
+// digest is the SHA-256 (hex) of a snapshot of files, "" for none.
 func digest(snapshot []byte) string {
 	if len(snapshot) == 0 {
 		return ""
 	}
 	sum := sha256.Sum256(snapshot)
 	return hex.EncodeToString(sum[:])
-}
-
-// domainsOf lists the rate limit domains cfg serves.
-func domainsOf(cfg *door.Config) []string {
-	if cfg.Limits == nil {
-		return nil
-	}
-	return cfg.Limits.Domains()
 }
 
 // reload re-reads the file; force reloads even when the content is the
@@ -141,14 +121,19 @@ func (r *reloader) reload(force bool) {
 		r.log.Error("reload rejected; the previous configuration keeps serving", zap.Error(err))
 		return
 	}
-	// The rate limit files the configuration last read names (a
-	// ConfigMap's symlink swap shows here); a changed file may name others,
-	// which Parse below finds.
-	rlsData := rls.Snapshot(r.rlsPath)
-	if bytes.Equal(data, r.data) && bytes.Equal(rlsData, r.rlsData) && !force {
+	// The doors' files the configuration last read names (a ConfigMap's
+	// symlink swap shows here); a changed file may name others, which
+	// compile below finds.
+	same := bytes.Equal(data, r.data)
+	for i, w := range r.files {
+		now := w.door.Snapshot(w.names)
+		same = same && bytes.Equal(now, w.data)
+		r.files[i].data = now
+	}
+	if same && !force {
 		return
 	}
-	r.data, r.rlsData = data, rlsData // a broken file is reported once, not at every poll
+	r.data = data // a broken file is reported once, not at every poll
 	cfg, changed, secretErr, err := r.compile(data)
 	if err != nil {
 		r.failures.Inc()
@@ -163,16 +148,16 @@ func (r *reloader) reload(force bool) {
 	}
 	setDoorHealth(r.health, r.doors, cfg)
 	r.info.Reset()
-	r.info.WithLabelValues(cfg.Digest, digest(r.rlsData)).Set(1)
+	r.info.WithLabelValues(r.labels(cfg.Digest)...).Set(1)
 	r.reloads.Inc()
-	domains := domainsOf(cfg)
-	if gone := removedFrom(r.domains, domains); len(gone) > 0 {
-		r.removed.Add(float64(len(gone)))
-		r.log.Warn("rate limit domains removed: their descriptors meet no limit now", zap.Strings("removed", gone), zap.Strings("rls_domains", domains))
-	}
-	r.domains = domains
+	door.Reported(r.doors, cfg)
 	fields := []zap.Field{zap.String("config", r.src.name), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest),
-		zap.Strings("doors", door.Describe(cfg)), zap.Strings("rls_domains", domains), zap.String("rls_sha256", digest(r.rlsData))}
+		zap.Strings("doors", door.Describe(cfg))}
+	fields = append(fields, door.Fields(r.doors, cfg)...)
+	for _, w := range r.files {
+		label, _ := w.door.DigestLabel()
+		fields = append(fields, zap.String(label, digest(w.data)))
+	}
 	if secretErr != nil {
 		fields = append(fields, zap.NamedError("identity_secret", secretErr))
 	}
@@ -186,38 +171,17 @@ func (r *reloader) reload(force bool) {
 	r.log.Info("reloaded", fields...)
 }
 
-// removedFrom lists the domains of before (sorted) that after (sorted)
-// lacks.
-func removedFrom(before, after []string) []string {
-	var gone []string
-	for _, d := range before {
-		if _, found := slices.BinarySearch(after, d); !found {
-			gone = append(gone, d)
-		}
-	}
-	return gone
-}
-
-// compile parses data, resolves it for the running server (the identity
-// secret it started with) and compiles every door's part, reading the rate
-// limit files it names. changed and secretErr are ResolveReload's.
+// compile loads data for the running server (the identity secret it
+// started with), reading the doors' files it names. changed and
+// secretErr are ResolveReload's.
 func (r *reloader) compile(data []byte) (cfg *door.Config, changed []string, secretErr error, err error) {
-	parsed, err := door.Parse(r.src.name, data) // every problem of the file at once
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	c := parsed.Config
-	if c.RLS.Config != r.rlsPath {
-		r.rlsPath, r.rlsData = c.RLS.Config, rls.Snapshot(c.RLS.Config)
-	}
-	changed, secretErr = c.ResolveReload(r.started)
-	if cfg, err = door.Compile(c); err != nil { // keyed with the running secret
-		return nil, nil, nil, err
-	}
-	if err := cfg.ReadLimits(); err != nil {
-		return nil, nil, nil, err
-	}
-	return cfg, changed, secretErr, nil
+	return door.LoadReload(r.src.name, data, r.started, func(c *config.Config) {
+		for i, w := range r.files {
+			if names := w.door.Files(c); names != w.names {
+				r.files[i] = watched{door: w.door, names: names, data: w.door.Snapshot(names)}
+			}
+		}
+	})
 }
 
 // watch polls the file every interval until ctx ends.

@@ -28,7 +28,6 @@ import (
 	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/internal/store"
-	"github.com/floodgate/floodgate/internal/xdsfeed"
 )
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -111,21 +110,12 @@ func runServer(ctx context.Context, cfg *door.Config, src source, log *zap.Logge
 		return err
 	}
 	defer s.store.Close()
-	if s.feed != nil {
-		fctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { s.feed.Run(fctx); close(done) }()
-		defer func() { stop(); <-done }()
-		if cfg.RLS.XDS.WaitForFirstPush {
-			// As envoyproxy/ratelimit without
-			// FORCE_START_WITHOUT_INITIAL_CONFIG: no port before the limits.
-			log.Info("waiting for the first push of rate limits", zap.String("xds", cfg.RLS.XDS.Server))
-			select {
-			case <-s.feed.First():
-			case <-ctx.Done():
-				return nil
-			}
-		}
+	// The doors' own work (a feed) runs from here; a door may hold the
+	// listeners until it has what it decides with.
+	ok, stop := door.Run(ctx, s.doors)
+	defer stop()
+	if !ok {
+		return nil
 	}
 	if err := s.listen(); err != nil {
 		return err
@@ -158,7 +148,6 @@ type server struct {
 	store *store.Store
 	doors []door.Door
 	who   *limited.Recorder // who is being limited, for /debug/limited
-	feed  *xdsfeed.Feed     // rls.xds's, nil without
 
 	grpcLis   net.Listener
 	gs        *grpc.Server
@@ -186,20 +175,11 @@ func newServer(ctx context.Context, cfg *door.Config, src source, log *zap.Logge
 	}
 	s.store = st
 	s.who = limited.New(limited.DefaultOptions())
-	env := door.Env{Store: st, Log: log, Registerer: s.reg, Recorder: s.who}
-	if cfg.RLS.XDS != nil {
-		s.feed = xdsfeed.New(cfg.RLS.XDS, log, s.reg)
-		env.Feed = s.feed
-	}
+	env := door.Env{Store: st, Log: log, Registerer: s.reg, Recorder: s.who,
+		// A door's own part of the configuration (a feed's) is read at
+		// start only: its health follows cfg's.
+		HealthChanged: func(d door.Door) { setDoorHealth(s.hs, []door.Door{d}, cfg) }}
 	s.doors = door.Build(cfg, env)
-	if s.feed != nil {
-		// A push can turn the door's health on (its first) or off (no
-		// domain, with rls.unhealthy_without_limits): its services' health
-		// follows every push the door applies. The door's part of the
-		// configuration (rls.xds) is read at start only.
-		rl := []door.Door{door.Find(s.doors, door.RateLimitName)}
-		s.feed.OnPush(func(door.Pushed) { setDoorHealth(s.hs, rl, cfg) })
-	}
 	return s, nil
 }
 
@@ -275,11 +255,8 @@ func (s *server) listen() error {
 		}
 		mux.Handle("/debug/limited", debug(limited.Handler(s.who, openAddr)))
 		mux.HandleFunc("/healthcheck", s.healthcheck)
-		if s.feed != nil {
-			mux.Handle("/debug/xds", debug(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				s.feed.WriteStatus(w)
-			})))
+		for pattern, h := range door.Pages(s.doors) {
+			mux.Handle(pattern, debug(h))
 		}
 		s.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go s.admin.Serve(adminLis)
@@ -304,12 +281,11 @@ func (s *server) listen() error {
 // healthcheck answers as envoyproxy/ratelimit's /healthcheck does
 // (src/server/health.go, HealthChecker.ServeHTTP): 200 with the body OK
 // while healthy, 500 with no body otherwise. Healthy is serving and not
-// draining (its "sigterm" component) and, with
-// rls.unhealthy_without_limits, serving a domain (its "config" component,
-// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED). A store that cannot decide
-// leaves it healthy: the failure mode answers (/readyz?exact=1 says so).
+// draining (its "sigterm" component) and every door healthy (door.Healthy:
+// its "config" component). A store that cannot decide leaves it healthy:
+// the failure mode answers (/readyz?exact=1 says so).
 func (s *server) healthcheck(w http.ResponseWriter, _ *http.Request) {
-	if s.ready.Load() && door.RateLimitHealthy(s.doors) {
+	if s.ready.Load() && door.Healthy(s.doors) {
 		w.Write([]byte("OK"))
 		return
 	}
@@ -324,12 +300,11 @@ func (s *server) start() {
 	s.hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	setDoorHealth(s.hs, s.doors, cfg)
 	s.ready.Store(true)
-	s.log.Info("serving",
-		zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.httpAddr()), zap.String("admin", s.adminAddr),
-		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend),
-		zap.Int("policies", len(cfg.Policies)), zap.Strings("rls_domains", cfg.Limits.Domains()),
-		zap.Strings("doors", door.Describe(cfg)),
-		zap.String("decoder", cfg.Listen.Decoder), zap.String("version", version))
+	fields := []zap.Field{zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.httpAddr()), zap.String("admin", s.adminAddr),
+		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend), zap.Int("policies", len(cfg.Policies))}
+	fields = append(fields, door.Fields(s.doors, cfg)...)
+	s.log.Info("serving", append(fields, zap.Strings("doors", door.Describe(cfg)),
+		zap.String("decoder", cfg.Listen.Decoder), zap.String("version", version))...)
 }
 
 // setDoorHealth reports each door's services SERVING while cfg turns the

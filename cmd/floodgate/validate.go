@@ -33,7 +33,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	load, note := door.Load, ""
 	if *offline {
-		load, note = door.ParseFile, "; --offline: no secret or TLS file read"
+		load, note = door.LoadUnresolved, "; --offline: no secret or TLS file read"
 	}
 	c, err := load(*path)
 	if err != nil {

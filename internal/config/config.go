@@ -3,7 +3,7 @@
 // every setting the file leaves out (the libraries the settings are handed
 // to take their values as given). Every problem is reported as FILE:LINE:
 // what is wrong, all of them at once, so `floodgate validate` fixes a file
-// in one pass: the error of Parse, Resolve and Load for an invalid file is
+// in one pass: the error of Parse and Resolve for an invalid file is
 // a fielderr.List, each problem with its file, line and setting, in file
 // order.
 //
@@ -63,7 +63,7 @@ type Config struct {
 	lines map[string]int
 	// hashSecret is the identity hash secret Resolve read (nil: none).
 	hashSecret []byte
-	// SecretReplaced, set by LoadOffline only, says why the identity hash
+	// SecretReplaced, set by ResolveOffline only, says why the identity hash
 	// secret could not be read and a random one was used instead ("" when
 	// the configuration's own was read, or it names none).
 	SecretReplaced string `yaml:"-"`
@@ -419,29 +419,6 @@ func Default() *Config {
 		panic("the embedded default configuration is invalid: " + err.Error())
 	}
 	return c
-}
-
-// Load reads and validates the configuration file at path and resolves the
-// secrets and files it names (Resolve).
-func Load(path string) (*Config, error) {
-	c, err := ParseFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Resolve(); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// ParseFile reads the configuration file at path (ReadFile) and parses it
-// (Parse): no secret, TLS or rate limit file it names is read.
-func ParseFile(path string) (*Config, error) {
-	data, err := ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(path, data)
 }
 
 // HashSecret is the identity hash secret Resolve read (nil before Resolve,

@@ -3,12 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
@@ -64,47 +60,6 @@ func TestAliasExpansionIsBounded(t *testing.T) {
 	}
 	if c.Policies[1].Match.PathPrefix != "/a" {
 		t.Errorf("the alias was not followed: %+v", c.Policies[1].Match)
-	}
-}
-
-// TestReadingAConfigIsBounded: /dev/zero, a FIFO nobody writes and a file
-// over 1 MiB are refused at once, without reading them to the end.
-func TestReadingAConfigIsBounded(t *testing.T) {
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo.yaml")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	big := filepath.Join(dir, "big.yaml")
-	if err := os.WriteFile(big, []byte("# "+strings.Repeat("x", MaxFileBytes)+"\n"+goodPolicy), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct{ path, want string }{
-		{"/dev/zero", "/dev/zero: not a regular file"},
-		{fifo, fifo + ": not a regular file"},
-		{dir, dir + ": not a regular file"},
-		{big, big + ": larger than 1048576 bytes"},
-		{filepath.Join(dir, "missing.yaml"), "missing.yaml: no such file"},
-	} {
-		done := make(chan error, 1)
-		go func() { _, err := Load(tc.path); done <- err }()
-		select {
-		case err := <-done:
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Load(%s) = %v, want an error containing %q", tc.path, err, tc.want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("Load(%s) still reading after 10s", tc.path) // the FIFO's open blocked
-		}
-	}
-	at := filepath.Join(dir, "at-limit.yaml")
-	content := goodPolicy + "# "
-	content += strings.Repeat("x", MaxFileBytes-len(content)-1) + "\n"
-	if err := os.WriteFile(at, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Load(at); err != nil {
-		t.Errorf("a file of exactly %d bytes: %v", MaxFileBytes, err)
 	}
 }
 

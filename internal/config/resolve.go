@@ -109,19 +109,14 @@ func insertSection(changed []string, section string) []string {
 	return out
 }
 
-// LoadOffline is Load for a command that decides requests without serving
-// them and shares no bucket with anyone (floodgate replay, whose buckets
-// live for one run): an identity hash secret that cannot be read here (its
-// file or environment variable missing on an operator's laptop, or too
-// short) is replaced by a random one for this process, said in
+// ResolveOffline is Resolve for a command that decides requests without
+// serving them and shares no bucket with anyone (floodgate replay, whose
+// buckets live for one run): an identity hash secret that cannot be read
+// here (its file or environment variable missing on an operator's laptop,
+// or too short) is replaced by a random one for this process, said in
 // SecretReplaced. The Redis passwords and TLS files are not read: such a
-// command connects to nothing. The file itself is checked as Parse checks
-// it; serve and validate use Load and stay strict.
-func LoadOffline(path string) (*Config, error) {
-	c, err := ParseFile(path)
-	if err != nil {
-		return nil, err
-	}
+// command connects to nothing.
+func (c *Config) ResolveOffline() {
 	hs, err := c.Identity.hashSecret()
 	if err != nil {
 		// What is missing is this machine's, not the file's: a run whose
@@ -132,7 +127,6 @@ func LoadOffline(path string) (*Config, error) {
 		c.SecretReplaced = fmt.Sprintf("%s: %v", at, err)
 	}
 	c.hashSecret = hs
-	return c, nil
 }
 
 // RedisOptions returns the connection settings for redisstore.Dial, reading

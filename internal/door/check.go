@@ -29,15 +29,6 @@ type checkDoor struct{ s *extauthz.Server }
 
 func newCheckDoor(c *Config, env Env) Door { return &checkDoor{s: env.policyServer(c)} }
 
-// CheckServer is the ext_authz server behind the Check door of doors (nil
-// without one), for a caller that drives it directly (the fault tests).
-func CheckServer(doors []Door) *extauthz.Server {
-	if d, ok := Find(doors, CheckName).(*checkDoor); ok {
-		return d.s
-	}
-	return nil
-}
-
 func (d *checkDoor) Name() string                     { return CheckName }
 func (d *checkDoor) Register(r grpc.ServiceRegistrar) { authv3.RegisterAuthorizationServer(r, d.s) }
 func (d *checkDoor) Services() []string {

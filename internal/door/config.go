@@ -22,67 +22,91 @@ type Config struct {
 	Engine *extauthz.Engine
 	// Limits are the rate limit service's limits, read from rls.config
 	// with rls.burst applied; nil until ReadLimits, and empty without
-	// rls.config (rls.xds pushes its limits to the door, Env.Feed).
+	// rls.config (rls.xds pushes its limits to the door through its feed).
 	Limits *rls.Config
 }
 
-// Load reads the configuration file at path, compiles each front end's
-// part, resolves the secrets and files it names, and reads the rate limit
+// Load reads the configuration file at path, resolves the secrets and
+// files it names, compiles each front end's part and reads the rate limit
 // files: what serve and validate run with.
 func Load(path string) (*Config, error) {
-	c, err := parseFile(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Config.Resolve(); err != nil {
-		return nil, err
-	}
-	if c, err = Compile(c.Config); err != nil { // keyed with the secret Resolve read
-		return nil, err
-	}
-	return c, c.ReadLimits()
+	return loadFile(path, loading{resolve: (*config.Config).Resolve, limits: true})
 }
 
-// ParseFile reads and compiles the configuration file at path and the
-// rate limit files it names, reading no secret or TLS file (floodgate
-// validate --offline). Identities are keyed with no secret.
-func ParseFile(path string) (*Config, error) {
-	c, err := parseFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return c, c.ReadLimits()
+// LoadBytes is Load for a configuration that is not a file, named name in
+// messages (ratelimit mode: built from envoyproxy/ratelimit's environment).
+func LoadBytes(name string, data []byte) (*Config, error) {
+	return load(name, data, loading{resolve: (*config.Config).Resolve, limits: true})
 }
 
-func parseFile(path string) (*Config, error) {
+// LoadUnresolved is Load reading no secret or TLS file (floodgate validate
+// --offline, where they do not exist): identities are keyed with no secret.
+func LoadUnresolved(path string) (*Config, error) {
+	return loadFile(path, loading{limits: true})
+}
+
+// LoadOffline is Load for a command that decides requests without serving
+// them (floodgate replay): the secret by config.ResolveOffline, and the
+// rate limit files not read (Limits stays nil).
+func LoadOffline(path string) (*Config, error) {
+	return loadFile(path, loading{resolve: func(c *config.Config) error { c.ResolveOffline(); return nil }})
+}
+
+// LoadReload loads a changed configuration for a server that started with
+// started: its identity secret kept, nothing else read beside the file
+// but the rate limit files (config.ResolveReload). parsed, when set, is
+// told the configuration once it is valid, before those files are read,
+// so that a reload rejected for them still watches the files it names.
+// changed and secretErr are ResolveReload's.
+func LoadReload(name string, data []byte, started *config.Config, parsed func(*config.Config)) (c *Config, changed []string, secretErr error, err error) {
+	c, err = load(name, data, loading{limits: true, parsed: parsed, resolve: func(c *config.Config) error {
+		changed, secretErr = c.ResolveReload(started)
+		return nil
+	}})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return c, changed, secretErr, nil
+}
+
+// Parse validates and compiles a configuration read from file, reading
+// nothing else: no secret, no rate limit file (Limits stays nil).
+func Parse(file string, data []byte) (*Config, error) {
+	return load(file, data, loading{})
+}
+
+// loading is what a load reads beside the configuration.
+type loading struct {
+	// resolve reads what the configuration names outside itself, before
+	// the policies are keyed with its secret (nil: nothing).
+	resolve func(*config.Config) error
+	limits  bool // read the rate limit files
+	parsed  func(*config.Config)
+}
+
+// loadFile is load of the file at path.
+func loadFile(path string, how loading) (*Config, error) {
 	data, err := config.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
+	return load(path, data, how)
 }
 
-// LoadOffline is config.LoadOffline compiled, for a command that decides
-// requests without serving them (floodgate replay); the rate limit files
-// are not read.
-func LoadOffline(path string) (*Config, error) {
-	c, err := config.LoadOffline(path)
-	if err != nil {
-		return nil, err
-	}
-	return Compile(c)
-}
-
-// Parse validates and compiles a configuration read from file, reading
-// nothing else: no secret, no rate limit file (Limits stays nil). Every
-// problem, the settings' and the front ends', is reported at once, in line
-// order.
-func Parse(file string, data []byte) (*Config, error) {
+// load is every loader: data, read from file, checked, resolved, compiled once and its rate limit files read. Every
+// problem of the file, the settings' and the front ends', is reported at
+// once, in line order; what resolve or the rate limit files find only of a
+// file that has none.
+func load(file string, data []byte, how loading) (*Config, error) {
 	c, problems := config.Check(file, data)
 	if c == nil {
 		return nil, problems
 	}
-	dc, err := Compile(c)
+	var resolveErr error
+	if len(problems) == 0 && how.resolve != nil {
+		resolveErr = how.resolve(c) // reported after the file's own problems
+	}
+	dc, err := compile(c)
 	var more fielderr.List
 	if errors.As(err, &more) {
 		problems = append(problems, more...)
@@ -93,14 +117,25 @@ func Parse(file string, data []byte) (*Config, error) {
 	if len(problems) > 0 {
 		return nil, problems
 	}
+	if resolveErr != nil {
+		return nil, resolveErr
+	}
+	if how.parsed != nil {
+		how.parsed(c)
+	}
+	if how.limits {
+		if err := dc.ReadLimits(); err != nil {
+			return nil, err
+		}
+	}
 	return dc, nil
 }
 
-// Compile compiles each front end's part of c, reading no file: the
+// compile compiles each front end's part of c, reading no file: the
 // policies, keyed with the hash secret c resolved (none before Resolve). It
 // refuses a configuration that turns no front end on. Problems are
 // reported at their lines of c's file.
-func Compile(c *config.Config) (*Config, error) {
+func compile(c *config.Config) (*Config, error) {
 	var problems fielderr.List
 	if len(c.Policies) == 0 && !c.RLS.Limits() {
 		problems = append(problems, &fielderr.Error{Path: "policies", Msg: noFrontEnd})
@@ -218,7 +253,7 @@ func plural(n int, one, many string) string {
 // Default is the embedded default configuration (config.Default),
 // compiled: in-memory store, one sample policy, loopback only.
 func Default() *Config {
-	c, err := Compile(config.Default())
+	c, err := compile(config.Default())
 	if err != nil {
 		panic("the embedded default configuration does not compile: " + err.Error())
 	}

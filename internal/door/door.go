@@ -3,9 +3,12 @@
 // service — is a Door: it registers its API, says whether a configuration
 // turns it on and what it serves, answers a request the server could not
 // read in time by its own failure mode, and takes a reloaded
-// configuration. serve, the request gate, health, validate and the
-// reloader loop over the doors Build returns, so a new front end plugs in
-// here, once.
+// configuration. A door may also do what the optional interfaces below
+// say (run work of its own, serve admin pages, add to health, the logs and
+// what a reload watches), found by the registry's functions here. serve,
+// the request gate, health, validate and the reloader loop over the doors
+// Build returns and name none, so a new front end plugs in here, once: a
+// file of its own and its line in kinds.
 //
 // Config is the configuration with each front end's part compiled by the
 // code that owns it: the policies by extauthz, the rate limit files by
@@ -22,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/decide"
 )
@@ -77,8 +81,13 @@ type Env struct {
 	Registerer prometheus.Registerer
 	// Recorder, when set, hears every decision (/debug/limited).
 	Recorder decide.Recorder
-	// Feed, when set, pushes the rate limit door's limits (rls.xds).
-	Feed Feed
+	// HealthChanged, when set, is told of a door whose On may have
+	// changed other than by a reload (a feed's push), so its health follows.
+	HealthChanged func(Door)
+
+	// feed, set by a test, feeds the rate limit door instead of the feed
+	// it builds from rls.xds.
+	feed limitFeed
 
 	// policies is the ext_authz server the doors deciding the policies
 	// share (Check and the HTTP door), built once per Build.
@@ -141,6 +150,139 @@ func Describe(c *Config) []string {
 		}
 	}
 	return out
+}
+
+// Runner is a door with work of its own while the process runs (the rate
+// limit door's feed): serve runs it from before it listens until it stops.
+type Runner interface {
+	Door
+	// Run works until ctx ends.
+	Run(ctx context.Context)
+	// Wait returns true once the door lets serve listen (rls.xds's
+	// wait_for_first_push: after the first push), false if ctx ends first.
+	Wait(ctx context.Context) bool
+}
+
+// Admin is a door with pages of its own on the admin server, served under
+// listen.admin_debug's rules as /debug/limited is.
+type Admin interface {
+	Door
+	// Pages maps each page's pattern to its handler.
+	Pages() map[string]http.Handler
+}
+
+// Healther is a door with a health of its own besides On (the rate limit
+// door's rls.unhealthy_without_limits): /healthcheck fails while it is
+// false.
+type Healther interface {
+	Door
+	Healthy() bool
+}
+
+// Fielder is a door that adds what it serves to the "serving" and
+// "reloaded" log lines (the rate limit door: rls_domains).
+type Fielder interface {
+	Door
+	Fields(c *Config) []zap.Field
+}
+
+// Files is a door that reads files beside the configuration (the rate
+// limit door: rls.config's): a reload also follows their content, and
+// floodgate_config_info labels their digest.
+type Files interface {
+	Door
+	// Files names the files c has the door read ("" for none).
+	Files(c *config.Config) string
+	// Snapshot is the content of the files named, as read now (nil for
+	// none).
+	Snapshot(files string) []byte
+	// DigestLabel is floodgate_config_info's label for the SHA-256 of the
+	// snapshot, and what the metric's help says it digests.
+	DigestLabel() (label, help string)
+}
+
+// Reporter is a door that says what an applied reload changed (the rate
+// limit door: the domains it removed), after every door took it.
+type Reporter interface {
+	Door
+	Reported(c *Config)
+}
+
+// Run runs every Runner of doors until ctx ends, then waits until each
+// can let serve listen; false when ctx ended first. stop ends their work
+// and returns once it has.
+func Run(ctx context.Context, doors []Door) (ok bool, stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var runners []Runner
+	for _, d := range doors {
+		if r, ok := d.(Runner); ok {
+			runners = append(runners, r)
+			wg.Add(1)
+			go func() { defer wg.Done(); r.Run(rctx) }()
+		}
+	}
+	stop = func() { cancel(); wg.Wait() }
+	for _, r := range runners {
+		if !r.Wait(ctx) {
+			return false, stop
+		}
+	}
+	return true, stop
+}
+
+// Pages are every Admin door's pages, by pattern.
+func Pages(doors []Door) map[string]http.Handler {
+	pages := map[string]http.Handler{}
+	for _, d := range doors {
+		if a, ok := d.(Admin); ok {
+			for p, h := range a.Pages() {
+				pages[p] = h
+			}
+		}
+	}
+	return pages
+}
+
+// Healthy is whether every Healther of doors is healthy.
+func Healthy(doors []Door) bool {
+	for _, d := range doors {
+		if h, ok := d.(Healther); ok && !h.Healthy() {
+			return false
+		}
+	}
+	return true
+}
+
+// Fields are every Fielder's log fields under c, in the order of doors.
+func Fields(doors []Door, c *Config) []zap.Field {
+	var fs []zap.Field
+	for _, d := range doors {
+		if f, ok := d.(Fielder); ok {
+			fs = append(fs, f.Fields(c)...)
+		}
+	}
+	return fs
+}
+
+// Watched are the doors of doors that read files beside the configuration.
+func Watched(doors []Door) []Files {
+	var ws []Files
+	for _, d := range doors {
+		if f, ok := d.(Files); ok {
+			ws = append(ws, f)
+		}
+	}
+	return ws
+}
+
+// Reported tells every Reporter of doors that c was applied.
+func Reported(doors []Door, c *Config) {
+	for _, d := range doors {
+		if r, ok := d.(Reporter); ok {
+			r.Reported(c)
+		}
+	}
 }
 
 // Find returns the door named name among doors, nil when there is none.

@@ -65,15 +65,6 @@ func HTTPRequest(c *Config) extauthz.HTTPRequestOptions {
 		GRPCStatusAlways: h.GRPCStatusOnDeny == "always"}
 }
 
-// HTTPServer is the HTTP door's server among doors (nil without one, or
-// when it is off), for a caller that drives it directly.
-func HTTPServer(doors []Door) *extauthz.HTTPServer {
-	if d, ok := Find(doors, HTTPName).(*httpDoor); ok {
-		return d.h
-	}
-	return nil
-}
-
 func (d *httpDoor) Name() string { return HTTPName }
 
 // Register registers nothing: the door has no gRPC service.

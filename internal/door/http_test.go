@@ -55,7 +55,7 @@ func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
 	if got := Describe(c); !slices.Contains(got, "HTTP authorization on 127.0.0.1:0") {
 		t.Errorf("Describe: %q", got)
 	}
-	if HTTPServer(doors).Engine().Policies[0] != CheckServer(doors).Engine().Policies[0] {
+	if httpServer(doors).Engine().Policies[0] != checkServer(doors).Engine().Policies[0] {
 		t.Error("the HTTP door's policies are not Check's")
 	}
 	ask := func(xff string) int {
@@ -69,7 +69,7 @@ func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
 	if ask("198.51.100.1, 10.0.0.5") != 200 || ask("198.51.100.2, 10.0.0.5") != 200 || ask("198.51.100.1, 10.0.0.5") != 429 {
 		t.Error("the door did not read the client one hop from the right")
 	}
-	resp, _ := CheckServer(doors).Check(context.Background(), checkReq("198.51.100.2"))
+	resp, _ := checkServer(doors).Check(context.Background(), checkReq("198.51.100.2"))
 	if resp.GetStatus().GetCode() == 0 {
 		t.Error("Check of 198.51.100.2 after its HTTP request took its one token: allowed")
 	}
@@ -81,7 +81,7 @@ func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
 	for _, d := range doors {
 		d.Reload(c2)
 	}
-	if got := HTTPServer(doors).Engine(); got.Policies[0] != c2.Engine.Policies[0] {
+	if got := httpServer(doors).Engine(); got.Policies[0] != c2.Engine.Policies[0] {
 		t.Error("the reload did not reach the HTTP door")
 	}
 }
@@ -91,7 +91,7 @@ func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
 func TestWithoutListenHTTPTheDoorIsOff(t *testing.T) {
 	doors, c := buildDoors(t, goodPolicy)
 	d := Find(doors, HTTPName).(Listener)
-	if d.Listen() != "" || d.On(c) || d.Handler() != nil || HTTPServer(doors) != nil {
+	if d.Listen() != "" || d.On(c) || d.Handler() != nil || httpServer(doors) != nil {
 		t.Errorf("off: listen %q on %v handler %v", d.Listen(), d.On(c), d.Handler())
 	}
 	for _, s := range Describe(c) {

@@ -2,9 +2,14 @@ package door
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
@@ -16,19 +21,8 @@ policies:
     refill_per_second: 2
 `
 
-// parseResolved is what serve loads from a file's content: parsed and
-// compiled, every problem at once, then resolved and compiled again with
-// the secret.
-func parseResolved(file, data string) (*Config, error) {
-	c, err := Parse(file, []byte(data))
-	if err != nil {
-		return nil, err
-	}
-	if err := c.Config.Resolve(); err != nil {
-		return nil, err
-	}
-	return Compile(c.Config)
-}
+// parseResolved is what serve loads from a file's content.
+func parseResolved(file, data string) (*Config, error) { return LoadBytes(file, []byte(data)) }
 
 // TestBrokenConfigsNameFileAndLine is the table of mistakes a user can make;
 // each must be reported at its line with a message that says what to fix.
@@ -153,5 +147,107 @@ func TestMessagesSayWhatIsWrong(t *testing.T) {
 				t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
+	}
+}
+
+// TestLoadOfflineReplacesASecretThisMachineLacks: a configuration whose
+// hash secret lives on the production machines loads offline (replay) with
+// a random secret, said once in SecretReplaced; Load stays strict; a
+// mistake in the file itself (both file and env) is still refused.
+func TestLoadOfflineReplacesASecretThisMachineLacks(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, identity string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(identity+"\nlisten: {tls: {cert_file: /nonexistent/cert.pem, key_file: /nonexistent/key.pem}}\n"+goodPolicy), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if _, ok := os.LookupEnv("FG_TEST_OFFLINE_UNSET"); ok {
+		t.Fatal("FG_TEST_OFFLINE_UNSET is set in this environment")
+	}
+	missing := filepath.Join(dir, "no-such-secret")
+	for _, tc := range []struct{ name, identity, setting string }{
+		{"file", "identity: {hash_secret_file: " + missing + "}", "identity.hash_secret_file"},
+		{"env", "identity: {hash_secret_env: FG_TEST_OFFLINE_UNSET}", "identity.hash_secret_env"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := write(tc.name+".yaml", tc.identity)
+			if _, err := Load(p); err == nil || !strings.Contains(err.Error(), tc.setting) || !strings.Contains(err.Error(), "listen.tls") {
+				t.Errorf("Load must stay strict about the secret and the TLS files: %v", err)
+			}
+			c, err := LoadOffline(p)
+			if err != nil {
+				t.Fatalf("LoadOffline: %v", err)
+			}
+			if !strings.HasPrefix(c.SecretReplaced, tc.setting+": ") {
+				t.Errorf("SecretReplaced = %q, want it to name %s and why", c.SecretReplaced, tc.setting)
+			}
+			s1 := c.HashSecret()
+			c2, err := LoadOffline(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s1) < 16 || string(s1) == string(c2.HashSecret()) {
+				t.Errorf("the replacement secret should be random per load: %x, %x", s1, c2.HashSecret())
+			}
+		})
+	}
+	t.Run("readable secret is used", func(t *testing.T) {
+		t.Setenv("FG_TEST_OFFLINE_SET", "0123456789abcdef-offline")
+		c, err := LoadOffline(write("set.yaml", "identity: {hash_secret_env: FG_TEST_OFFLINE_SET}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.SecretReplaced != "" || string(c.HashSecret()) != "0123456789abcdef-offline" {
+			t.Errorf("SecretReplaced %q, secret %q: want the configuration's own", c.SecretReplaced, c.HashSecret())
+		}
+	})
+	t.Run("both file and env is the file's mistake", func(t *testing.T) {
+		_, err := LoadOffline(write("both.yaml", "identity: {hash_secret_file: "+missing+", hash_secret_env: FG_TEST_OFFLINE_UNSET}"))
+		if err == nil || !strings.Contains(err.Error(), "give one") {
+			t.Errorf("LoadOffline: %v, want the both-set problem", err)
+		}
+	})
+}
+
+// TestReadingAConfigIsBounded: /dev/zero, a FIFO nobody writes and a file
+// over 1 MiB are refused at once, without reading them to the end.
+func TestReadingAConfigIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte("# "+strings.Repeat("x", config.MaxFileBytes)+"\n"+goodPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"/dev/zero", "/dev/zero: not a regular file"},
+		{fifo, fifo + ": not a regular file"},
+		{dir, dir + ": not a regular file"},
+		{big, big + ": larger than 1048576 bytes"},
+		{filepath.Join(dir, "missing.yaml"), "missing.yaml: no such file"},
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := Load(tc.path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Load(%s) = %v, want an error containing %q", tc.path, err, tc.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Load(%s) still reading after 10s", tc.path) // the FIFO's open blocked
+		}
+	}
+	at := filepath.Join(dir, "at-limit.yaml")
+	content := goodPolicy + "# "
+	content += strings.Repeat("x", config.MaxFileBytes-len(content)-1) + "\n"
+	if err := os.WriteFile(at, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(at); err != nil {
+		t.Errorf("a file of exactly %d bytes: %v", config.MaxFileBytes, err)
 	}
 }

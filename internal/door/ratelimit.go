@@ -5,17 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/xdsfeed"
 	"github.com/floodgate/floodgate/limiter/decide"
 )
 
@@ -41,8 +46,17 @@ var rateLimitKind = kind{
 type rateLimitDoor struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	s    *rls.Service
-	feed Feed // nil: the limits are read from files
-	log  *zap.Logger
+	feed limitFeed     // nil: the limits are read from files
+	xds  *xdsfeed.Feed // the feed the door built and runs (rls.xds), nil without
+	// waitFirst is rls.xds.wait_for_first_push, and xdsServer rls.xds.server,
+	// as the process started.
+	waitFirst bool
+	xdsServer string
+	log, root *zap.Logger // root: the process's, unnamed
+	// domains are the domains of the last configuration applied, and
+	// removed counts those a reload removed.
+	domains []string
+	removed prometheus.Counter
 	// errorFirst: before a feed's first push, answer with an RPC error
 	// (rls.on_failure: error) rather than by the store's failure mode.
 	errorFirst bool
@@ -57,19 +71,36 @@ type rateLimitDoor struct {
 }
 
 func newRateLimitDoor(c *Config, env Env) Door {
-	d := &rateLimitDoor{feed: env.Feed, log: env.Log.Named("rls"), errorFirst: c.OnFailure(true) == decide.Error}
+	d := &rateLimitDoor{feed: env.feed, log: env.Log.Named("rls"), root: env.Log, errorFirst: c.OnFailure(true) == decide.Error}
+	if d.feed == nil && c.RLS.XDS != nil {
+		d.xds = xdsfeed.New(c.RLS.XDS, env.Log, env.Registerer)
+		d.feed, d.waitFirst, d.xdsServer = d.xds, c.RLS.XDS.WaitForFirstPush, c.RLS.XDS.Server
+	}
 	d.s = rls.NewService(rls.Empty(), rls.ServiceOptions{
 		Hash: c.Engine.HashIdentity, Store: env.Store.Main, ShadowStore: env.Store.Shadow, OnFailure: c.OnFailure(true),
 		FailureRetryAfter: c.Store.FailureRetryAfter.Duration,
 		Response:          rls.ResponseOptions{Headers: c.RLS.Headers}, Logger: d.log, Registerer: env.Registerer,
 		Recorder: env.Recorder,
 	})
+	d.removed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floodgate_rls_domains_removed_total",
+		Help: "Rate limit domains a reload removed: their descriptors meet no limit from then on.",
+	})
+	if env.Registerer != nil {
+		env.Registerer.MustRegister(d.removed)
+	}
 	d.Reload(c)
+	d.domains = limits(c).Domains()
 	if d.feed != nil {
 		d.feed.OnPush(func(p Pushed) {
 			d.mu.Lock()
-			defer d.mu.Unlock()
 			d.apply(p)
+			d.mu.Unlock()
+			// A push can turn the door's health on (its first) or off (no
+			// domain, with rls.unhealthy_without_limits).
+			if env.HealthChanged != nil {
+				env.HealthChanged(d)
+			}
 		})
 	}
 	return d
@@ -161,19 +192,81 @@ func (d *rateLimitDoor) Unread() map[string]func(context.Context) (any, error) {
 	}
 }
 
-// RateLimitHealthy reports whether the rate limit door of doors has what
-// rls.unhealthy_without_limits asks for (a domain to serve); true without
-// that setting, or without the door.
-func RateLimitHealthy(doors []Door) bool {
-	d, ok := Find(doors, RateLimitName).(*rateLimitDoor)
-	return !ok || !d.needDomain.Load() || (d.ready.Load() && len(d.s.Config().Domains()) > 0)
+// Healthy is whether the door has what rls.unhealthy_without_limits asks
+// for (a domain to serve), as envoyproxy/ratelimit's
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; true without that setting.
+func (d *rateLimitDoor) Healthy() bool {
+	return !d.needDomain.Load() || (d.ready.Load() && len(d.s.Config().Domains()) > 0)
 }
 
-// RateLimitDomains are the domains the rate limit door of doors serves now
-// (none without the door, or before a feed's first push).
-func RateLimitDomains(doors []Door) []string {
-	if d, ok := Find(doors, RateLimitName).(*rateLimitDoor); ok && d.ready.Load() {
-		return d.s.Config().Domains()
+// Run runs the feed the door built (rls.xds), if any.
+func (d *rateLimitDoor) Run(ctx context.Context) {
+	if d.xds != nil {
+		d.xds.Run(ctx)
 	}
-	return nil
+}
+
+// Wait holds serve's listeners until the feed's first push with
+// rls.xds.wait_for_first_push, as envoyproxy/ratelimit does without
+// FORCE_START_WITHOUT_INITIAL_CONFIG: no port before the limits.
+func (d *rateLimitDoor) Wait(ctx context.Context) bool {
+	if !d.waitFirst {
+		return true
+	}
+	d.root.Info("waiting for the first push of rate limits", zap.String("xds", d.xdsServer))
+	select {
+	case <-d.xds.First():
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Pages is /debug/xds, the feed's state, when the door built one.
+func (d *rateLimitDoor) Pages() map[string]http.Handler {
+	if d.xds == nil {
+		return nil
+	}
+	return map[string]http.Handler{"/debug/xds": http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		d.xds.WriteStatus(w)
+	})}
+}
+
+// Fields name the domains c's files hold.
+func (d *rateLimitDoor) Fields(c *Config) []zap.Field {
+	return []zap.Field{zap.Strings("rls_domains", limits(c).Domains())}
+}
+
+// Files is rls.config.
+func (d *rateLimitDoor) Files(c *config.Config) string { return c.RLS.Config }
+
+// Snapshot is the rate limit files' content (rls.Snapshot).
+func (d *rateLimitDoor) Snapshot(files string) []byte { return rls.Snapshot(files) }
+
+func (d *rateLimitDoor) DigestLabel() (label, help string) {
+	return "rls_sha256", "the rate limit files rls.config names, as read (rls_sha256, empty without them)"
+}
+
+// Reported counts and says the domains a reload to c removed: their
+// descriptors meet no limit from then on.
+func (d *rateLimitDoor) Reported(c *Config) {
+	domains := limits(c).Domains()
+	if gone := removedFrom(d.domains, domains); len(gone) > 0 {
+		d.removed.Add(float64(len(gone)))
+		d.root.Warn("rate limit domains removed: their descriptors meet no limit now", zap.Strings("removed", gone), zap.Strings("rls_domains", domains))
+	}
+	d.domains = domains
+}
+
+// removedFrom lists the domains of before (sorted) that after (sorted)
+// lacks.
+func removedFrom(before, after []string) []string {
+	var gone []string
+	for _, d := range before {
+		if _, found := slices.BinarySearch(after, d); !found {
+			gone = append(gone, d)
+		}
+	}
+	return gone
 }

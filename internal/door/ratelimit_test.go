@@ -67,7 +67,7 @@ func fedDoor(t *testing.T, rls string) (Door, *Config, *pushes, *observer.Observ
 	t.Cleanup(st.Close)
 	core, logs := observer.New(zap.InfoLevel)
 	feed := &pushes{}
-	d := Find(Build(cfg, Env{Store: st, Log: zap.New(core), Feed: feed}), RateLimitName)
+	d := Find(Build(cfg, Env{Store: st, Log: zap.New(core), feed: feed}), RateLimitName)
 	return d, cfg, feed, logs
 }
 
@@ -171,24 +171,24 @@ func TestShadowModeAnswersOKAndKeepsTheStatuses(t *testing.T) {
 }
 
 // TestUnhealthyWithoutLimits: with rls.unhealthy_without_limits the door is
-// off, and RateLimitHealthy false, until the limits name a domain; an empty
+// off, and Healthy false, until the limits name a domain; an empty
 // push turns it off again.
 func TestUnhealthyWithoutLimits(t *testing.T) {
 	d, cfg, feed, _ := fedDoor(t, "  xds: {server: \"cp:18001\", node_id: n}\n  unhealthy_without_limits: true\n")
 	doors := []Door{d}
-	if d.On(cfg) || RateLimitHealthy(doors) {
+	if d.On(cfg) || Healthy(doors) {
 		t.Error("healthy before any push")
 	}
 	feed.push(edge3)
-	if !d.On(cfg) || !RateLimitHealthy(doors) || strings.Join(RateLimitDomains(doors), ",") != "edge" {
-		t.Errorf("a push with domain edge: on %v, healthy %v, domains %v", d.On(cfg), RateLimitHealthy(doors), RateLimitDomains(doors))
+	if !d.On(cfg) || !Healthy(doors) || strings.Join(servedDomains(doors), ",") != "edge" {
+		t.Errorf("a push with domain edge: on %v, healthy %v, domains %v", d.On(cfg), Healthy(doors), servedDomains(doors))
 	}
 	feed.push()
-	if d.On(cfg) || RateLimitHealthy(doors) {
+	if d.On(cfg) || Healthy(doors) {
 		t.Error("healthy after a push of no domain")
 	}
 	files, fcfg, _, _ := fedDoor(t, "  xds: {server: \"cp:18001\", node_id: n}\n")
-	if files.On(fcfg) || !RateLimitHealthy([]Door{files}) {
-		t.Error("without the setting, RateLimitHealthy must not depend on the limits")
+	if files.On(fcfg) || !Healthy([]Door{files}) {
+		t.Error("without the setting, Healthy must not depend on the limits")
 	}
 }

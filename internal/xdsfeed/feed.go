@@ -6,7 +6,7 @@
 // envoyproxy/ratelimit's YAML (Render) and validated by internal/rls as a
 // file is: a push with a problem is NACKed with the problems, counted,
 // logged, and the previous limits keep serving; an accepted one is handed
-// to the door (door.Feed) and then ACKed. A broken stream or a failed
+// to the rate limit door (internal/door, which builds the feed) and then ACKed. A broken stream or a failed
 // connection is retried with envoyproxy/ratelimit's backoff.
 package xdsfeed
 
@@ -42,12 +42,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
-// Feed is one xDS subscription. It implements door.Feed.
+// Feed is one xDS subscription.
 type Feed struct {
 	x       config.XDS
 	log     *zap.Logger
@@ -55,7 +54,7 @@ type Feed struct {
 	rand    func() float64 // [0, 1), for the jitter
 
 	mu        sync.Mutex
-	fns       []func(door.Pushed)
+	fns       []func(Pushed)
 	latest    *push // the last push accepted
 	rejected  *push // the last push rejected, when after latest
 	repeats   int   // times the server sent rejected again since
@@ -72,11 +71,21 @@ type push struct {
 	at       time.Time
 	version  string
 	digest   string // of the files as rendered
-	pushed   door.Pushed
+	pushed   Pushed
 	configs  []*rlsconfv3.RateLimitConfig
 	notes    []string
 	problems []string
 	domains  []string
+}
+
+// Pushed is one set of limits a feed accepted: files in envoyproxy/ratelimit's
+// format, as rls.Parse reads them (names in order, each with its content).
+type Pushed struct {
+	Names   []string
+	Sources map[string][]byte
+	// Version names the push in logs (the feed's own count, or the
+	// server's version).
+	Version string
 }
 
 // New returns a feed for x (validated by internal/config, defaults filled
@@ -85,18 +94,20 @@ func New(x *config.XDS, log *zap.Logger, reg prometheus.Registerer) *Feed {
 	return &Feed{x: *x, log: log.Named("xds"), metrics: newMetrics(reg), rand: rand.Float64, first: make(chan struct{})}
 }
 
-// Latest implements door.Feed.
-func (f *Feed) Latest() (door.Pushed, bool) {
+// Latest returns the limits of the last push accepted; ok is false before
+// the first.
+func (f *Feed) Latest() (Pushed, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.latest == nil {
-		return door.Pushed{}, false
+		return Pushed{}, false
 	}
 	return f.latest.pushed, true
 }
 
-// OnPush implements door.Feed.
-func (f *Feed) OnPush(fn func(door.Pushed)) {
+// OnPush registers fn, called with each push the feed accepts before it
+// acknowledges it: when fn returns, the push is applied.
+func (f *Feed) OnPush(fn func(Pushed)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fns = append(f.fns, fn)
@@ -265,7 +276,7 @@ func (f *Feed) handle(ctx context.Context, ads sotw.ADSClient, resp *sotw.Respon
 
 // read turns a response into the files rls reads, and their problems.
 func read(resp *sotw.Response, seq int) *push {
-	p := &push{seq: seq, at: time.Now(), pushed: door.Pushed{Sources: map[string][]byte{}}}
+	p := &push{seq: seq, at: time.Now(), pushed: Pushed{Sources: map[string][]byte{}}}
 	sum := sha256.New()
 	for i, a := range resp.Resources {
 		c := &rlsconfv3.RateLimitConfig{}
@@ -430,5 +441,3 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	m.pushes.WithLabelValues("rejected")
 	return m
 }
-
-var _ door.Feed = (*Feed)(nil)
