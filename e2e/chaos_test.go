@@ -137,7 +137,7 @@ type hotCaller struct {
 func TestRedisClusterSlotMoves(t *testing.T) {
 	r := clusterRig(t)
 	var hot []*hotCaller
-	for _, d := range doors {
+	for _, d := range frontEnds {
 		for i := 0; i < 4; i++ {
 			h := &hotCaller{frontEnd: d, id: fmt.Sprintf("hot-%v-%d", d, i)}
 			h.key, h.slot = r.findBucket(d, h.id)

@@ -29,8 +29,10 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
-	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -272,7 +274,7 @@ func composeProblems(t *testing.T, c *compose) []string {
 	}
 
 	// The rate limit service's Floodgate serves it: rls.config names limits it finds in the container.
-	if cfg := floodgateConfigs["floodgate-rls"]; cfg != nil && cfg.Limits == nil {
+	if cfg := floodgateConfigs["floodgate-rls"]; cfg != nil && cfg.Part(ratelimit.Name) == nil { // rls.config unset: no limits read
 		bad("floodgate-rls: %s sets no rls.config: Envoy's rate limit filter would find no rate limit service", c.Services["floodgate-rls"].mount(configInImage))
 	}
 
@@ -339,7 +341,7 @@ func loadInContainer(s *composeService, src string) (*door.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := door.Parse(src, data)
+	cfg, err := doors.Parse(src, data)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +364,7 @@ func loadInContainer(s *composeService, src string) (*door.Config, error) {
 		return nil, fmt.Errorf("rls.config %s is %s in the container, which no volume mounts (volumes %v)", cfg.RLS.Config, inContainer, s.Volumes)
 	}
 	cfg.RLS.Config = host
-	if err := cfg.ReadLimits(); err != nil {
+	if err := doors.ReadFiles(cfg); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -513,7 +515,7 @@ func TestRunScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim := rcfg.Limits.Select("edge", []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "rls-key"}})
+	lim := ratelimit.Limits(rcfg).Select("edge", []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "rls-key"}})
 	if lim == nil || lim.Name != vars["RLS_LIMIT"] || strconv.FormatInt(lim.Burst, 10) != vars["RLS_BURST"] {
 		t.Errorf("RLS_LIMIT=%s RLS_BURST=%s, but an API key on /v1/ selects %+v", vars["RLS_LIMIT"], vars["RLS_BURST"], lim)
 	} else if lim.Unit.Seconds < 60 {
@@ -525,7 +527,7 @@ func TestRunScript(t *testing.T) {
 		{"SEARCH_POLICY", "SEARCH_CAPACITY", "../envoy/floodgate.yaml"},
 		{"JWT_POLICY", "JWT_CAPACITY", "../envoy/jwt/floodgate.yaml"},
 	} {
-		cfg, err := door.Load(tc.cfg)
+		cfg, err := doors.Load(tc.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

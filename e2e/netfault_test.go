@@ -78,7 +78,7 @@ func (d frontEnd) keyPattern() string {
 // each, see faultRig.askHot).
 func (d frontEnd) hotPattern() string { return [...]string{"nf:hot:*", "nf:rls/nf/nf.hot_key:*"}[d] }
 
-var doors = []frontEnd{checkDoor, rlsDoor}
+var frontEnds = []frontEnd{checkDoor, rlsDoor}
 
 // rigOptions shape a fault rig.
 type rigOptions struct {
@@ -292,7 +292,7 @@ func hasHeader(resp *authv3.CheckResponse, name string) bool {
 func (r *faultRig) healthy() time.Duration {
 	r.t.Helper()
 	start := time.Now()
-	for _, d := range doors {
+	for _, d := range frontEnds {
 		for {
 			r.seq++
 			o, _, err := r.ask(d, fmt.Sprintf("healthy-%d", r.seq))
@@ -362,7 +362,7 @@ func (r *faultRig) run(l load, during func()) map[frontEnd]*tally {
 	var wg sync.WaitGroup
 	stop := time.Now().Add(l.duration)
 	maxPerWorker := int(l.duration/l.interval) + 1 // bounded in count as well as time
-	for _, d := range doors {
+	for _, d := range frontEnds {
 		out[d] = &tally{}
 		for w := 0; w < l.workers; w++ {
 			wg.Add(1)
@@ -527,7 +527,7 @@ func runFaultCase(t *testing.T, r *faultRig, fc faultCase) []report {
 	openings := r.breakerOpenings() - before
 	r.run(load{workers: 2, interval: 20 * time.Millisecond, duration: 300 * time.Millisecond}, nil) // exact after, and counted
 	var rows []report
-	for _, d := range doors {
+	for _, d := range frontEnds {
 		ft, all := tallies[d], r.total[d]
 		paid := r.charges(d.keyPattern())
 		more := 0

@@ -48,6 +48,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -566,9 +567,9 @@ func readExample(t *testing.T, ex example) (*envoyConfig, *door.Config) {
 	if err != nil {
 		t.Fatalf("%s: %v", ex.envoy, err)
 	}
-	cfg, err := door.Load(ex.floodgate)
+	cfg, err := doors.Load(ex.floodgate)
 	if err != nil {
-		t.Fatalf("door.Load(%s): %v", ex.floodgate, err)
+		t.Fatalf("doors.Load(%s): %v", ex.floodgate, err)
 	}
 	return ec, cfg
 }
@@ -819,7 +820,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 	}
 
 	t.Run("floodgate config typo", func(t *testing.T) {
-		_, err := door.Parse("floodgate.yaml", mutate(t, fgYAML, "capacity: 5", "capacty: 5"))
+		_, err := doors.Parse("floodgate.yaml", mutate(t, fgYAML, "capacity: 5", "capacty: 5"))
 		if err == nil || !strings.Contains(err.Error(), "capacty") {
 			t.Fatalf("config.Parse accepted a typo: %v", err)
 		}
@@ -835,7 +836,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 	}
 	for _, tc := range pairs {
 		t.Run("pair/"+tc.name, func(t *testing.T) {
-			cfg, err := door.Parse("floodgate.yaml", mutate(t, fgYAML, tc.old, tc.new))
+			cfg, err := doors.Parse("floodgate.yaml", mutate(t, fgYAML, tc.old, tc.new))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -851,7 +852,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		{"health check slower than the drain", "unhealthy_threshold: 2", "unhealthy_threshold: 3", "listen.drain_delay"},
 		{"route metadata differs from context_extensions", "floodgate: { route: search }", "floodgate: { route: api }", "differs from its context_extensions"},
 	}
-	cfg, err := door.Parse("floodgate.yaml", fgYAML)
+	cfg, err := doors.Parse("floodgate.yaml", fgYAML)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -870,7 +871,7 @@ func TestBrokenCopiesAreRejected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := door.Load("jwt/floodgate.yaml")
+		cfg, err := doors.Load("jwt/floodgate.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -958,7 +959,7 @@ func TestFingerprintComesFromEnvoy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := door.Load(ex.floodgate)
+	cfg, err := doors.Load(ex.floodgate)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 const (
@@ -44,7 +45,7 @@ func newHTTPDoorConfig(c *door.Config) *httpDoorConfig {
 }
 
 func parseHTTPDoorConfig(data []byte) (*httpDoorConfig, error) {
-	c, err := door.Parse(httpFloodgate, data)
+	c, err := doors.Parse(httpFloodgate, data)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +264,7 @@ func readHTTPExample(t *testing.T) (*httpBootstrap, *httpDoorConfig, []byte, []b
 	if err != nil {
 		t.Fatalf("%s: %v", httpExample, err)
 	}
-	c, err := door.Load(httpFloodgate)
+	c, err := doors.Load(httpFloodgate)
 	if err != nil {
 		t.Fatalf("%s: %v", httpFloodgate, err)
 	}
@@ -274,7 +275,7 @@ func readHTTPExample(t *testing.T) (*httpBootstrap, *httpDoorConfig, []byte, []b
 // would and holds it to the Floodgate configuration beside it.
 func TestTheHTTPServiceExampleFitsTheDoor(t *testing.T) {
 	hb, fc, _, _ := readHTTPExample(t)
-	if fc.listenHTTP == "" || !slices.ContainsFunc(door.Describe(fc.cfg), func(s string) bool { return strings.HasPrefix(s, "HTTP authorization") }) {
+	if fc.listenHTTP == "" || !slices.ContainsFunc(doors.Describe(fc.cfg), func(s string) bool { return strings.HasPrefix(s, "HTTP authorization") }) {
 		t.Fatalf("%s does not turn the HTTP door on", httpFloodgate)
 	}
 	for _, problem := range httpProblems(hb, fc) {

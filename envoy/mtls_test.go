@@ -35,6 +35,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/storetest"
@@ -294,7 +295,7 @@ func readMTLSExample(t *testing.T, dir string) (*bootstrapv3.Bootstrap, *envoyCo
 func TestMTLSExampleIsTheEdgeWithMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	bs, ec, _, fgSrc, _ := readMTLSExample(t, dir)
-	cfg, err := door.Parse(mtlsExample.floodgate, []byte(fgSrc))
+	cfg, err := doors.Parse(mtlsExample.floodgate, []byte(fgSrc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +374,7 @@ func TestMTLSExampleIsTheEdgeWithMutualTLS(t *testing.T) {
 			if tc.name == "no client CA" {
 				src = mutate(t, src, "    allowed_sans:\n      - spiffe://floodgate.example/envoy/edge    # Envoy's client certificate's URI SAN\n", "")
 			}
-			cfg, err := door.Parse(mtlsExample.floodgate, src)
+			cfg, err := doors.Parse(mtlsExample.floodgate, src)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -464,7 +465,7 @@ func TestMTLSExampleRefusesStrangersAndDecidesAsBefore(t *testing.T) {
 
 	// Envoy's certificate: the decisions of the plaintext example, Check by Check, and the
 	// strangers above spent nothing of the victim's bucket.
-	edge, err := door.Load("floodgate.yaml")
+	edge, err := doors.Load("floodgate.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,9 @@ import (
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/door"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 const (
@@ -223,24 +224,24 @@ func TestTheRateLimitExampleFloodgateConfigMatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := door.Parse("ratelimit/floodgate.yaml", data)
+	cfg, err := doors.Parse("ratelimit/floodgate.yaml", data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// rls.config is written from the repository root, as the header says.
 	cfg.RLS.Config = filepath.Join("..", cfg.RLS.Config)
-	if err := cfg.ReadLimits(); err != nil {
+	if err := doors.ReadFiles(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(cfg.Limits.Domains(), rl.GetDomain()) {
-		t.Errorf("the filter's domain %q is not among rls.config's %v", rl.GetDomain(), cfg.Limits.Domains())
+	if !slices.Contains(ratelimit.Limits(cfg).Domains(), rl.GetDomain()) {
+		t.Errorf("the filter's domain %q is not among rls.config's %v", rl.GetDomain(), ratelimit.Limits(cfg).Domains())
 	}
 	_, port, _ := net.SplitHostPort(cfg.Listen.GRPC)
 	c := ec.clusters[rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()]
 	if got := c.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); strconv.Itoa(int(got)) != port {
 		t.Errorf("cluster port %d, listen.grpc %s", got, cfg.Listen.GRPC)
 	}
-	lim := cfg.Limits.Select(rl.GetDomain(), []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "k"}})
+	lim := ratelimit.Limits(cfg).Select(rl.GetDomain(), []rls.Entry{{Key: "generic_key", Value: "api"}, {Key: "api_key", Value: "k"}})
 	if lim == nil || lim.Burst != 20 || lim.RequestsPerUnit != 100 {
 		t.Errorf("the per-key limit: %+v, want 100 a minute with a burst of 20", lim)
 	}

@@ -27,7 +27,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/door"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 

@@ -15,8 +15,8 @@ import (
 	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/floodgate/floodgate/internal/door/ratelimit/peerenv"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
-	"github.com/floodgate/floodgate/internal/peerenv"
 	"github.com/floodgate/floodgate/internal/peertest"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/floodgate/floodgate/extauthz"
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -32,7 +32,7 @@ func istioCheck(t *testing.T) (check func(principal, source, xff string) (policy
 	if !strings.Contains(string(example), "source_principal") {
 		t.Fatalf("%s no longer keys on source_principal", istioPoliciesFile)
 	}
-	cfg, err := door.Parse(istioPoliciesFile, append([]byte("store: {backend: memory}\nclient_ip: {trusted_hops: 0}\n"), example...))
+	cfg, err := doors.Parse(istioPoliciesFile, append([]byte("store: {backend: memory}\nclient_ip: {trusted_hops: 0}\n"), example...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 // TestFloodgateReadsEveryRecipesLimits: applying a recipe's kustomization after manifests/ is all
@@ -118,10 +120,10 @@ func TestFloodgateReadsEveryRecipesLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.ReadLimits(); err != nil {
+		if err := doors.ReadFiles(c); err != nil {
 			t.Fatalf("%s: %v", dirNow, err)
 		}
-		got := c.Limits.Domains()
+		got := ratelimit.Limits(c).Domains()
 		slices.Sort(got)
 		if dirNow == mounted {
 			w := want.Domains()

@@ -40,6 +40,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
 
@@ -317,7 +318,7 @@ func floodgateConfig(data string) (*door.Config, string, error) {
 		}
 		data = strings.ReplaceAll(data, secretPath, standIn)
 	}
-	cfg, err := door.Parse("configmap.yaml:floodgate.yaml", []byte(data))
+	cfg, err := doors.Parse("configmap.yaml:floodgate.yaml", []byte(data))
 	return cfg, secretPath, err
 }
 

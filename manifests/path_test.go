@@ -23,7 +23,9 @@ import (
 	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/floodgate/floodgate/internal/door"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 // The path of a request through every shipped recipe: from the proxy a control plane configures,
@@ -227,8 +229,8 @@ func walk(t *testing.T, r recipe, src source) []string {
 
 	// What it sends selects a limit.
 	if pp.rls {
-		if !slices.Contains(fg.cfg.Limits.Domains(), pp.domain) {
-			bad("it asks for domain %q, which the limits Floodgate loads do not define (%v): nothing is limited", pp.domain, fg.cfg.Limits.Domains())
+		if !slices.Contains(ratelimit.Limits(fg.cfg).Domains(), pp.domain) {
+			bad("it asks for domain %q, which the limits Floodgate loads do not define (%v): nothing is limited", pp.domain, ratelimit.Limits(fg.cfg).Domains())
 		}
 	}
 	if len(pp.samples) == 0 {
@@ -240,7 +242,7 @@ func walk(t *testing.T, r recipe, src source) []string {
 				bad("%s: it sends no descriptor, so the request is not limited", s.what)
 			}
 			for _, d := range s.descriptors {
-				if fg.cfg.Limits.Select(pp.domain, d) == nil {
+				if ratelimit.Limits(fg.cfg).Select(pp.domain, d) == nil {
 					bad("%s: descriptor %v selects no limit in domain %q", s.what, d, pp.domain)
 				}
 			}
@@ -355,14 +357,11 @@ func kubeFloodgate(t *testing.T, objs []metav1.Object) (*floodgateSide, []string
 		}
 		cfg, _, err = floodgateConfig(strings.ReplaceAll(floodgateYAML, cfg.RLS.Config, dir))
 		if err == nil {
-			err = cfg.ReadLimits()
+			err = doors.ReadFiles(cfg)
 		}
 		if err != nil {
 			return nil, append(p, "the limits in rls.config: "+err.Error())
 		}
-	}
-	if cfg.Limits == nil {
-		cfg.Limits = rls.Empty()
 	}
 	fg.cfg = cfg
 	return fg, p
@@ -436,7 +435,7 @@ var failureRows = []string{"redis down", "floodgate down", "a timeout"}
 // expectedOutcomes are what requests get in each failure, from the proxy's failure mode and
 // Floodgate's: a call that fails (Floodgate unreachable, or slower than the timeout) is the
 // proxy's to decide; a Redis outage is Floodgate's (store.on_failure), unless the rate limit
-// service answers it with an error (rls.on_failure: error, internal/rls/service.go, Service.failed),
+// service answers it with an error (rls.on_failure: error, internal/door/ratelimit/rls/service.go, Service.failed),
 // which the proxy then decides too.
 func expectedOutcomes(pp *proxyPath, cfg *door.Config) map[string]string {
 	proxy := passUnlimited

@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
-	"github.com/floodgate/floodgate/internal/rls"
 )
 
 // Each control plane's side of the path: from its own objects, the proxy it configures, as its
@@ -603,7 +603,7 @@ func followEmissary(w *world) (*proxyPath, []string) {
 // plainFloodgate loads the Floodgate configuration beside a plain Envoy example, its rls.config
 // (written from the repository root) from src, as serve would read it.
 func plainFloodgate(w *world, file string) (*door.Config, error) {
-	cfg, err := door.Parse(file, w.src[file])
+	cfg, err := doors.Parse(file, w.src[file])
 	if err != nil {
 		return nil, err
 	}
@@ -617,12 +617,9 @@ func plainFloodgate(w *world, file string) (*door.Config, error) {
 			}
 		}
 		cfg.RLS.Config = dir
-		if err := cfg.ReadLimits(); err != nil {
+		if err := doors.ReadFiles(cfg); err != nil {
 			return nil, err
 		}
-	}
-	if cfg.Limits == nil {
-		cfg.Limits = rls.Empty()
 	}
 	return cfg, nil
 }

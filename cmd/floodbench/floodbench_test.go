@@ -24,10 +24,11 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/xdsfeed"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
-	"github.com/floodgate/floodgate/internal/rls"
-	"github.com/floodgate/floodgate/internal/xdsfeed"
 )
 
 // bins are the floodgate and floodbench binaries, built once for the tests.
@@ -238,7 +239,7 @@ func TestFloodgateConfigsParse(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.server, err)
 		}
-		c, err := door.Parse(tc.server+".yaml", []byte(y))
+		c, err := doors.Parse(tc.server+".yaml", []byte(y))
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", tc.server, err, y)
 		}
@@ -277,14 +278,14 @@ func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := door.Parse("redis-rls.yaml", []byte(y))
+	c, err := doors.Parse("redis-rls.yaml", []byte(y))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, y)
 	}
 	if c.RLS.Config != path || c.Store.Backend != "redis" || !*c.Store.Redis.Pipeline || !slices.Equal(c.Store.Redis.Addresses, one) {
 		t.Fatalf("rls.config %q, store %s %v pipeline %v; want %q on redis %v with pipelining, as (b)", c.RLS.Config, c.Store.Backend, c.Store.Redis.Addresses, *c.Store.Redis.Pipeline, path, one)
 	}
-	if err := c.ReadLimits(); err != nil {
+	if err := doors.ReadFiles(c); err != nil {
 		t.Fatal(err)
 	}
 	w := distinctRLS(50)
@@ -298,7 +299,7 @@ func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
 			for _, e := range d.GetEntries() {
 				entries = append(entries, rls.Entry{Key: e.GetKey(), Value: e.GetValue()})
 			}
-			l := c.Limits.Select(r.GetDomain(), entries)
+			l := ratelimit.Limits(c).Select(r.GetDomain(), entries)
 			if l == nil || l.RequestsPerUnit != 1_000_000 || l.Unit.Seconds != 1 || l.Unlimited {
 				t.Fatalf("%v selects %+v, want (r)'s 1000000 a second", &r, l)
 			}
@@ -313,7 +314,7 @@ func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := door.Parse("redis-xds.yaml", []byte(y)); err != nil || c.RLS.XDS == nil || c.RLS.XDS.Server != "127.0.0.1:18000" || c.RLS.XDS.NodeID != xdsNode || !c.RLS.XDS.WaitForFirstPush || c.RLS.Config != "" {
+	if c, err := doors.Parse("redis-xds.yaml", []byte(y)); err != nil || c.RLS.XDS == nil || c.RLS.XDS.Server != "127.0.0.1:18000" || c.RLS.XDS.NodeID != xdsNode || !c.RLS.XDS.WaitForFirstPush || c.RLS.Config != "" {
 		t.Errorf("(b-xds)'s instance: %v, rls %+v; want rls.xds from 127.0.0.1:18000 for node %s, waiting for the first push", err, c.RLS, xdsNode)
 	}
 	// (b)'s own instance serves no rate limit service.
@@ -321,7 +322,7 @@ func TestRLSInstanceServesTheRatelimitConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err := door.Parse("redis.yaml", []byte(y)); err != nil || c.RLS.Config != "" {
+	if c, err := doors.Parse("redis.yaml", []byte(y)); err != nil || c.RLS.Config != "" {
 		t.Errorf("(b)'s instance: rls.config %q, err %v; want none", c.RLS.Config, err)
 	}
 }

@@ -99,7 +99,7 @@ func closedAddr(t *testing.T) string { return peertest.FreeAddr(t) }
 // listens on ports of its own. Both answer the same sequences of requests
 // on the example's limits (examples/ratelimit/config) with the same codes
 // and limit_remaining within one minute: the differential test's method
-// (internal/rls), on the configuration users start from.
+// (internal/door/ratelimit/rls), on the configuration users start from.
 func TestThePeersDockerComposeRunsWithOnlyTheImageChanged(t *testing.T) {
 	mod := peertest.Module(t, peertest.Ratelimit)
 	peerBin := peertest.RatelimitBinary(t)

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
@@ -71,7 +72,7 @@ store:
   over_limit_cache: {max_entries: 1000}
 policies:%s`, srv.Addr, store, onFailure, extra, policies)
 	cfg, bs, reg := storeFrom(t, "faults.yaml", yaml)
-	doors := door.Build(cfg, door.Env{Store: bs, Log: zap.NewNop(), Registerer: reg})
+	doors := doors.Build(cfg, door.Env{Store: bs, Log: zap.NewNop(), Registerer: reg})
 	gs := grpc.NewServer()
 	for _, d := range doors {
 		d.Register(gs)
@@ -86,7 +87,7 @@ policies:%s`, srv.Addr, store, onFailure, extra, policies)
 // cleanups run last first).
 func storeFrom(t *testing.T, file, yaml string) (*door.Config, *store.Store, *prometheus.Registry) {
 	t.Helper()
-	cfg, err := door.Parse(file, []byte(yaml))
+	cfg, err := doors.Parse(file, []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/door/httpauthz"
 )
 
 const httpDoorConfig = `
@@ -125,8 +125,8 @@ func TestServeRunsTheHTTPDoorBesideCheck(t *testing.T) {
 	health := healthpb.NewHealthClient(p.Conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if h, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: door.HTTPHealthService}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Errorf("health of %s: %v %v", door.HTTPHealthService, h, err)
+	if h, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: httpauthz.HealthService}); err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health of %s: %v %v", httpauthz.HealthService, h, err)
 	}
 
 	// A reload moves the prefix.

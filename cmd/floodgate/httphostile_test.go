@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/inflight"
 )
 
@@ -29,7 +30,7 @@ policies:
   - {name: per-key, key: ["header:x-api-key", client_ip], capacity: 1, refill_per_second: 1/60}
 `)
 	s := &server{cfg: cfg, log: zap.NewNop(), errc: make(chan error, 1)}
-	s.doors = door.Build(cfg, door.Env{Store: st, Log: s.log, Registerer: reg})
+	s.doors = doors.Build(cfg, door.Env{Store: st, Log: s.log, Registerer: reg})
 	if err := s.listenHTTP(inflight.NewBudget(8 << 20)); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/store"
 )
 
@@ -204,7 +204,7 @@ store: {backend: memory, memory: {max_buckets: 1024}}
 policies:
   - {name: api, key: [client_ip], capacity: 5, refill_per_second: 1}
 `
-	parsed, err := door.Parse("floodgate.yaml", []byte(cfg))
+	parsed, err := doors.Parse("floodgate.yaml", []byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

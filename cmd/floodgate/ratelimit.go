@@ -10,10 +10,13 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/floodgate/floodgate/limiter/fielderr"
+
 	"go.uber.org/zap"
 
-	"github.com/floodgate/floodgate/internal/door"
-	"github.com/floodgate/floodgate/internal/peerenv"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/peerenv"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/store"
 )
 
@@ -61,7 +64,7 @@ func runRatelimit(ctx context.Context, args []string, lookup func(string) (strin
 	for k, v := range res.Env {
 		os.Setenv(k, v)
 	}
-	cfg, err := door.LoadBytes(peerenv.Source, res.YAML)
+	cfg, err := doors.LoadBytes(peerenv.Source, res.YAML)
 	if err != nil {
 		fmt.Fprintf(stderr, "ratelimit: %v\n", explainEnv(res, err))
 		return 1
@@ -73,7 +76,7 @@ func runRatelimit(ctx context.Context, args []string, lookup func(string) (strin
 	}
 	defer log.Sync()
 	for _, w := range res.Warnings {
-		log.Warn("envoyproxy/ratelimit's "+plural(len(w.Vars), "variable", "variables")+" "+strings.Join(w.Vars, ", ")+": "+w.Msg,
+		log.Warn("envoyproxy/ratelimit's "+fielderr.Plural(len(w.Vars), "variable", "variables")+" "+strings.Join(w.Vars, ", ")+": "+w.Msg,
 			zap.Strings("variables", w.Vars))
 	}
 	gc := planGC(cfg.Runtime, store.MemoryBytes(cfg.Config), os.LookupEnv, cgroupMemoryLimit)
@@ -96,7 +99,7 @@ func runRatelimit(ctx context.Context, args []string, lookup func(string) (strin
 // problems (each at its own file and line) under RUNTIME_ROOT and the
 // variables beside it, the others as res.Explain names them.
 func explainEnv(res *peerenv.Result, err error) error {
-	var le *door.LimitsError
+	var le *ratelimit.LimitsError
 	if !errors.As(err, &le) {
 		return res.Explain(err)
 	}
@@ -105,12 +108,4 @@ func explainEnv(res *peerenv.Result, err error) error {
 		return peerenv.Refused{{Vars: vars, Msg: le.Detail()}}
 	}
 	return peerenv.Refused{{Vars: vars, Msg: "the rate limit configuration they name, " + le.Path + ", cannot be read: " + le.Err.Error()}}
-}
-
-// plural is one or many, as n says.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

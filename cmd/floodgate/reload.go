@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 // reloader swaps in the policies of a changed configuration file, on SIGHUP
@@ -152,7 +153,7 @@ func (r *reloader) reload(force bool) {
 	r.reloads.Inc()
 	door.Reported(r.doors, cfg)
 	fields := []zap.Field{zap.String("config", r.src.name), zap.Int("policies", len(cfg.Policies)), zap.String("sha256", cfg.Digest),
-		zap.Strings("doors", door.Describe(cfg))}
+		zap.Strings("doors", doors.Describe(cfg))}
 	fields = append(fields, door.Fields(r.doors, cfg)...)
 	for _, w := range r.files {
 		label, _ := w.door.DigestLabel()
@@ -175,7 +176,7 @@ func (r *reloader) reload(force bool) {
 // started with), reading the doors' files it names. changed and
 // secretErr are ResolveReload's.
 func (r *reloader) compile(data []byte) (cfg *door.Config, changed []string, secretErr error, err error) {
-	return door.LoadReload(r.src.name, data, r.started, func(c *config.Config) {
+	return doors.LoadReload(r.src.name, data, r.started, func(c *config.Config) {
 		for i, w := range r.files {
 			if names := w.door.Files(c); names != w.names {
 				r.files[i] = watched{door: w.door, names: names, data: w.door.Snapshot(names)}

@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/replay"
 )
 
@@ -47,7 +47,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// Replay serves nothing and its buckets live for this run: a hash
 	// secret the production machines have and this one lacks is no reason
 	// to refuse the configuration (door.LoadOffline).
-	cfg, err := door.LoadOffline(j.ConfigPath)
+	cfg, err := doors.LoadOffline(j.ConfigPath)
 	if err != nil {
 		printProblems(stderr, err)
 		return 1

@@ -25,6 +25,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/internal/store"
@@ -72,9 +73,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func loadConfig(path string) (*door.Config, error) {
 	if path == "" {
-		return door.Default(), nil
+		return doors.Default(), nil
 	}
-	return door.Load(path)
+	return doors.Load(path)
 }
 
 func newLogger(l config.Log, out io.Writer) (*zap.Logger, error) {
@@ -179,7 +180,7 @@ func newServer(ctx context.Context, cfg *door.Config, src source, log *zap.Logge
 		// A door's own part of the configuration (a feed's) is read at
 		// start only: its health follows cfg's.
 		HealthChanged: func(d door.Door) { setDoorHealth(s.hs, []door.Door{d}, cfg) }}
-	s.doors = door.Build(cfg, env)
+	s.doors = doors.Build(cfg, env)
 	return s, nil
 }
 
@@ -303,7 +304,7 @@ func (s *server) start() {
 	fields := []zap.Field{zap.String("grpc", s.grpcLis.Addr().String()), zap.String("http", s.httpAddr()), zap.String("admin", s.adminAddr),
 		zap.String("config", cfg.Source), zap.String("store", cfg.Store.Backend), zap.Int("policies", len(cfg.Policies))}
 	fields = append(fields, door.Fields(s.doors, cfg)...)
-	s.log.Info("serving", append(fields, zap.Strings("doors", door.Describe(cfg)),
+	s.log.Info("serving", append(fields, zap.Strings("doors", doors.Describe(cfg)),
 		zap.String("decoder", cfg.Listen.Decoder), zap.String("version", version))...)
 }
 

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 // stackRecorder answers Check with nothing and keeps the stack of the
@@ -30,7 +30,7 @@ func (s stackRecorder) Check(context.Context, *authv3.CheckRequest) (*authv3.Che
 // stream workers, goroutines kept from one call to the next (whose stacks
 // stay grown), not on a goroutine started per call.
 func TestCallsRunOnStreamWorkers(t *testing.T) {
-	opts, err := grpcServerOptions(door.Default(), zap.NewNop())
+	opts, err := grpcServerOptions(doors.Default(), zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

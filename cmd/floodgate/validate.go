@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
@@ -31,9 +32,9 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "floodgate validate: --connect reads the Redis secrets and dials; --offline reads nothing beside the file: give one")
 		return 2
 	}
-	load, note := door.Load, ""
+	load, note := doors.Load, ""
 	if *offline {
-		load, note = door.LoadUnresolved, "; --offline: no secret or TLS file read"
+		load, note = doors.LoadUnresolved, "; --offline: no secret or TLS file read"
 	}
 	c, err := load(*path)
 	if err != nil {
@@ -57,7 +58,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 // and the store: "3 policies, rate limit domains edge internal, store
 // redis".
 func validateSummary(c *door.Config) string {
-	return strings.Join(append(door.Describe(c), "store "+c.Store.Backend), ", ")
+	return strings.Join(append(doors.Describe(c), "store "+c.Store.Backend), ", ")
 }
 
 // printProblems prints a configuration error: one FILE:LINE: line per

@@ -9,7 +9,7 @@
 //
 // What a section configures is compiled by the code that owns it: each
 // front end's part by internal/door (the policies by extauthz, the rate
-// limit files by internal/rls), the store by internal/store. Problems they
+// limit files by internal/door/ratelimit/rls), the store by internal/store. Problems they
 // find are put at their lines here (Config.Problem).
 package config
 

@@ -9,7 +9,7 @@ import (
 // RLS serves Envoy's rate limit service API
 // (envoy.service.ratelimit.v3.RateLimitService) on listen.grpc beside
 // Check, from limits written in envoyproxy/ratelimit's own format
-// (docs/ratelimit.md), which internal/rls reads: from files (Config) or
+// (docs/ratelimit.md), which internal/door/ratelimit/rls reads: from files (Config) or
 // pushed by an xDS server (XDS), the way envoyproxy/ratelimit takes them
 // from Envoy Gateway.
 type RLS struct {

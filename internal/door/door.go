@@ -1,5 +1,5 @@
-// Package door is what each front end of Floodgate is to the process that
-// serves it. A front end — Envoy's ext_authz Check, Envoy's rate limit
+// Package door is the contract between Floodgate's process and each of
+// its front ends. A front end — Envoy's ext_authz Check, Envoy's rate limit
 // service — is a Door: it registers its API, says whether a configuration
 // turns it on and what it serves, answers a request the server could not
 // read in time by its own failure mode, and takes a reloaded
@@ -12,7 +12,7 @@
 //
 // Config is the configuration with each front end's part compiled by the
 // code that owns it: the policies by extauthz, the rate limit files by
-// internal/rls.
+// internal/door/ratelimit/rls.
 package door
 
 import (
@@ -28,6 +28,7 @@ import (
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // Door is one front end.
@@ -85,10 +86,6 @@ type Env struct {
 	// changed other than by a reload (a feed's push), so its health follows.
 	HealthChanged func(Door)
 
-	// feed, set by a test, feeds the rate limit door instead of the feed
-	// it builds from rls.xds.
-	feed limitFeed
-
 	// policies is the ext_authz server the doors deciding the policies
 	// share (Check and the HTTP door), built once per Build.
 	policies *policyServer
@@ -101,9 +98,10 @@ type policyServer struct {
 	s    *extauthz.Server
 }
 
-// policyServer is env's ext_authz server, built on c the first time a door
-// asks for it.
-func (env Env) policyServer(c *Config) *extauthz.Server {
+// PolicyServer is env's ext_authz server, built on c the first time a
+// door asks for it: the doors deciding the policies (Check and the HTTP
+// door) share it, and count, log and report through it alike.
+func (env Env) PolicyServer(c *Config) *extauthz.Server {
 	p := env.policies
 	if p == nil {
 		p = &policyServer{}
@@ -117,39 +115,27 @@ func (env Env) policyServer(c *Config) *extauthz.Server {
 	return p.s
 }
 
-// kind is a door before it is built: its name, whether a configuration
-// turns it on, what it serves from one, and how to build it.
-type kind struct {
-	name    string
-	on      func(c *Config) bool
-	summary func(c *Config) string
-	build   func(c *Config, env Env) Door
-}
-
-// kinds are every front end, in the order they are built and described.
-var kinds = []kind{checkKind, rateLimitKind, httpKind}
-
-// Build returns every door, each on c's part of the configuration and env,
-// in the order they are listed and logged.
-func Build(c *Config, env Env) []Door {
+// ForBuild is env for one Build of the doors: the doors it builds share
+// one PolicyServer.
+func (env Env) ForBuild() Env {
 	env.policies = &policyServer{}
-	doors := make([]Door, len(kinds))
-	for i, k := range kinds {
-		doors[i] = k.build(c, env)
-	}
-	return doors
+	return env
 }
 
-// Describe says which front ends c turns on by what each serves, for the
-// logs and floodgate validate: "3 policies", "rate limit domain edge".
-func Describe(c *Config) []string {
-	var out []string
-	for _, k := range kinds {
-		if k.on(c) {
-			out = append(out, k.summary(c))
-		}
-	}
-	return out
+// Kind is a door before it is built, as a door's package declares it and
+// the list of doors (internal/doors) names it: its name, whether a
+// configuration turns it on, what it serves from one, its compile and
+// read steps, and how to build it.
+type Kind struct {
+	Name    string
+	On      func(c *Config) bool
+	Summary func(c *Config) string
+	// Compile checks and compiles the door's part of c, reading no file:
+	// problems at their lines of c's file (nil: nothing to compile).
+	Compile func(c *Config) fielderr.List
+	// Read reads the files the door's part of c names (nil: none).
+	Read  func(c *Config) error
+	Build func(c *Config, env Env) Door
 }
 
 // Runner is a door with work of its own while the process runs (the rate

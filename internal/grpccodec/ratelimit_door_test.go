@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )

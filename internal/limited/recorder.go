@@ -9,7 +9,7 @@
 // (space-saving top-k, sketch.go) merged when read; Snapshot is that merge,
 // and Handler serves it on the admin port as JSON or a small HTML page.
 //
-// The rate limit service (internal/rls) reports the same way: a Tally per
+// The rate limit service (internal/door/ratelimit/rls) reports the same way: a Tally per
 // configured limit (rls:DOMAIN/LIMIT), a descriptor's bucket identity as
 // the id, and a Namer that shows an address as itself and anything else a
 // client sends only hashed.

@@ -16,7 +16,7 @@ import (
 
 // RatelimitBinary builds envoyproxy/ratelimit's server (service_cmd) at
 // the Ratelimit version with go install through the Go module proxy, into
-// the directory internal/rls's differential test uses, so that one build
+// the directory internal/door/ratelimit/rls's differential test uses, so that one build
 // serves both (FLOODGATE_RATELIMIT_BIN names a binary instead).
 func RatelimitBinary(t testing.TB) string {
 	t.Helper()

@@ -139,7 +139,7 @@ func Module(t testing.TB, module string) string {
 }
 
 // Ratelimit is the envoyproxy/ratelimit module whose files the tests read
-// and whose server they build: the version internal/rls's differential
+// and whose server they build: the version internal/door/ratelimit/rls's differential
 // test runs.
 const Ratelimit = "github.com/envoyproxy/ratelimit@v1.4.1-0.20260122083618-3fb702589d36"
 

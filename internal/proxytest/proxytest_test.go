@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
 
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { os.Exit(floodgatetest.Main(m)) }
 func TestTheDoorsConfigurationIsOneFloodgateServes(t *testing.T) {
 	cfg := DoorConfig{PathPrefix: "/authz", OriginalURIHeader: "X-Original-URI", OriginalMethodHeader: "X-Original-Method", TrustedHops: 1, OnFailure: "deny",
 		Policies: []Policy{apiPolicy, loginPolicy}}
-	c, err := door.Parse("proxytest.yaml", []byte(cfg.YAML("127.0.0.1:6379")))
+	c, err := doors.Parse("proxytest.yaml", []byte(cfg.YAML("127.0.0.1:6379")))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, cfg.YAML("127.0.0.1:6379"))
 	}

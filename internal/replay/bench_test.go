@@ -15,8 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/door"
-
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 )
 
@@ -92,7 +91,7 @@ func writeBenchLog(w io.Writer, n, callers int, seed uint64) error {
 // BenchmarkReplay decides a generated log in process: lines per second of
 // the whole pipeline (read, parse and plan on every core, decide in order).
 func BenchmarkReplay(b *testing.B) {
-	cfg, err := door.Parse("bench.yaml", []byte(benchConfig))
+	cfg, err := doors.Parse("bench.yaml", []byte(benchConfig))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/door/httpauthz"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
 // Job is one `floodgate replay` as its flags ask for it: which log, which
@@ -128,7 +130,7 @@ func (j *Job) Replay(ctx context.Context, cfg *door.Config, stdin io.Reader, std
 	}
 	opts := door.EngineOptions(cfg.Config)
 	if j.Door == "http" {
-		opts = door.HTTPEngineOptions(cfg.Config)
+		opts = httpauthz.EngineOptions(cfg.Config)
 	}
 	engines, err := j.engines(cfg.Policies, opts)
 	if err != nil {
@@ -162,7 +164,7 @@ func (j *Job) Replay(ctx context.Context, cfg *door.Config, stdin io.Reader, std
 		}
 		if i == 0 {
 			if res.Skipped > 0 {
-				fmt.Fprintf(stderr, "floodgate replay: %d %s skipped (malformed or blank)\n", res.Skipped, plural(res.Skipped, "line", "lines"))
+				fmt.Fprintf(stderr, "floodgate replay: %d %s skipped (malformed or blank)\n", res.Skipped, fielderr.Plural(res.Skipped, "line", "lines"))
 			}
 			// The runs read the same lines: one refusal says it for all.
 			if err := res.Undecided(); err != nil {
@@ -219,11 +221,4 @@ func OpenLog(path string, stdin io.Reader) (io.Reader, func(), error) {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return z, func() { z.Close(); f.Close() }, nil
-}
-
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 // TestLinesBecomeTheRequestsEnvoyChecked replays two requests of one
@@ -53,7 +53,7 @@ func TestLinesBecomeTheRequestsEnvoyChecked(t *testing.T) {
 			if tc.match != "" {
 				match = "{" + tc.match + "}"
 			}
-			cfg, err := door.Parse("t.yaml", []byte(`
+			cfg, err := doors.Parse("t.yaml", []byte(`
 client_ip: {trusted_hops: 1}
 policies:
   - name: p
@@ -96,7 +96,7 @@ policies:
 // counted and named on standard error, the first few only, and that a line
 // past the length limit is one of them.
 func TestMalformedLinesAreCountedAndNamed(t *testing.T) {
-	cfg, err := door.Parse("t.yaml", []byte("policies: [{name: p, key: [client_ip], capacity: 5, refill_per_second: 1}]\n"))
+	cfg, err := doors.Parse("t.yaml", []byte("policies: [{name: p, key: [client_ip], capacity: 5, refill_per_second: 1}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestMalformedLinesAreCountedAndNamed(t *testing.T) {
 // configuration's store.memory.max_buckets, filled in by config when the
 // file leaves it out); below 1 it is refused, not replaced by a default.
 func TestRunRefusesNoBucketCap(t *testing.T) {
-	cfg, err := door.Parse("t.yaml", []byte("policies: [{name: p, key: [client_ip], capacity: 5, refill_per_second: 1}]\n"))
+	cfg, err := doors.Parse("t.yaml", []byte("policies: [{name: p, key: [client_ip], capacity: 5, refill_per_second: 1}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

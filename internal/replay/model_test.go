@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 // modelConfig exercises every rule the reference model checks: two enforced
@@ -594,7 +594,7 @@ func TestOneFarFutureLineDoesNotMoveTheWindow(t *testing.T) {
 // model's: the counts, every line's decision, each policy's report.
 func replayAgainstTheModel(t *testing.T, lines []mline, window time.Duration, workers int) (*Result, *model) {
 	t.Helper()
-	cfg, err := door.Parse("model.yaml", []byte(modelConfig))
+	cfg, err := doors.Parse("model.yaml", []byte(modelConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +691,7 @@ func TestALogMostlyOutOfOrderIsRefused(t *testing.T) {
 // not decide because of the bound is counted; a bound above the log's
 // callers changes nothing.
 func TestMaxCallersBoundsTheCallersHeldAndCountsWhatItLeavesOut(t *testing.T) {
-	cfg, err := door.Parse("model.yaml", []byte(modelConfig))
+	cfg, err := doors.Parse("model.yaml", []byte(modelConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

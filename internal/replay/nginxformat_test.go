@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/proxytest"
 )
 
@@ -45,7 +45,7 @@ func replayDoor(t *testing.T, doorName string) *Result {
 	if err := j.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := door.LoadOffline(cfgPath)
+	cfg, err := doors.LoadOffline(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestReplayDecidesAsTheHTTPDoor(t *testing.T) {
 // block with the access_log in a server, passes `nginx -t`, and names the
 // headers the policies read.
 func TestThePrintedNginxLogFormatIsOneNginxAccepts(t *testing.T) {
-	cfg, err := door.Parse("door.yaml", []byte(httpDoorConfig+`  - name: per-key
+	cfg, err := doors.Parse("door.yaml", []byte(httpDoorConfig+`  - name: per-key
     match: {path_prefix: /v1/}
     key: [header:x-api-key]
     capacity: 5

@@ -21,12 +21,12 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 )
 
 func modelResult(t *testing.T) *Result {
 	t.Helper()
-	cfg, err := door.Parse("model.yaml", []byte(modelConfig))
+	cfg, err := doors.Parse("model.yaml", []byte(modelConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestTheJSONHasTheFixedFieldNames(t *testing.T) {
 // Envoy's own v3 schema (unknown fields are errors, the typed_config
 // resolves and validates) and checks it logs exactly what the policies read.
 func TestThePrintedLogFormatIsAValidEnvoyAccessLog(t *testing.T) {
-	cfg, err := door.Parse("model.yaml", []byte(modelConfig+`
+	cfg, err := doors.Parse("model.yaml", []byte(modelConfig+`
   - name: by-claim
     match: {context: {route: search}, headers: [{name: x-tier, value: gold}]}
     key: ["metadata:envoy.filters.http.jwt_authn:jwt_payload.sub", fingerprint]
@@ -219,7 +219,7 @@ func TestThePrintedLogFormatIsAValidEnvoyAccessLog(t *testing.T) {
 // operator cannot carry logs its namespace whole; a file path YAML would
 // misread is quoted.
 func TestTheLogFormatLogsOnlyTheMetadataPathsRead(t *testing.T) {
-	cfg, err := door.Parse("md.yaml", []byte(`store: {backend: memory}
+	cfg, err := doors.Parse("md.yaml", []byte(`store: {backend: memory}
 policies:
   - {name: a, key: ["metadata:ns.one:claims.sub", "metadata:ns.one:claims.org.id", "metadata:ns.one:tenant"], capacity: 1, refill_per_second: 1}
   - {name: b, key: ["metadata:ns.one:claims.org", "metadata:ns.two:x%y"], capacity: 1, refill_per_second: 1}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
-	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/storetest"
@@ -49,7 +49,7 @@ func checkRequestOf(r *mreq) *authv3.CheckRequest {
 // equivalent access log, shuffled as Envoy writes it, and compares the two
 // decisions request by request.
 func TestReplayAgreesWithServe(t *testing.T) {
-	cfg, err := door.Parse("model.yaml", []byte(modelConfig))
+	cfg, err := doors.Parse("model.yaml", []byte(modelConfig))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package door
+package doors
 
 import (
 	"errors"

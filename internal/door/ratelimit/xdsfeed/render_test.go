@@ -11,8 +11,8 @@ import (
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
 	"github.com/floodgate/floodgate/internal/peertest"
-	"github.com/floodgate/floodgate/internal/rls"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
@@ -38,7 +38,7 @@ func parseRendered(t *testing.T, configs ...*rlsconfv3.RateLimitConfig) (*rls.Co
 // own example configuration (examples/ratelimit/config/example.yaml of the
 // module, in the module cache), turns it into the RateLimitConfig Envoy
 // Gateway or any control plane would push for it, renders that, and
-// requires the limits internal/rls selects from the file for a set of
+// requires the limits internal/door/ratelimit/rls selects from the file for a set of
 // descriptors to be the ones it selects from the rendering: the same key,
 // rate, name, replaces, shadow mode and unlimited.
 func TestARenderedPushSelectsWhatItsFileSelects(t *testing.T) {
@@ -94,7 +94,7 @@ func describe(l *rls.Limit) string {
 
 // TestEveryPeerTestConfigIsJudgedAsItsFile: each of envoyproxy/ratelimit's
 // own test configurations (test/config of the module) that a
-// RateLimitConfig can carry is refused by internal/rls as a rendered push
+// RateLimitConfig can carry is refused by internal/door/ratelimit/rls as a rendered push
 // exactly when it is refused as a file, so a push is validated like a file.
 func TestEveryPeerTestConfigIsJudgedAsItsFile(t *testing.T) {
 	dir := filepath.Join(peertest.Module(t, peertest.Ratelimit), "test", "config")

@@ -1,4 +1,4 @@
-package door
+package check
 
 import (
 	"context"
@@ -8,34 +8,36 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
-// CheckName names Envoy's ext_authz door.
-const CheckName = "ext_authz"
+// Name names Envoy's ext_authz door.
+const Name = "ext_authz"
 
-var checkKind = kind{
-	name: CheckName,
-	on:   func(c *Config) bool { return len(c.Policies) > 0 },
-	summary: func(c *Config) string {
+var Kind = door.Kind{
+	Name: Name,
+	On:   func(c *door.Config) bool { return len(c.Policies) > 0 },
+	Summary: func(c *door.Config) string {
 		n := len(c.Policies)
-		return fmt.Sprintf("%d %s", n, plural(n, "policy", "policies"))
+		return fmt.Sprintf("%d %s", n, fielderr.Plural(n, "policy", "policies"))
 	},
-	build: newCheckDoor,
+	Build: newDoor,
 }
 
 // checkDoor is Envoy's ext_authz Check (envoy.service.auth.v3), deciding
 // the policies.
 type checkDoor struct{ s *extauthz.Server }
 
-func newCheckDoor(c *Config, env Env) Door { return &checkDoor{s: env.policyServer(c)} }
+func newDoor(c *door.Config, env door.Env) door.Door { return &checkDoor{s: env.PolicyServer(c)} }
 
-func (d *checkDoor) Name() string                     { return CheckName }
+func (d *checkDoor) Name() string                     { return Name }
 func (d *checkDoor) Register(r grpc.ServiceRegistrar) { authv3.RegisterAuthorizationServer(r, d.s) }
 func (d *checkDoor) Services() []string {
 	return []string{authv3.Authorization_ServiceDesc.ServiceName}
 }
-func (d *checkDoor) On(c *Config) bool { return checkKind.on(c) }
-func (d *checkDoor) Reload(c *Config)  { d.s.SetEngine(c.Engine) }
+func (d *checkDoor) On(c *door.Config) bool { return Kind.On(c) }
+func (d *checkDoor) Reload(c *door.Config)  { d.s.SetEngine(c.Engine) }
 
 func (d *checkDoor) Unread() map[string]func(context.Context) (any, error) {
 	return map[string]func(context.Context) (any, error){

@@ -19,7 +19,7 @@ type runtimeNote struct {
 // whatever its name; dot files and directories skipped only with
 // RUNTIME_IGNOREDOTFILES; with RUNTIME_WATCH_ROOT, those below
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY whose path there starts with
-// RUNTIME_APPDIRECTORY and a dot) and names each one internal/rls would not
+// RUNTIME_APPDIRECTORY and a dot) and names each one internal/door/ratelimit/rls would not
 // read from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY (which
 // reads the *.yaml and *.yml files directly in it, dot names passed over):
 // refused, since a limit would be left out, unless it sits in a dot

@@ -1,4 +1,4 @@
-package door
+package doors
 
 import (
 	"context"
@@ -11,8 +11,13 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
+	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/door/check"
+	"github.com/floodgate/floodgate/internal/door/httpauthz"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
@@ -30,7 +35,7 @@ policies:
     refill_per_second: 1/60
 `
 
-func buildDoors(t *testing.T, yaml string) ([]Door, *Config) {
+func buildDoors(t *testing.T, yaml string) ([]door.Door, *door.Config) {
 	t.Helper()
 	c, err := Parse("http.yaml", []byte(yaml))
 	if err != nil {
@@ -38,7 +43,7 @@ func buildDoors(t *testing.T, yaml string) ([]Door, *Config) {
 	}
 	st := &store.Store{Main: storetest.Memory(nil)}
 	st.Shadow = st.Main
-	return Build(c, Env{Store: st, Log: zap.NewNop(), Registerer: prometheus.NewRegistry()}), c
+	return Build(c, door.Env{Store: st, Log: zap.NewNop(), Registerer: prometheus.NewRegistry()}), c
 }
 
 // TestTheHTTPDoorIsAListenerDecidingCheckPolicies: with listen.http the
@@ -48,9 +53,9 @@ func buildDoors(t *testing.T, yaml string) ([]Door, *Config) {
 // trusted_hops.
 func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
 	doors, c := buildDoors(t, httpDoorFile)
-	d, ok := Find(doors, HTTPName).(Listener)
-	if !ok || d.Listen() != "127.0.0.1:0" || !d.On(c) || d.Handler() == nil || !slices.Equal(d.Services(), []string{HTTPHealthService}) {
-		t.Fatalf("the HTTP door: %#v", Find(doors, HTTPName))
+	d, ok := door.Find(doors, httpauthz.Name).(door.Listener)
+	if !ok || d.Listen() != "127.0.0.1:0" || !d.On(c) || d.Handler() == nil || !slices.Equal(d.Services(), []string{httpauthz.HealthService}) {
+		t.Fatalf("the HTTP door: %#v", door.Find(doors, httpauthz.Name))
 	}
 	if got := Describe(c); !slices.Contains(got, "HTTP authorization on 127.0.0.1:0") {
 		t.Errorf("Describe: %q", got)
@@ -90,7 +95,7 @@ func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
 // NOT_SERVING, and validate does not list it.
 func TestWithoutListenHTTPTheDoorIsOff(t *testing.T) {
 	doors, c := buildDoors(t, goodPolicy)
-	d := Find(doors, HTTPName).(Listener)
+	d := door.Find(doors, httpauthz.Name).(door.Listener)
 	if d.Listen() != "" || d.On(c) || d.Handler() != nil || httpServer(doors) != nil {
 		t.Errorf("off: listen %q on %v handler %v", d.Listen(), d.On(c), d.Handler())
 	}
@@ -112,3 +117,21 @@ func TestAnHTTPDoorNeedsPolicies(t *testing.T) {
 func checkReq(source string) *authv3.CheckRequest {
 	return extauthztest.CheckRequest(source, map[string]string{":path": "/x"})
 }
+
+// checkServer is the ext_authz server the Check door of doors registers.
+func checkServer(doors []door.Door) *extauthz.Server {
+	var r registrar
+	door.Find(doors, check.Name).Register(&r)
+	return r.impl.(*extauthz.Server)
+}
+
+// httpServer is the HTTP door's server among doors (nil when it is off).
+func httpServer(doors []door.Door) *extauthz.HTTPServer {
+	h, _ := door.Find(doors, httpauthz.Name).(door.Listener).Handler().(*extauthz.HTTPServer)
+	return h
+}
+
+// registrar keeps the implementation a door registers.
+type registrar struct{ impl any }
+
+func (r *registrar) RegisterService(_ *grpc.ServiceDesc, impl any) { r.impl = impl }

@@ -12,11 +12,11 @@ import (
 
 // Render writes a RateLimitConfig as a file of envoyproxy/ratelimit's YAML,
 // as that server turns one into its own YAML types before loading it
-// (src/config/config_xds.go, ConfigXdsProtoToYaml), so that internal/rls
+// (src/config/config_xds.go, ConfigXdsProtoToYaml), so that internal/door/ratelimit/rls
 // validates a push exactly as it validates a file: the domain, and each
 // descriptor's key, value, rate_limit (unit, requests_per_unit, unlimited,
 // name, replaces), shadow_mode, detailed_metric and quota_mode (which
-// internal/rls refuses by name when true) and descriptors. Only what rls
+// internal/door/ratelimit/rls refuses by name when true) and descriptors. Only what rls
 // reads is written (no top-level name, no null rate_limit, false booleans
 // left out), so every line of the file, which problems are reported at, is
 // one the push set.

@@ -1,6 +1,6 @@
-package door
+package ratelimit
 
-import "github.com/floodgate/floodgate/internal/xdsfeed"
+import "github.com/floodgate/floodgate/internal/door/ratelimit/xdsfeed"
 
 // limitFeed is where the rate limit door takes its limits when a control
 // plane pushes them (rls.xds) instead of files holding them (rls.config):

@@ -1,4 +1,4 @@
-package door
+package ratelimit
 
 import (
 	"context"
@@ -19,25 +19,28 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/rls"
-	"github.com/floodgate/floodgate/internal/xdsfeed"
+	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/xdsfeed"
 	"github.com/floodgate/floodgate/limiter/decide"
+	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
-// RateLimitName names Envoy's rate limit service door.
-const RateLimitName = "ratelimit"
+// Name names Envoy's rate limit service door.
+const Name = "ratelimit"
 
-var rateLimitKind = kind{
-	name: RateLimitName,
-	on:   func(c *Config) bool { return c.RLS.Limits() },
-	summary: func(c *Config) string {
+var Kind = door.Kind{
+	Name: Name,
+	On:   func(c *door.Config) bool { return c.RLS.Limits() },
+	Summary: func(c *door.Config) string {
 		if x := c.RLS.XDS; x != nil {
 			return fmt.Sprintf("rate limit domains pushed by xds %s (node %s)", x.Server, x.NodeID)
 		}
 		ds := limits(c).Domains()
-		return fmt.Sprintf("rate limit %s %s", plural(len(ds), "domain", "domains"), strings.Join(ds, " "))
+		return fmt.Sprintf("rate limit %s %s", fielderr.Plural(len(ds), "domain", "domains"), strings.Join(ds, " "))
 	},
-	build: newRateLimitDoor,
+	Read:  readLimits,
+	Build: func(c *door.Config, env door.Env) door.Door { return newDoor(c, env, nil) },
 }
 
 // rateLimitDoor is Envoy's rate limit service (envoy.service.ratelimit.v3),
@@ -70,8 +73,10 @@ type rateLimitDoor struct {
 	needDomain atomic.Bool
 }
 
-func newRateLimitDoor(c *Config, env Env) Door {
-	d := &rateLimitDoor{feed: env.feed, log: env.Log.Named("rls"), root: env.Log, errorFirst: c.OnFailure(true) == decide.Error}
+// newDoor builds the door on c and env, fed by feed (nil: the feed it
+// builds from rls.xds, or none).
+func newDoor(c *door.Config, env door.Env, feed limitFeed) door.Door {
+	d := &rateLimitDoor{feed: feed, log: env.Log.Named("rls"), root: env.Log, errorFirst: c.OnFailure(true) == decide.Error}
 	if d.feed == nil && c.RLS.XDS != nil {
 		d.xds = xdsfeed.New(c.RLS.XDS, env.Log, env.Registerer)
 		d.feed, d.waitFirst, d.xdsServer = d.xds, c.RLS.XDS.WaitForFirstPush, c.RLS.XDS.Server
@@ -107,14 +112,14 @@ func newRateLimitDoor(c *Config, env Env) Door {
 }
 
 // limits are c's rate limits: none when they were not read.
-func limits(c *Config) *rls.Config {
-	if c.Limits == nil {
-		return rls.Empty()
+func limits(c *door.Config) *rls.Config {
+	if l, ok := c.Part(Name).(*rls.Config); ok {
+		return l
 	}
-	return c.Limits
+	return rls.Empty()
 }
 
-func (d *rateLimitDoor) Name() string { return RateLimitName }
+func (d *rateLimitDoor) Name() string { return Name }
 func (d *rateLimitDoor) Register(r grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(r, d)
 }
@@ -125,7 +130,7 @@ func (d *rateLimitDoor) Services() []string {
 // On is true while c turns the door on and it has limits to serve: from
 // files, or pushed at least once; with rls.unhealthy_without_limits, only
 // while they name a domain.
-func (d *rateLimitDoor) On(c *Config) bool { return rateLimitKind.on(c) && d.serving() }
+func (d *rateLimitDoor) On(c *door.Config) bool { return Kind.On(c) && d.serving() }
 
 func (d *rateLimitDoor) serving() bool {
 	return d.ready.Load() && (!d.needDomain.Load() || len(d.s.Config().Domains()) > 0)
@@ -133,7 +138,7 @@ func (d *rateLimitDoor) serving() bool {
 
 // Reload takes c's settings; the limits are c's files', or, fed, the
 // feed's last push with c's bursts.
-func (d *rateLimitDoor) Reload(c *Config) {
+func (d *rateLimitDoor) Reload(c *door.Config) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.s.SetShadowMode(c.RLS.ShadowMode)
@@ -234,7 +239,7 @@ func (d *rateLimitDoor) Pages() map[string]http.Handler {
 }
 
 // Fields name the domains c's files hold.
-func (d *rateLimitDoor) Fields(c *Config) []zap.Field {
+func (d *rateLimitDoor) Fields(c *door.Config) []zap.Field {
 	return []zap.Field{zap.Strings("rls_domains", limits(c).Domains())}
 }
 
@@ -250,7 +255,7 @@ func (d *rateLimitDoor) DigestLabel() (label, help string) {
 
 // Reported counts and says the domains a reload to c removed: their
 // descriptors meet no limit from then on.
-func (d *rateLimitDoor) Reported(c *Config) {
+func (d *rateLimitDoor) Reported(c *door.Config) {
 	domains := limits(c).Domains()
 	if gone := removedFrom(d.domains, domains); len(gone) > 0 {
 		d.removed.Add(float64(len(gone)))

@@ -3,7 +3,7 @@
 // ratelimit.config.ratelimit.v3.RateLimitConfig resources, the way Envoy
 // Gateway configures envoyproxy/ratelimit (CONFIG_TYPE=GRPC_XDS_SOTW,
 // src/provider/xds_grpc_sotw_provider.go). Every push is rendered into
-// envoyproxy/ratelimit's YAML (Render) and validated by internal/rls as a
+// envoyproxy/ratelimit's YAML (Render) and validated by internal/door/ratelimit/rls as a
 // file is: a push with a problem is NACKed with the problems, counted,
 // logged, and the previous limits keep serving; an accepted one is handed
 // to the rate limit door (internal/door, which builds the feed) and then ACKed. A broken stream or a failed
@@ -42,7 +42,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate/floodgate/internal/config"
-	"github.com/floodgate/floodgate/internal/rls"
+	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
@@ -380,7 +380,7 @@ func (f *Feed) WriteStatus(out io.Writer) {
 	}
 	fmt.Fprintf(&w, "pushes: %d accepted, %d rejected\n", f.accepted, f.refused)
 	if p := f.latest; p != nil {
-		fmt.Fprintf(&w, "\npush %s at %s: ok (rate limit %s %s)\n", p.version, p.at.UTC().Format(time.RFC3339), plural(len(p.domains), "domain", "domains"), strings.Join(p.domains, " "))
+		fmt.Fprintf(&w, "\npush %s at %s: ok (rate limit %s %s)\n", p.version, p.at.UTC().Format(time.RFC3339), fielderr.Plural(len(p.domains), "domain", "domains"), strings.Join(p.domains, " "))
 		for i, c := range p.configs {
 			fmt.Fprintf(&w, "%s: domain %s\n", p.pushed.Names[i], c.GetDomain())
 			for _, l := range limitLines(c) {
@@ -394,7 +394,7 @@ func (f *Feed) WriteStatus(out io.Writer) {
 		fmt.Fprintln(&w, "\nno push accepted yet: the rate limit service answers by rls.on_failure")
 	}
 	if p := f.rejected; p != nil {
-		fmt.Fprintf(&w, "\npush %s at %s rejected (NACK), the limits above keep serving: %d %s\n", p.version, p.at.UTC().Format(time.RFC3339), len(p.problems), plural(len(p.problems), "problem", "problems"))
+		fmt.Fprintf(&w, "\npush %s at %s rejected (NACK), the limits above keep serving: %d %s\n", p.version, p.at.UTC().Format(time.RFC3339), len(p.problems), fielderr.Plural(len(p.problems), "problem", "problems"))
 		for _, pr := range p.problems {
 			fmt.Fprintln(&w, pr)
 		}
@@ -407,13 +407,6 @@ func (f *Feed) WriteStatus(out io.Writer) {
 			}
 		}
 	}
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 type metrics struct {

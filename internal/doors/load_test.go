@@ -1,4 +1,4 @@
-package door
+package doors
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/limiter/fielderr"
 )
 
@@ -22,7 +23,7 @@ policies:
 `
 
 // parseResolved is what serve loads from a file's content.
-func parseResolved(file, data string) (*Config, error) { return LoadBytes(file, []byte(data)) }
+func parseResolved(file, data string) (*door.Config, error) { return LoadBytes(file, []byte(data)) }
 
 // TestBrokenConfigsNameFileAndLine is the table of mistakes a user can make;
 // each must be reported at its line with a message that says what to fix.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/peertest"
 )
 
@@ -43,7 +44,7 @@ func (e environ) load(t *testing.T) (*Result, *door.Config) {
 	for k, v := range r.Env {
 		t.Setenv(k, v)
 	}
-	c, err := door.Parse(Source, r.YAML)
+	c, err := doors.Parse(Source, r.YAML)
 	if err != nil {
 		t.Fatalf("the configuration built does not parse: %v\n%s\n%s", r.Explain(err), err, r.YAML)
 	}
@@ -246,7 +247,7 @@ func TestRedisAsThePeerReadsIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, perr := door.Parse(Source, r.YAML)
+	_, perr := doors.Parse(Source, r.YAML)
 	if x := r.Explain(perr); perr == nil || !strings.HasPrefix(x.Error(), "CACHE_KEY_PREFIX: store.redis.prefix") {
 		t.Errorf("a prefix Floodgate refuses: %v, want the problem named by its variable", x)
 	}
@@ -352,7 +353,7 @@ func TestTheRuntimeDirectory(t *testing.T) {
 // TestTheDocsTableNamesEveryVariable: docs/ratelimit.md's table says how
 // each of the peer's variables, and each of Floodgate's own, is honoured.
 func TestTheDocsTableNamesEveryVariable(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "ratelimit.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "docs", "ratelimit.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/peertest"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -42,7 +44,7 @@ type service struct {
 func startService(t *testing.T, redisAddr, rlsSection string) *service {
 	t.Helper()
 	yaml := fmt.Sprintf("listen: {grpc: \"127.0.0.1:0\"}\nstore:\n  backend: redis\n  redis: {addresses: [%q]}\nrls:\n%s", redisAddr, rlsSection)
-	cfg, err := door.LoadBytes("test.yaml", []byte(yaml))
+	cfg, err := doors.LoadBytes("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func startService(t *testing.T, redisAddr, rlsSection string) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doors := door.Build(cfg, door.Env{Store: st, Log: zap.NewNop(), Registerer: reg})
+	doors := doors.Build(cfg, door.Env{Store: st, Log: zap.NewNop(), Registerer: reg})
 	_, stop := door.Run(ctx, doors) // the feed runs; nothing waits for its first push
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -171,7 +173,7 @@ func TestPushesOverMutualTLSAreAppliedUpdatedAndABadOneRefused(t *testing.T) {
 	if _, err := svc.ask(t, "edge", "api_key", "k0"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("before the first push: %v, want UNAVAILABLE (rls.on_failure: error)", err)
 	}
-	if door.Find(svc.doors, door.RateLimitName).On(svc.cfg) {
+	if door.Find(svc.doors, ratelimit.Name).On(svc.cfg) {
 		t.Fatal("the door reports serving (its health) before its first push")
 	}
 

@@ -1,4 +1,4 @@
-package door
+package ratelimit
 
 import (
 	"context"
@@ -14,6 +14,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/floodgate/floodgate/extauthz"
+	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/store"
 )
 
@@ -57,7 +60,7 @@ func (p *pushes) push(files ...string) {
 
 // fedDoor builds the rate limit door of a configuration whose rls section
 // is rls, fed by a hand-pushed feed, with in-memory buckets.
-func fedDoor(t *testing.T, rls string) (Door, *Config, *pushes, *observer.ObservedLogs) {
+func fedDoor(t *testing.T, rls string) (door.Door, *door.Config, *pushes, *observer.ObservedLogs) {
 	t.Helper()
 	cfg := parsed(t, "rls:\n"+rls)
 	st, err := store.Build(context.Background(), cfg.Config, zap.NewNop(), nil, nil)
@@ -67,29 +70,34 @@ func fedDoor(t *testing.T, rls string) (Door, *Config, *pushes, *observer.Observ
 	t.Cleanup(st.Close)
 	core, logs := observer.New(zap.InfoLevel)
 	feed := &pushes{}
-	d := Find(Build(cfg, Env{Store: st, Log: zap.New(core), feed: feed}), RateLimitName)
+	d := newDoor(cfg, door.Env{Store: st, Log: zap.New(core)}, feed)
 	return d, cfg, feed, logs
 }
 
-func parsed(t *testing.T, yaml string) *Config {
+func parsed(t *testing.T, yaml string) *door.Config {
 	t.Helper()
-	cfg, err := Parse("test.yaml", []byte(yaml))
+	c, problems := config.Check("test.yaml", []byte(yaml))
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	eng, err := extauthz.Compile(c.Policies, door.EngineOptions(c))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.ReadLimits(); err != nil {
+	cfg := door.NewConfig(c, eng)
+	if err := readLimits(cfg); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
 }
 
-func ask(t *testing.T, d Door, domain, key, value string) (*rlsv3.RateLimitResponse, error) {
+func ask(t *testing.T, d door.Door, domain, key, value string) (*rlsv3.RateLimitResponse, error) {
 	t.Helper()
 	return d.(*rateLimitDoor).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain,
 		Descriptors: []*rlcommon.RateLimitDescriptor{{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}})
 }
 
-func answers(t *testing.T, d Door, n int, domain, key, value string) string {
+func answers(t *testing.T, d door.Door, n int, domain, key, value string) string {
 	t.Helper()
 	var out []string
 	for range n {
@@ -175,20 +183,29 @@ func TestShadowModeAnswersOKAndKeepsTheStatuses(t *testing.T) {
 // push turns it off again.
 func TestUnhealthyWithoutLimits(t *testing.T) {
 	d, cfg, feed, _ := fedDoor(t, "  xds: {server: \"cp:18001\", node_id: n}\n  unhealthy_without_limits: true\n")
-	doors := []Door{d}
-	if d.On(cfg) || Healthy(doors) {
+	doors := []door.Door{d}
+	if d.On(cfg) || door.Healthy(doors) {
 		t.Error("healthy before any push")
 	}
 	feed.push(edge3)
-	if !d.On(cfg) || !Healthy(doors) || strings.Join(servedDomains(doors), ",") != "edge" {
-		t.Errorf("a push with domain edge: on %v, healthy %v, domains %v", d.On(cfg), Healthy(doors), servedDomains(doors))
+	if !d.On(cfg) || !door.Healthy(doors) || strings.Join(servedDomains(doors), ",") != "edge" {
+		t.Errorf("a push with domain edge: on %v, healthy %v, domains %v", d.On(cfg), door.Healthy(doors), servedDomains(doors))
 	}
 	feed.push()
-	if d.On(cfg) || Healthy(doors) {
+	if d.On(cfg) || door.Healthy(doors) {
 		t.Error("healthy after a push of no domain")
 	}
 	files, fcfg, _, _ := fedDoor(t, "  xds: {server: \"cp:18001\", node_id: n}\n")
-	if files.On(fcfg) || !Healthy([]Door{files}) {
+	if files.On(fcfg) || !door.Healthy([]door.Door{files}) {
 		t.Error("without the setting, Healthy must not depend on the limits")
 	}
+}
+
+// servedDomains are the domains the rate limit door of doors serves now
+// (none before a feed's first push).
+func servedDomains(doors []door.Door) []string {
+	if d := doors[0].(*rateLimitDoor); d.ready.Load() {
+		return d.s.Config().Domains()
+	}
+	return nil
 }
