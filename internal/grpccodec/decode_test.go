@@ -92,7 +92,7 @@ func TestTheDecoderIsProtoUnmarshal(t *testing.T) {
 	// compare proto.Unmarshal with itself).
 	for i, b := range seeds {
 		var req authv3.CheckRequest
-		if d := (decoder{b: b, s: string(b)}); !d.checkRequest(&req) {
+		if d := NewReader(b); !readCheckRequest(&d, 0, len(b), &req) {
 			t.Errorf("seed %d: the decoder gave up on a valid request", i)
 		}
 		sameAsProto(t, b)

@@ -77,7 +77,7 @@ func TestTheRateLimitDecoderIsProtoUnmarshal(t *testing.T) {
 	// only compare proto.Unmarshal with itself).
 	for i, b := range seeds {
 		var req rlsv3.RateLimitRequest
-		if d := (decoder{b: b, s: string(b)}); !d.rateLimitRequest(&req) {
+		if d := NewReader(b); !readRateLimitRequest(&d, &req) {
 			t.Errorf("seed %d: the decoder gave up on a valid request", i)
 		}
 		sameAsProtoRLS(t, b)
