@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/encoding"
 
 	"github.com/floodgate/floodgate/internal/door"
+	checkdoor "github.com/floodgate/floodgate/internal/door/check"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
 	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/inflight"
 	"github.com/floodgate/floodgate/internal/store"
@@ -96,7 +98,7 @@ func newRequestGate(cfg *door.Config, doors []door.Door, budget *inflight.Budget
 // (listen.decoder).
 func gateCodec(decoder string) encoding.CodecV2 {
 	if decoder == "fast" {
-		return grpccodec.Fast()
+		return grpccodec.Fast(checkdoor.Codec(), ratelimit.Codec())
 	}
-	return grpccodec.Protobuf()
+	return grpccodec.Protobuf(checkdoor.Codec(), ratelimit.Codec())
 }

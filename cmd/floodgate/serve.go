@@ -25,6 +25,8 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
+	checkdoor "github.com/floodgate/floodgate/internal/door/check"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
 	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/limited"
 	"github.com/floodgate/floodgate/internal/store"
@@ -216,11 +218,11 @@ func grpcServerOptions(cfg *door.Config, log *zap.Logger) ([]grpc.ServerOption, 
 	if cfg.Listen.Decoder == "fast" {
 		// Protobuf, with CheckRequests decoded without protobuf-go's
 		// reflection over the headers map (internal/grpccodec/decode.go).
-		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Fast()))
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Fast(checkdoor.Codec(), ratelimit.Codec())))
 	} else {
 		// protobuf-go for every message; CheckRequests still decoded
 		// leniently, so invalid UTF-8 is decided, not an RPC error.
-		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Protobuf()))
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Protobuf(checkdoor.Codec(), ratelimit.Codec())))
 	}
 	if cfg.Listen.TLS != nil {
 		src, err := newTLSSource(*cfg.Listen.TLS, log)

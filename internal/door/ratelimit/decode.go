@@ -1,4 +1,4 @@
-package grpccodec
+package ratelimit
 
 import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -6,16 +6,18 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
-// Decoding RateLimitRequests, as decode.go decodes CheckRequests. Envoy's
+// Decoding RateLimitRequests, as internal/door/check decodes CheckRequests. Envoy's
 // rate limit filter copies descriptor values from request headers as they
 // came (RequestHeadersAction and the other actions,
 // source/common/router/router_ratelimit.cc), so a value may hold bytes that
 // are not UTF-8; protobuf-go refuses such a proto3 string, gRPC answers
 // INTERNAL, and Envoy's filter, failure_mode_deny false by default, lets the
 // request through unlimited (Filter::complete,
-// source/extensions/filters/http/ratelimit/ratelimit.cc). DecodeLenient reads
+// source/extensions/filters/http/ratelimit/ratelimit.cc). grpccodec.DecodeLenient reads
 // it instead, with every invalid byte written as NUL and two hex digits, so
 // values that differ only in such bytes name different buckets, as they do
 // for Check.
@@ -28,25 +30,25 @@ import (
 // protobuf-go on its own and is merged into place, exactly where
 // proto.Unmarshal puts it; a malformed input or a string that is not valid
 // UTF-8 makes the decoder give up and hand the whole request to
-// DecodeLenient. TestTheRateLimitDecoderIsProtoUnmarshal and
+// grpccodec.DecodeLenient. TestTheRateLimitDecoderIsProtoUnmarshal and
 // FuzzRateLimitDecoder check the two agree.
 
-// DecodeRateLimitRequest is DecodeLenient(b, req) for a new req, without
+// DecodeRateLimitRequest is grpccodec.DecodeLenient(b, req) for a new req, without
 // protobuf-go's generic decoding for the fields Envoy sends on every request.
 func DecodeRateLimitRequest(b []byte, req *rlsv3.RateLimitRequest) error {
-	d := NewReader(b)
+	d := grpccodec.NewReader(b)
 	if readRateLimitRequest(&d, req) {
 		return nil
 	}
 	proto.Reset(req)
-	return DecodeLenient(b, req)
+	return grpccodec.DecodeLenient(b, req)
 }
 
-func readRateLimitRequest(d *Reader, req *rlsv3.RateLimitRequest) bool {
+func readRateLimitRequest(d *grpccodec.Reader, req *rlsv3.RateLimitRequest) bool {
 	// The descriptors and their entries are counted first, so that each
 	// kind is allocated once however many the request holds.
 	nd, ne := 0, 0
-	if !d.Fields(0, d.Len(), func(f Field) bool {
+	if !d.Fields(0, d.Len(), func(f grpccodec.Field) bool {
 		if f.Is(2, protowire.BytesType) {
 			nd++
 			ne += d.Count(f.VS, f.VE, 1)
@@ -74,7 +76,7 @@ func readRateLimitRequest(d *Reader, req *rlsv3.RateLimitRequest) bool {
 	for i := range entries {
 		entryPtrs[i] = &entries[i]
 	}
-	return d.Fields(0, d.Len(), func(f Field) bool {
+	return d.Fields(0, d.Len(), func(f grpccodec.Field) bool {
 		switch f.Num {
 		case 1:
 			return d.SetStr(f, &req.Domain, req, 1)
@@ -108,8 +110,8 @@ type oneDescriptor struct {
 
 // descriptor reads a RateLimitDescriptor whose Entries has room (its
 // capacity, from entryPtrs) for its entries, each already allocated.
-func readDescriptor(d *Reader, start, end int, desc *commonrl.RateLimitDescriptor) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readDescriptor(d *grpccodec.Reader, start, end int, desc *commonrl.RateLimitDescriptor) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		switch f.Num {
 		case 1:
 			if f.Type == protowire.BytesType {
@@ -134,8 +136,8 @@ func readDescriptor(d *Reader, start, end int, desc *commonrl.RateLimitDescripto
 	})
 }
 
-func readEntry(d *Reader, start, end int, e *commonrl.RateLimitDescriptor_Entry) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readEntry(d *grpccodec.Reader, start, end int, e *commonrl.RateLimitDescriptor_Entry) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		switch f.Num {
 		case 1:
 			return d.SetStr(f, &e.Key, e, 3)
@@ -146,8 +148,8 @@ func readEntry(d *Reader, start, end int, e *commonrl.RateLimitDescriptor_Entry)
 	})
 }
 
-func readUint64Value(d *Reader, start, end int, v *wrapperspb.UInt64Value) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readUint64Value(d *grpccodec.Reader, start, end int, v *wrapperspb.UInt64Value) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		if f.Is(1, protowire.VarintType) {
 			v.Value = f.X
 			return true

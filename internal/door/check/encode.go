@@ -1,10 +1,12 @@
-package grpccodec
+package check
 
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
 // Encoding CheckResponses. protobuf-go's reflection-driven marshalling is a
@@ -20,7 +22,7 @@ import (
 // Only the fields Floodgate sets are written. A response that sets any
 // other (dynamic metadata, upstream headers, status details, raw header
 // values...), or a string that is not valid UTF-8, is left to
-// proto.Marshal: EncodeCheckResponse says so and the codec falls back.
+// proto.Marshal: EncodeCheckResponse says so and grpccodec.Fast falls back.
 // TestTheEncoderKnowsEveryField fails when a new version of Envoy's API
 // adds a field this file does not weigh.
 // Responses are built by this package, never decoded, so they carry no
@@ -54,10 +56,10 @@ func EncodeCheckResponse(r *authv3.CheckResponse) ([]byte, bool) {
 	status, http := sizeParts(r)
 	n := 0
 	if r.Status != nil {
-		n += SizeMessage(fCheckResponseStatus, status)
+		n += grpccodec.SizeMessage(fCheckResponseStatus, status)
 	}
 	if http >= 0 {
-		n += SizeMessage(fCheckResponseOk, http) // the same size under either field number
+		n += grpccodec.SizeMessage(fCheckResponseOk, http) // the same size under either field number
 	}
 	return appendCheckResponse(make([]byte, 0, n), r, status, http), true
 }
@@ -67,7 +69,7 @@ func encodable(r *authv3.CheckResponse) bool {
 	if r.DynamicMetadata != nil {
 		return false
 	}
-	if s := r.Status; s != nil && (len(s.Details) > 0 || !ValidUTF8(s.Message)) {
+	if s := r.Status; s != nil && (len(s.Details) > 0 || !grpccodec.ValidUTF8(s.Message)) {
 		return false
 	}
 	switch h := r.HttpResponse.(type) {
@@ -86,7 +88,7 @@ func encodable(r *authv3.CheckResponse) bool {
 		return optionsEncodable(ok.ResponseHeadersToAdd)
 	case *authv3.CheckResponse_DeniedResponse:
 		d := h.DeniedResponse
-		if d == nil || !ValidUTF8(d.Body) {
+		if d == nil || !grpccodec.ValidUTF8(d.Body) {
 			return false
 		}
 		return optionsEncodable(d.Headers)
@@ -102,7 +104,7 @@ func optionsEncodable(opts []*corev3.HeaderValueOption) bool {
 		if o == nil || o.Append != nil || o.KeepEmptyValue {
 			return false
 		}
-		if h := o.Header; h != nil && (len(h.RawValue) > 0 || !ValidUTF8(h.Key) || !ValidUTF8(h.Value)) {
+		if h := o.Header; h != nil && (len(h.RawValue) > 0 || !grpccodec.ValidUTF8(h.Key) || !grpccodec.ValidUTF8(h.Value)) {
 			return false
 		}
 	}
@@ -128,29 +130,29 @@ func sizeParts(r *authv3.CheckResponse) (status, http int) {
 }
 
 func sizeStatus(s *rpcstatus.Status) int {
-	return SizeVarint(fStatusCode, uint64(int64(s.Code))) + SizeString(fStatusMessage, s.Message)
+	return grpccodec.SizeVarint(fStatusCode, uint64(int64(s.Code))) + grpccodec.SizeString(fStatusMessage, s.Message)
 }
 
 func sizeDenied(d *authv3.DeniedHttpResponse) int {
 	n := 0
 	if d.Status != nil {
-		n += SizeMessage(fDeniedStatus, SizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
+		n += grpccodec.SizeMessage(fDeniedStatus, grpccodec.SizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
 	}
-	return n + sizeOptions(fDeniedHeaders, d.Headers) + SizeString(fDeniedBody, d.Body)
+	return n + sizeOptions(fDeniedHeaders, d.Headers) + grpccodec.SizeString(fDeniedBody, d.Body)
 }
 
 func sizeOptions(num protowire.Number, opts []*corev3.HeaderValueOption) int {
 	n := 0
 	for _, o := range opts {
-		n += SizeMessage(num, sizeOption(o))
+		n += grpccodec.SizeMessage(num, sizeOption(o))
 	}
 	return n
 }
 
 func sizeOption(o *corev3.HeaderValueOption) int {
-	n := SizeVarint(fOptionAppendAction, uint64(int64(o.AppendAction)))
+	n := grpccodec.SizeVarint(fOptionAppendAction, uint64(int64(o.AppendAction)))
 	if h := o.Header; h != nil {
-		n += SizeMessage(fOptionHeader, SizeString(fHeaderKey, h.Key)+SizeString(fHeaderValue, h.Value))
+		n += grpccodec.SizeMessage(fOptionHeader, grpccodec.SizeString(fHeaderKey, h.Key)+grpccodec.SizeString(fHeaderValue, h.Value))
 	}
 	return n
 }
@@ -160,24 +162,24 @@ func sizeOption(o *corev3.HeaderValueOption) int {
 // appendCheckResponse writes r, whose parts' sizes sizeParts gave.
 func appendCheckResponse(b []byte, r *authv3.CheckResponse, status, http int) []byte {
 	if s := r.Status; s != nil {
-		b = AppendMessageHead(b, fCheckResponseStatus, status)
-		b = AppendVarint(b, fStatusCode, uint64(int64(s.Code)))
-		b = AppendString(b, fStatusMessage, s.Message)
+		b = grpccodec.AppendMessageHead(b, fCheckResponseStatus, status)
+		b = grpccodec.AppendVarint(b, fStatusCode, uint64(int64(s.Code)))
+		b = grpccodec.AppendString(b, fStatusMessage, s.Message)
 	}
 	switch h := r.HttpResponse.(type) {
 	case *authv3.CheckResponse_DeniedResponse:
 		if d := h.DeniedResponse; d != nil {
-			b = AppendMessageHead(b, fCheckResponseDenied, http)
+			b = grpccodec.AppendMessageHead(b, fCheckResponseDenied, http)
 			if d.Status != nil {
-				b = AppendMessageHead(b, fDeniedStatus, SizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
-				b = AppendVarint(b, fHTTPStatusCode, uint64(int64(d.Status.Code)))
+				b = grpccodec.AppendMessageHead(b, fDeniedStatus, grpccodec.SizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
+				b = grpccodec.AppendVarint(b, fHTTPStatusCode, uint64(int64(d.Status.Code)))
 			}
 			b = appendOptions(b, fDeniedHeaders, d.Headers)
-			b = AppendString(b, fDeniedBody, d.Body)
+			b = grpccodec.AppendString(b, fDeniedBody, d.Body)
 		}
 	case *authv3.CheckResponse_OkResponse:
 		if ok := h.OkResponse; ok != nil {
-			b = AppendMessageHead(b, fCheckResponseOk, http)
+			b = grpccodec.AppendMessageHead(b, fCheckResponseOk, http)
 			b = appendOptions(b, fOkResponseHeadersToAdd, ok.ResponseHeadersToAdd)
 		}
 	}
@@ -186,13 +188,13 @@ func appendCheckResponse(b []byte, r *authv3.CheckResponse, status, http int) []
 
 func appendOptions(b []byte, num protowire.Number, opts []*corev3.HeaderValueOption) []byte {
 	for _, o := range opts {
-		b = AppendMessageHead(b, num, sizeOption(o))
+		b = grpccodec.AppendMessageHead(b, num, sizeOption(o))
 		if h := o.Header; h != nil {
-			b = AppendMessageHead(b, fOptionHeader, SizeString(fHeaderKey, h.Key)+SizeString(fHeaderValue, h.Value))
-			b = AppendString(b, fHeaderKey, h.Key)
-			b = AppendString(b, fHeaderValue, h.Value)
+			b = grpccodec.AppendMessageHead(b, fOptionHeader, grpccodec.SizeString(fHeaderKey, h.Key)+grpccodec.SizeString(fHeaderValue, h.Value))
+			b = grpccodec.AppendString(b, fHeaderKey, h.Key)
+			b = grpccodec.AppendString(b, fHeaderValue, h.Value)
 		}
-		b = AppendVarint(b, fOptionAppendAction, uint64(int64(o.AppendAction)))
+		b = grpccodec.AppendVarint(b, fOptionAppendAction, uint64(int64(o.AppendAction)))
 	}
 	return b
 }

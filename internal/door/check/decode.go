@@ -1,10 +1,12 @@
-package grpccodec
+package check
 
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
 // Decoding CheckRequests. protobuf-go decodes map fields through reflection:
@@ -23,25 +25,25 @@ import (
 // The result must be what proto.Unmarshal gives, or protobuf-go must
 // decide: when the input is malformed (a bad tag or length), a string is
 // not valid UTF-8 or a field nests too deep, the decoder gives up, resets
-// the message and calls DecodeLenient (lenient.go): proto.Unmarshal, and
+// the message and calls grpccodec.DecodeLenient (internal/grpccodec/lenient.go): proto.Unmarshal, and
 // when that refuses a string that is not valid UTF-8 or nesting deeper than
 // it allows, proto.Unmarshal of the request with such strings repaired and
 // such nesting cut. Its answer, error included, is then the answer.
 // TestTheDecoderIsProtoUnmarshal and FuzzDecoder check the two agree.
 
-// DecodeCheckRequest is DecodeLenient(b, req) for a new req, without
+// DecodeCheckRequest is grpccodec.DecodeLenient(b, req) for a new req, without
 // protobuf-go's reflection for the fields Envoy sends on every check.
 func DecodeCheckRequest(b []byte, req *authv3.CheckRequest) error {
-	d := NewReader(b)
+	d := grpccodec.NewReader(b)
 	if readCheckRequest(&d, 0, len(b), req) {
 		return nil
 	}
 	proto.Reset(req)
-	return DecodeLenient(b, req)
+	return grpccodec.DecodeLenient(b, req)
 }
 
-func readCheckRequest(d *Reader, start, end int, req *authv3.CheckRequest) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readCheckRequest(d *grpccodec.Reader, start, end int, req *authv3.CheckRequest) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		if !f.Is(1, protowire.BytesType) {
 			return d.Delegate(f, req, 1)
 		}
@@ -52,8 +54,8 @@ func readCheckRequest(d *Reader, start, end int, req *authv3.CheckRequest) bool 
 	})
 }
 
-func readAttributes(d *Reader, start, end int, a *authv3.AttributeContext) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readAttributes(d *grpccodec.Reader, start, end int, a *authv3.AttributeContext) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		switch {
 		case f.Is(1, protowire.BytesType):
 			if a.Source == nil {
@@ -83,8 +85,8 @@ func readAttributes(d *Reader, start, end int, a *authv3.AttributeContext) bool 
 	})
 }
 
-func readPeer(d *Reader, start, end int, p *authv3.AttributeContext_Peer) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readPeer(d *grpccodec.Reader, start, end int, p *authv3.AttributeContext_Peer) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		switch f.Num {
 		case 1:
 			if f.Type == protowire.BytesType {
@@ -104,8 +106,8 @@ func readPeer(d *Reader, start, end int, p *authv3.AttributeContext_Peer) bool {
 	})
 }
 
-func readAddress(d *Reader, start, end int, a *corev3.Address) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readAddress(d *grpccodec.Reader, start, end int, a *corev3.Address) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		if f.Is(1, protowire.BytesType) {
 			sa, ok := a.Address.(*corev3.Address_SocketAddress)
 			if !ok || sa.SocketAddress == nil {
@@ -118,8 +120,8 @@ func readAddress(d *Reader, start, end int, a *corev3.Address) bool {
 	})
 }
 
-func readSocketAddress(d *Reader, start, end int, sa *corev3.SocketAddress) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readSocketAddress(d *grpccodec.Reader, start, end int, sa *corev3.SocketAddress) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		switch {
 		case f.Is(1, protowire.VarintType):
 			sa.Protocol = corev3.SocketAddress_Protocol(int32(f.X))
@@ -139,8 +141,8 @@ func readSocketAddress(d *Reader, start, end int, sa *corev3.SocketAddress) bool
 	})
 }
 
-func readRequest(d *Reader, start, end int, r *authv3.AttributeContext_Request) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readRequest(d *grpccodec.Reader, start, end int, r *authv3.AttributeContext_Request) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		if f.Is(2, protowire.BytesType) {
 			if r.Http == nil {
 				r.Http = &authv3.AttributeContext_HttpRequest{}
@@ -151,8 +153,8 @@ func readRequest(d *Reader, start, end int, r *authv3.AttributeContext_Request) 
 	})
 }
 
-func readHTTP(d *Reader, start, end int, h *authv3.AttributeContext_HttpRequest) bool {
-	return d.Fields(start, end, func(f Field) bool {
+func readHTTP(d *grpccodec.Reader, start, end int, h *authv3.AttributeContext_HttpRequest) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
 		switch f.Num {
 		case 1:
 			return d.SetStr(f, &h.Id, h, 4)
