@@ -6,7 +6,7 @@ PKGS      ?= ./...
 TESTFLAGS ?= -count=1 -timeout 12m
 
 FUZZTIME  ?= 30s
-FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/grpccodec:FuzzCheck ./internal/grpccodec:FuzzDecoder ./internal/grpccodec:FuzzRateLimitDecoder ./internal/door:FuzzParse ./extauthz:FuzzHTTPDoor
+FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/door/check:FuzzCheck ./internal/door/check:FuzzDecoder ./internal/door/ratelimit:FuzzRateLimitDecoder ./internal/door:FuzzParse ./extauthz:FuzzHTTPDoor
 
 .PHONY: all build image run run-redis try-nginx try-haproxy try-caddy test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind traefik-harness clean
 
@@ -149,7 +149,7 @@ bench-tools:
 ## bench-go: Go benchmarks with allocs/op: the Check handler (in-process and over loopback gRPC) and
 ## the engine (in-memory and Redis stores, with the raw EVALSHA baseline).
 bench-go: redis
-	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/... ./internal/grpccodec/ ./limiter/...
+	$(GO) test -run '^$$' -bench . -benchmem ./extauthz/... ./internal/door/check/ ./internal/door/ratelimit/ ./limiter/...
 
 ## bench-profile: CPU and allocation profiles of floodgate under (b) Redis and (e) in-memory load at
 ## concurrency 64, written to bin/profiles (read them with go tool pprof).

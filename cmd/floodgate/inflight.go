@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/encoding"
 
 	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/inflight"
 	"github.com/floodgate/floodgate/internal/store"
@@ -96,7 +97,7 @@ func newRequestGate(cfg *door.Config, doors []door.Door, budget *inflight.Budget
 // (listen.decoder).
 func gateCodec(decoder string) encoding.CodecV2 {
 	if decoder == "fast" {
-		return grpccodec.Fast()
+		return grpccodec.Fast(doors.Codecs()...)
 	}
-	return grpccodec.Protobuf()
+	return grpccodec.Protobuf(doors.Codecs()...)
 }

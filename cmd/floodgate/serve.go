@@ -197,11 +197,11 @@ func grpcServerOptions(cfg *door.Config, log *zap.Logger) ([]grpc.ServerOption, 
 	if cfg.Listen.Decoder == "fast" {
 		// Protobuf, with CheckRequests decoded without protobuf-go's
 		// reflection over the headers map (internal/grpccodec/decode.go).
-		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Fast()))
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Fast(doors.Codecs()...)))
 	} else {
 		// protobuf-go for every message; CheckRequests still decoded
 		// leniently, so invalid UTF-8 is decided, not an RPC error.
-		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Protobuf()))
+		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Protobuf(doors.Codecs()...)))
 	}
 	if cfg.Listen.TLS != nil {
 		src, err := newTLSSource(*cfg.Listen.TLS, log)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/config"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/fielderr"
@@ -134,7 +135,10 @@ type Kind struct {
 	// problems at their lines of c's file (nil: nothing to compile).
 	Compile func(c *Config) fielderr.List
 	// Read reads the files the door's part of c names (nil: none).
-	Read  func(c *Config) error
+	Read func(c *Config) error
+	// Codec is how the gRPC codec reads and writes the door's messages
+	// (nil: as protobuf-go does).
+	Codec func() grpccodec.Message
 	Build func(c *Config, env Env) Door
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate/floodgate/internal/door/check"
 	"github.com/floodgate/floodgate/internal/door/httpauthz"
 	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
 // kinds are every door, in the order they are built and described.
@@ -24,6 +25,18 @@ func Build(c *door.Config, env door.Env) []door.Door {
 		ds[i] = k.Build(c, env)
 	}
 	return ds
+}
+
+// Codecs are the doors' messages as the gRPC codec reads and writes
+// them, in the order of the doors.
+func Codecs() []grpccodec.Message {
+	var ms []grpccodec.Message
+	for _, k := range kinds {
+		if k.Codec != nil {
+			ms = append(ms, k.Codec())
+		}
+	}
+	return ms
 }
 
 // Describe says which doors c turns on by what each serves, for the logs

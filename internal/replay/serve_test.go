@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/door/check"
 	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/grpccodec"
 	"github.com/floodgate/floodgate/limiter"
@@ -59,7 +60,7 @@ func TestReplayAgreesWithServe(t *testing.T) {
 	clock := limiter.NewManualClock(time.UnixMilli(reqs[0].ms))
 	store := storetest.Memory(clock)
 	srv := extauthz.NewServer(cfg.Engine, store, extauthz.ServerOptions{})
-	client := authv3.NewAuthorizationClient(extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(grpccodec.Fast())))
+	client := authv3.NewAuthorizationClient(extauthztest.Serve(t, srv, grpc.ForceServerCodecV2(grpccodec.Fast(check.Codec()))))
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

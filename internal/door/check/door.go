@@ -22,6 +22,7 @@ var Kind = door.Kind{
 		n := len(c.Policies)
 		return fmt.Sprintf("%d %s", n, fielderr.Plural(n, "policy", "policies"))
 	},
+	Codec: Codec,
 	Build: newDoor,
 }
 

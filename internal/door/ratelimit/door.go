@@ -40,6 +40,7 @@ var Kind = door.Kind{
 		return fmt.Sprintf("rate limit %s %s", fielderr.Plural(len(ds), "domain", "domains"), strings.Join(ds, " "))
 	},
 	Read:  readLimits,
+	Codec: Codec,
 	Build: func(c *door.Config, env door.Env) door.Door { return newDoor(c, env, nil) },
 }
 

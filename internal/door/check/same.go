@@ -1,4 +1,4 @@
-package grpccodec
+package check
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package grpccodec
+package ratelimit
 
 import (
 	"strconv"
@@ -14,6 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/internal/grpccodec"
+	"github.com/floodgate/floodgate/internal/grpccodec/codectest"
 )
 
 func entry(k, v string) *commonrl.RateLimitDescriptor_Entry {
@@ -49,15 +52,15 @@ func rateLimitRequests() []*rlsv3.RateLimitRequest {
 
 func rateLimitSeeds(t testing.TB) [][]byte {
 	t.Helper()
-	return marshalAll(t, rateLimitRequests())
+	return codectest.MarshalAll(t, rateLimitRequests())
 }
 
 // sameAsProtoRLS checks that DecodeRateLimitRequest and protobuf-go agree
-// on b (agreeWithProto), and that the decoded entries are distinct
+// on b (codectest.AgreeWithProto), and that the decoded entries are distinct
 // messages.
 func sameAsProtoRLS(t testing.TB, b []byte) {
 	t.Helper()
-	got := agreeWithProto(t, b, DecodeRateLimitRequest)
+	got := codectest.AgreeWithProto(t, b, DecodeRateLimitRequest)
 	// The descriptors and entries share backing arrays: each must be its
 	// own message all the same.
 	seen := map[*commonrl.RateLimitDescriptor_Entry]bool{}
@@ -77,7 +80,7 @@ func TestTheRateLimitDecoderIsProtoUnmarshal(t *testing.T) {
 	// only compare proto.Unmarshal with itself).
 	for i, b := range seeds {
 		var req rlsv3.RateLimitRequest
-		if d := (decoder{b: b, s: string(b)}); !d.rateLimitRequest(&req) {
+		if d := grpccodec.NewReader(b); !readRateLimitRequest(&d, &req) {
 			t.Errorf("seed %d: the decoder gave up on a valid request", i)
 		}
 		sameAsProtoRLS(t, b)
@@ -124,7 +127,7 @@ func TestTheRateLimitDecoderIsProtoUnmarshal(t *testing.T) {
 	sameAsProtoRLS(t, tag(nil, 2, tag(nil, 2, tag(nil, 3, []byte{0xff})))) // a unit_multiplier that is malformed
 
 	// Random damage: truncations, flipped bytes, inserted bytes.
-	damaged(seeds, 3, func(b []byte) { sameAsProtoRLS(t, b) })
+	codectest.Damaged(seeds, 3, func(b []byte) { sameAsProtoRLS(t, b) })
 }
 
 // FuzzRateLimitDecoder: for any bytes, the decoder and proto.Unmarshal
@@ -157,7 +160,7 @@ func TestInvalidUTF8DescriptorValuesDecodeDistinct(t *testing.T) {
 		}
 		return got.GetDescriptors()[0].GetEntries()[0].GetValue()
 	}
-	for name, c := range map[string]encoding.CodecV2{"fast": Fast(), "protobuf": Protobuf()} {
+	for name, c := range map[string]encoding.CodecV2{"fast": grpccodec.Fast(Codec()), "protobuf": grpccodec.Protobuf(Codec())} {
 		seen := map[string]string{}
 		for _, raw := range []string{"k-\xff", "k-\xfe", "k-?", "k-!", "k-\xff\xfe", "k-\xc3", "k-\xc3\xa9"} {
 			v := valueOf(c, raw)
@@ -182,7 +185,7 @@ func sliceOf(b []byte) mem.BufferSlice { return mem.BufferSlice{mem.SliceBuffer(
 // interface, a RateLimitRequest takes the decoder, and a RateLimitResponse
 // (or any other message) protobuf-go.
 func TestTheFastCodecDecodesRateLimitRequests(t *testing.T) {
-	for name, c := range map[string]encoding.CodecV2{"fast": Fast(), "protobuf": Protobuf()} {
+	for name, c := range map[string]encoding.CodecV2{"fast": grpccodec.Fast(Codec()), "protobuf": grpccodec.Protobuf(Codec())} {
 		for i, req := range rateLimitRequests() {
 			data, err := c.Marshal(req)
 			if err != nil {
@@ -226,7 +229,7 @@ func BenchmarkDecodeRateLimitRequest(b *testing.B) {
 		for _, c := range []struct {
 			name  string
 			codec encoding.CodecV2
-		}{{"grpc-proto", encoding.GetCodecV2("proto")}, {"fast", Fast()}} {
+		}{{"grpc-proto", encoding.GetCodecV2("proto")}, {"fast", grpccodec.Fast(Codec())}} {
 			b.Run(in.name+"/"+c.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for i := 0; i < b.N; i++ {

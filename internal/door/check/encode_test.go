@@ -1,4 +1,4 @@
-package grpccodec
+package check
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
 // assertEncodesAsProto checks that the codec writes resp as proto.Marshal
@@ -95,7 +97,7 @@ func TestTheEncoderIsProtoMarshal(t *testing.T) {
 			t.Errorf("%s: the encoder wrote a response it does not cover", name)
 		}
 		// The codec still answers what protobuf answers.
-		got, gotErr := Fast().Marshal(r)
+		got, gotErr := grpccodec.Fast(Codec()).Marshal(r)
 		want, wantErr := proto.Marshal(r)
 		if (gotErr == nil) != (wantErr == nil) || (gotErr == nil && !bytes.Equal(got.Materialize(), want)) {
 			t.Errorf("%s: codec %x, %v; proto.Marshal %x, %v", name, got.Materialize(), gotErr, want, wantErr)

@@ -1,4 +1,4 @@
-package grpccodec_test
+package check_test
 
 import (
 	"bytes"
@@ -13,13 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/door/check"
 	"github.com/floodgate/floodgate/internal/grpccodec"
+	"github.com/floodgate/floodgate/internal/grpccodec/codectest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/memory"
@@ -31,24 +32,10 @@ import (
 // requests protobuf-go refuses, and the handler's responses against the
 // encoder.
 
-// rawRequest is a request already on the wire; rawClientCodec sends it as
-// it is (protobuf-go would refuse to marshal invalid UTF-8) and decodes the
-// answer with protobuf-go.
-type rawRequest []byte
-
-type rawClientCodec struct{}
-
-func (rawClientCodec) Name() string { return "proto" }
-func (rawClientCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.(rawRequest))}, nil
-}
-func (rawClientCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
-}
-
-// codecs are the server codecs of listen.decoder: fast and protobuf.
+// codecs are the server codecs of listen.decoder, fast and protobuf, as
+// floodgate serve builds them for Check.
 func codecs() map[string]encoding.CodecV2 {
-	return map[string]encoding.CodecV2{"fast": grpccodec.Fast(), "protobuf": grpccodec.Protobuf()}
+	return map[string]encoding.CodecV2{"fast": grpccodec.Fast(check.Codec()), "protobuf": grpccodec.Protobuf(check.Codec())}
 }
 
 func allowed(resp *authv3.CheckResponse) bool { return resp.GetStatus().GetCode() == 0 }
@@ -63,7 +50,7 @@ func checkOver(t *testing.T, srv *extauthz.Server, c encoding.CodecV2) func(req 
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		resp := &authv3.CheckResponse{}
-		if err := conn.Invoke(ctx, "/envoy.service.auth.v3.Authorization/Check", rawRequest(req), resp, grpc.ForceCodecV2(rawClientCodec{})); err != nil {
+		if err := conn.Invoke(ctx, "/envoy.service.auth.v3.Authorization/Check", codectest.RawRequest(req), resp, grpc.ForceCodecV2(codectest.RawClientCodec{})); err != nil {
 			t.Fatalf("Check returned an RPC error (Envoy would treat it as an outage): %v", err)
 		}
 		return resp
@@ -273,10 +260,10 @@ func TestEveryResponseKindEncodesAsProto(t *testing.T) {
 				t.Fatalf("%s, step %d: allowed %v, want %v: the test does not build the kind it names (%v)", k.name, i, allowed(resp), s.allow, resp)
 			}
 		}
-		if _, ok := grpccodec.EncodeCheckResponse(resp); !ok {
+		if _, ok := check.EncodeCheckResponse(resp); !ok {
 			t.Errorf("%s: the encoder declined it", k.name)
 		}
-		if err := grpccodec.SameAsProto(resp); err != nil {
+		if err := check.SameAsProto(resp); err != nil {
 			t.Errorf("%s: %v", k.name, err)
 		}
 	}
@@ -288,7 +275,7 @@ func TestEveryResponseKindEncodesAsProto(t *testing.T) {
 // does.
 func FuzzCheck(f *testing.F) {
 	for _, name := range []string{"checkrequest-get-apikey.json", "checkrequest-xff-two-proxies.json", "checkrequest-raw-header-map-h2-tls.json"} {
-		f.Add(mustMarshal(f, extauthztest.Fixture(f, "../../extauthz/testdata/envoy/"+name)))
+		f.Add(mustMarshal(f, extauthztest.Fixture(f, "../../../extauthz/testdata/envoy/"+name)))
 	}
 	f.Add([]byte{})
 	eng, err := extauthz.Compile([]extauthz.PolicySpec{
@@ -303,7 +290,7 @@ func FuzzCheck(f *testing.F) {
 	s := extauthz.NewServer(eng, memory.New(memory.Options{Clock: limiter.NewManualClock(time.Unix(0, 0)), MaxBuckets: 10000, Shards: 256}), extauthz.ServerOptions{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req := &authv3.CheckRequest{}
-		if grpccodec.DecodeCheckRequest(data, req) != nil {
+		if check.DecodeCheckRequest(data, req) != nil {
 			return // malformed: gRPC's error, as protobuf-go's (FuzzDecoder)
 		}
 		resp, err := s.Check(context.Background(), req)
@@ -313,7 +300,7 @@ func FuzzCheck(f *testing.F) {
 		if err := resp.ValidateAll(); err != nil {
 			t.Fatalf("invalid response: %v", err)
 		}
-		if err := grpccodec.SameAsProto(resp); err != nil {
+		if err := check.SameAsProto(resp); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -325,7 +312,7 @@ func FuzzCheck(f *testing.F) {
 // floodgate serve runs it.
 func BenchmarkCheckGRPC(b *testing.B) {
 	b.Run("proto-codec", func(b *testing.B) { benchGRPC(b) })
-	b.Run("server-codec", func(b *testing.B) { benchGRPC(b, grpc.ForceServerCodecV2(grpccodec.Fast())) })
+	b.Run("server-codec", func(b *testing.B) { benchGRPC(b, grpc.ForceServerCodecV2(grpccodec.Fast(check.Codec()))) })
 }
 
 func benchGRPC(b *testing.B, opts ...grpc.ServerOption) {

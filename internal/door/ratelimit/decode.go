@@ -1,4 +1,4 @@
-package grpccodec
+package ratelimit
 
 import (
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -6,16 +6,18 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
-// Decoding RateLimitRequests, as decode.go decodes CheckRequests. Envoy's
+// Decoding RateLimitRequests, as internal/door/check decodes CheckRequests. Envoy's
 // rate limit filter copies descriptor values from request headers as they
 // came (RequestHeadersAction and the other actions,
 // source/common/router/router_ratelimit.cc), so a value may hold bytes that
 // are not UTF-8; protobuf-go refuses such a proto3 string, gRPC answers
 // INTERNAL, and Envoy's filter, failure_mode_deny false by default, lets the
 // request through unlimited (Filter::complete,
-// source/extensions/filters/http/ratelimit/ratelimit.cc). DecodeLenient reads
+// source/extensions/filters/http/ratelimit/ratelimit.cc). grpccodec.DecodeLenient reads
 // it instead, with every invalid byte written as NUL and two hex digits, so
 // values that differ only in such bytes name different buckets, as they do
 // for Check.
@@ -28,28 +30,28 @@ import (
 // protobuf-go on its own and is merged into place, exactly where
 // proto.Unmarshal puts it; a malformed input or a string that is not valid
 // UTF-8 makes the decoder give up and hand the whole request to
-// DecodeLenient. TestTheRateLimitDecoderIsProtoUnmarshal and
+// grpccodec.DecodeLenient. TestTheRateLimitDecoderIsProtoUnmarshal and
 // FuzzRateLimitDecoder check the two agree.
 
-// DecodeRateLimitRequest is DecodeLenient(b, req) for a new req, without
+// DecodeRateLimitRequest is grpccodec.DecodeLenient(b, req) for a new req, without
 // protobuf-go's generic decoding for the fields Envoy sends on every request.
 func DecodeRateLimitRequest(b []byte, req *rlsv3.RateLimitRequest) error {
-	d := decoder{b: b, s: string(b)}
-	if d.rateLimitRequest(req) {
+	d := grpccodec.NewReader(b)
+	if readRateLimitRequest(&d, req) {
 		return nil
 	}
 	proto.Reset(req)
-	return DecodeLenient(b, req)
+	return grpccodec.DecodeLenient(b, req)
 }
 
-func (d *decoder) rateLimitRequest(req *rlsv3.RateLimitRequest) bool {
+func readRateLimitRequest(d *grpccodec.Reader, req *rlsv3.RateLimitRequest) bool {
 	// The descriptors and their entries are counted first, so that each
 	// kind is allocated once however many the request holds.
 	nd, ne := 0, 0
-	if !d.fields(0, len(d.b), func(f field) bool {
-		if f.is(2, protowire.BytesType) {
+	if !d.Fields(0, d.Len(), func(f grpccodec.Field) bool {
+		if f.Is(2, protowire.BytesType) {
 			nd++
-			ne += d.count(f.vs, f.ve, 1)
+			ne += d.Count(f.VS, f.VE, 1)
 		}
 		return true
 	}) {
@@ -74,26 +76,26 @@ func (d *decoder) rateLimitRequest(req *rlsv3.RateLimitRequest) bool {
 	for i := range entries {
 		entryPtrs[i] = &entries[i]
 	}
-	return d.fields(0, len(d.b), func(f field) bool {
-		switch f.num {
+	return d.Fields(0, d.Len(), func(f grpccodec.Field) bool {
+		switch f.Num {
 		case 1:
-			return d.setStr(f, &req.Domain, req, 1)
+			return d.SetStr(f, &req.Domain, req, 1)
 		case 2:
-			if f.typ == protowire.BytesType {
+			if f.Type == protowire.BytesType {
 				desc := &descs[0]
 				descs = descs[1:]
-				n := d.count(f.vs, f.ve, 1)
+				n := d.Count(f.VS, f.VE, 1)
 				desc.Entries, entryPtrs = entryPtrs[:0:n], entryPtrs[n:]
 				req.Descriptors = append(req.Descriptors, desc)
-				return d.descriptor(f.vs, f.ve, desc)
+				return readDescriptor(d, f.VS, f.VE, desc)
 			}
 		case 3:
-			if f.typ == protowire.VarintType {
-				req.HitsAddend = uint32(f.x)
+			if f.Type == protowire.VarintType {
+				req.HitsAddend = uint32(f.X)
 				return true
 			}
 		}
-		return d.delegate(f, req, 1)
+		return d.Delegate(f, req, 1)
 	})
 }
 
@@ -108,50 +110,50 @@ type oneDescriptor struct {
 
 // descriptor reads a RateLimitDescriptor whose Entries has room (its
 // capacity, from entryPtrs) for its entries, each already allocated.
-func (d *decoder) descriptor(start, end int, desc *commonrl.RateLimitDescriptor) bool {
-	return d.fields(start, end, func(f field) bool {
-		switch f.num {
+func readDescriptor(d *grpccodec.Reader, start, end int, desc *commonrl.RateLimitDescriptor) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
+		switch f.Num {
 		case 1:
-			if f.typ == protowire.BytesType {
+			if f.Type == protowire.BytesType {
 				i := len(desc.Entries)
 				desc.Entries = desc.Entries[:i+1]
-				return d.descriptorEntry(f.vs, f.ve, desc.Entries[i])
+				return readEntry(d, f.VS, f.VE, desc.Entries[i])
 			}
 		case 3:
-			if f.typ == protowire.BytesType {
+			if f.Type == protowire.BytesType {
 				if desc.HitsAddend == nil {
 					desc.HitsAddend = &wrapperspb.UInt64Value{}
 				}
-				return d.uint64Value(f.vs, f.ve, desc.HitsAddend)
+				return readUint64Value(d, f.VS, f.VE, desc.HitsAddend)
 			}
 		case 4:
-			if f.typ == protowire.VarintType {
-				desc.IsNegativeHits = protowire.DecodeBool(f.x)
+			if f.Type == protowire.VarintType {
+				desc.IsNegativeHits = protowire.DecodeBool(f.X)
 				return true
 			}
 		}
-		return d.delegate(f, desc, 2)
+		return d.Delegate(f, desc, 2)
 	})
 }
 
-func (d *decoder) descriptorEntry(start, end int, e *commonrl.RateLimitDescriptor_Entry) bool {
-	return d.fields(start, end, func(f field) bool {
-		switch f.num {
+func readEntry(d *grpccodec.Reader, start, end int, e *commonrl.RateLimitDescriptor_Entry) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
+		switch f.Num {
 		case 1:
-			return d.setStr(f, &e.Key, e, 3)
+			return d.SetStr(f, &e.Key, e, 3)
 		case 2:
-			return d.setStr(f, &e.Value, e, 3)
+			return d.SetStr(f, &e.Value, e, 3)
 		}
-		return d.delegate(f, e, 3)
+		return d.Delegate(f, e, 3)
 	})
 }
 
-func (d *decoder) uint64Value(start, end int, v *wrapperspb.UInt64Value) bool {
-	return d.fields(start, end, func(f field) bool {
-		if f.is(1, protowire.VarintType) {
-			v.Value = f.x
+func readUint64Value(d *grpccodec.Reader, start, end int, v *wrapperspb.UInt64Value) bool {
+	return d.Fields(start, end, func(f grpccodec.Field) bool {
+		if f.Is(1, protowire.VarintType) {
+			v.Value = f.X
 			return true
 		}
-		return d.delegate(f, v, 3)
+		return d.Delegate(f, v, 3)
 	})
 }

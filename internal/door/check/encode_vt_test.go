@@ -1,6 +1,6 @@
 //go:build vtprotobuf
 
-package grpccodec
+package check
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // go-control-plane's vtprotobuf marshaller for CheckResponse, measured
 // beside the encoder (BenchmarkEncodeCheckResponse): go-control-plane
 // compiles it only under the vtprotobuf build tag, so it is measured with
-// go test -tags vtprotobuf -bench EncodeCheckResponse ./internal/grpccodec/
+// go test -tags vtprotobuf -bench EncodeCheckResponse ./internal/door/check/
 // (docs/performance.md says why the encoder stays).
 
 func BenchmarkEncodeCheckResponseVT(b *testing.B) {

@@ -1,7 +1,6 @@
-package grpccodec
+package check
 
 import (
-	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -11,6 +10,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/floodgate/floodgate/internal/grpccodec"
+	"github.com/floodgate/floodgate/internal/grpccodec/codectest"
 )
 
 // decoderSeeds are CheckRequests in wire form: the Envoy fixtures, the
@@ -19,7 +21,7 @@ import (
 func decoderSeeds(t testing.TB) [][]byte {
 	t.Helper()
 	var reqs []*authv3.CheckRequest
-	files, _ := filepath.Glob("../../extauthz/testdata/envoy/checkrequest-*.json")
+	files, _ := filepath.Glob("../../../extauthz/testdata/envoy/checkrequest-*.json")
 	if len(files) == 0 {
 		t.Fatal("no CheckRequest fixtures")
 	}
@@ -40,51 +42,12 @@ func decoderSeeds(t testing.TB) [][]byte {
 	h.Size, h.Body, h.RawBody, h.Query, h.Fragment, h.Id = 1234, "body", []byte{0, 1, 2, 0xff}, "a=b", "frag", "77"
 	h.HeaderMap = &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: "x-raw", RawValue: []byte("v\xff")}, {Key: "k", Value: "v"}}}
 	reqs = append(reqs, full, &authv3.CheckRequest{}, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{}})
-	return marshalAll(t, reqs)
+	return codectest.MarshalAll(t, reqs)
 }
 
 // sameAsProto checks that DecodeCheckRequest and protobuf-go agree on
-// b (agreeWithProto).
-func sameAsProto(t testing.TB, b []byte) { agreeWithProto(t, b, DecodeCheckRequest) }
-
-// agreeWithProto checks that decode and protobuf-go agree on b: both fail
-// with the same error, or both give equal messages, and returns decode's
-// (nil when both failed).
-// protobuf-go is proto.Unmarshal, or, where that refuses a string that is
-// not valid UTF-8 or nesting beyond its limit, proto.Unmarshal of b with
-// such strings repaired and such nesting cut (DecodeLenient).
-func agreeWithProto[T any, M interface {
-	*T
-	proto.Message
-}](t testing.TB, b []byte, decode func([]byte, M) error) M {
-	t.Helper()
-	got, want := M(new(T)), M(new(T))
-	gerr, werr := decode(b, got), DecodeLenient(b, want)
-	if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
-		t.Fatalf("input %q: decoder error %v, proto.Unmarshal error %v", b, gerr, werr)
-	}
-	if werr == nil && !proto.Equal(got, want) {
-		t.Fatalf("input %q:\ndecoder:          %v\nproto.Unmarshal:  %v", b, got, want)
-	}
-	if gerr != nil {
-		return nil
-	}
-	return got
-}
-
-// marshalAll is msgs in wire form.
-func marshalAll[M proto.Message](t testing.TB, msgs []M) [][]byte {
-	t.Helper()
-	var out [][]byte
-	for _, m := range msgs {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
-	}
-	return out
-}
+// b (codectest.AgreeWithProto).
+func sameAsProto(t testing.TB, b []byte) { codectest.AgreeWithProto(t, b, DecodeCheckRequest) }
 
 func TestTheDecoderIsProtoUnmarshal(t *testing.T) {
 	seeds := decoderSeeds(t)
@@ -92,7 +55,7 @@ func TestTheDecoderIsProtoUnmarshal(t *testing.T) {
 	// compare proto.Unmarshal with itself).
 	for i, b := range seeds {
 		var req authv3.CheckRequest
-		if d := (decoder{b: b, s: string(b)}); !d.checkRequest(&req) {
+		if d := grpccodec.NewReader(b); !readCheckRequest(&d, 0, len(b), &req) {
 			t.Errorf("seed %d: the decoder gave up on a valid request", i)
 		}
 		sameAsProto(t, b)
@@ -142,28 +105,22 @@ func TestTheDecoderIsProtoUnmarshal(t *testing.T) {
 	sameAsProto(t, tag(nil, 1, tag(nil, 1, tag(nil, 1, tag(nil, 1, varint(nil, 2, 5)))))) // address as a varint
 
 	// Random damage: truncations, flipped bytes, inserted bytes.
-	damaged(seeds, 1, func(b []byte) { sameAsProto(t, b) })
+	codectest.Damaged(seeds, 1, func(b []byte) { sameAsProto(t, b) })
 }
 
-// damaged hands check 20,000 damaged copies of seeds (truncated, bytes
-// flipped, a byte inserted), the same ones for the same seed of the
-// random source.
-func damaged(seeds [][]byte, seed uint64, check func([]byte)) {
-	rng := rand.New(rand.NewPCG(seed, seed+1))
-	for i := 0; i < 20000; i++ {
-		b := append([]byte{}, seeds[rng.IntN(len(seeds))]...)
-		switch rng.IntN(3) {
-		case 0:
-			b = b[:rng.IntN(len(b)+1)]
-		case 1:
-			for j := 0; j < 1+rng.IntN(3) && len(b) > 0; j++ {
-				b[rng.IntN(len(b))] = byte(rng.IntN(256))
-			}
-		case 2:
-			at := rng.IntN(len(b) + 1)
-			b = append(b[:at], append([]byte{byte(rng.IntN(256))}, b[at:]...)...)
-		}
-		check(b)
+// The decoder and protobuf-go agree at every depth around protobuf-go's
+// nesting limit, where the two could differ by one (what lenient decoding
+// keeps there is grpccodec's TestNestingBeyondTheLimitIsCutNotRefused): the
+// innermost Struct of codectest.NestedMetadata sits at depth 8 + 3*levels,
+// its string Value at 10 + 3*levels, and an empty innermost Struct meets
+// the depths between.
+func TestTheDecoderAgreesAroundTheNestingLimit(t *testing.T) {
+	fits := (protowire.DefaultRecursionLimit - 10) / 3
+	for _, levels := range []int{fits - 1, fits, fits + 1, fits + 2, 5000, 20000} {
+		sameAsProto(t, codectest.NestedMetadata(t, levels, "alice", "last"))
+	}
+	for levels := fits; levels <= fits+2; levels++ {
+		sameAsProto(t, codectest.NestedMetadata(t, levels, "alice", ""))
 	}
 }
 
@@ -186,7 +143,7 @@ func FuzzDecoder(f *testing.F) {
 // codec interface, a CheckRequest takes the decoder and anything else
 // protobuf-go.
 func TestTheFastCodecDecodesCheckRequestsAndPassesTheRestOn(t *testing.T) {
-	c := Fast()
+	c := grpccodec.Fast(Codec())
 	if c.Name() != "proto" {
 		t.Fatalf("codec name %q: gRPC picks codecs by content-subtype, which must stay proto", c.Name())
 	}

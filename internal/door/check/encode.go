@@ -1,12 +1,12 @@
-package grpccodec
+package check
 
 import (
-	"unicode/utf8"
-
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
 // Encoding CheckResponses. protobuf-go's reflection-driven marshalling is a
@@ -22,7 +22,7 @@ import (
 // Only the fields Floodgate sets are written. A response that sets any
 // other (dynamic metadata, upstream headers, status details, raw header
 // values...), or a string that is not valid UTF-8, is left to
-// proto.Marshal: EncodeCheckResponse says so and the codec falls back.
+// proto.Marshal: EncodeCheckResponse says so and grpccodec.Fast falls back.
 // TestTheEncoderKnowsEveryField fails when a new version of Envoy's API
 // adds a field this file does not weigh.
 // Responses are built by this package, never decoded, so they carry no
@@ -56,10 +56,10 @@ func EncodeCheckResponse(r *authv3.CheckResponse) ([]byte, bool) {
 	status, http := sizeParts(r)
 	n := 0
 	if r.Status != nil {
-		n += sizeMessage(fCheckResponseStatus, status)
+		n += grpccodec.SizeMessage(fCheckResponseStatus, status)
 	}
 	if http >= 0 {
-		n += sizeMessage(fCheckResponseOk, http) // the same size under either field number
+		n += grpccodec.SizeMessage(fCheckResponseOk, http) // the same size under either field number
 	}
 	return appendCheckResponse(make([]byte, 0, n), r, status, http), true
 }
@@ -69,7 +69,7 @@ func encodable(r *authv3.CheckResponse) bool {
 	if r.DynamicMetadata != nil {
 		return false
 	}
-	if s := r.Status; s != nil && (len(s.Details) > 0 || !validUTF8(s.Message)) {
+	if s := r.Status; s != nil && (len(s.Details) > 0 || !grpccodec.ValidUTF8(s.Message)) {
 		return false
 	}
 	switch h := r.HttpResponse.(type) {
@@ -88,7 +88,7 @@ func encodable(r *authv3.CheckResponse) bool {
 		return optionsEncodable(ok.ResponseHeadersToAdd)
 	case *authv3.CheckResponse_DeniedResponse:
 		d := h.DeniedResponse
-		if d == nil || !validUTF8(d.Body) {
+		if d == nil || !grpccodec.ValidUTF8(d.Body) {
 			return false
 		}
 		return optionsEncodable(d.Headers)
@@ -104,19 +104,8 @@ func optionsEncodable(opts []*corev3.HeaderValueOption) bool {
 		if o == nil || o.Append != nil || o.KeepEmptyValue {
 			return false
 		}
-		if h := o.Header; h != nil && (len(h.RawValue) > 0 || !validUTF8(h.Key) || !validUTF8(h.Value)) {
+		if h := o.Header; h != nil && (len(h.RawValue) > 0 || !grpccodec.ValidUTF8(h.Key) || !grpccodec.ValidUTF8(h.Value)) {
 			return false
-		}
-	}
-	return true
-}
-
-// validUTF8 is utf8.ValidString, quicker on the short ASCII strings
-// headers are.
-func validUTF8(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return utf8.ValidString(s[i:])
 		}
 	}
 	return true
@@ -141,73 +130,31 @@ func sizeParts(r *authv3.CheckResponse) (status, http int) {
 }
 
 func sizeStatus(s *rpcstatus.Status) int {
-	return sizeVarint(fStatusCode, uint64(int64(s.Code))) + sizeString(fStatusMessage, s.Message)
+	return grpccodec.SizeVarint(fStatusCode, uint64(int64(s.Code))) + grpccodec.SizeString(fStatusMessage, s.Message)
 }
 
 func sizeDenied(d *authv3.DeniedHttpResponse) int {
 	n := 0
 	if d.Status != nil {
-		n += sizeMessage(fDeniedStatus, sizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
+		n += grpccodec.SizeMessage(fDeniedStatus, grpccodec.SizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
 	}
-	return n + sizeOptions(fDeniedHeaders, d.Headers) + sizeString(fDeniedBody, d.Body)
+	return n + sizeOptions(fDeniedHeaders, d.Headers) + grpccodec.SizeString(fDeniedBody, d.Body)
 }
 
 func sizeOptions(num protowire.Number, opts []*corev3.HeaderValueOption) int {
 	n := 0
 	for _, o := range opts {
-		n += sizeMessage(num, sizeOption(o))
+		n += grpccodec.SizeMessage(num, sizeOption(o))
 	}
 	return n
 }
 
 func sizeOption(o *corev3.HeaderValueOption) int {
-	n := sizeVarint(fOptionAppendAction, uint64(int64(o.AppendAction)))
+	n := grpccodec.SizeVarint(fOptionAppendAction, uint64(int64(o.AppendAction)))
 	if h := o.Header; h != nil {
-		n += sizeMessage(fOptionHeader, sizeString(fHeaderKey, h.Key)+sizeString(fHeaderValue, h.Value))
+		n += grpccodec.SizeMessage(fOptionHeader, grpccodec.SizeString(fHeaderKey, h.Key)+grpccodec.SizeString(fHeaderValue, h.Value))
 	}
 	return n
-}
-
-// Every field written here has a number below 16, so its tag is one byte;
-// lengths and values are mostly below 128, one byte too.
-
-func tag(num protowire.Number, typ protowire.Type) byte { return byte(num)<<3 | byte(typ) }
-
-func sizeUvarint(v uint64) int {
-	if v < 0x80 {
-		return 1
-	}
-	return protowire.SizeVarint(v)
-}
-
-func appendUvarint(b []byte, v uint64) []byte {
-	if v < 0x80 {
-		return append(b, byte(v))
-	}
-	return protowire.AppendVarint(b, v)
-}
-
-// sizeMessage is the size of a message field of number num whose fields
-// take n bytes.
-func sizeMessage(num protowire.Number, n int) int {
-	return 1 + sizeUvarint(uint64(n)) + n
-}
-
-// sizeVarint is the size of a varint field, 0 when v is zero (proto3
-// leaves it out).
-func sizeVarint(num protowire.Number, v uint64) int {
-	if v == 0 {
-		return 0
-	}
-	return 1 + sizeUvarint(v)
-}
-
-// sizeString is the size of a string field, 0 when s is empty.
-func sizeString(num protowire.Number, s string) int {
-	if s == "" {
-		return 0
-	}
-	return 1 + sizeUvarint(uint64(len(s))) + len(s)
 }
 
 // Writers, in field order.
@@ -215,24 +162,24 @@ func sizeString(num protowire.Number, s string) int {
 // appendCheckResponse writes r, whose parts' sizes sizeParts gave.
 func appendCheckResponse(b []byte, r *authv3.CheckResponse, status, http int) []byte {
 	if s := r.Status; s != nil {
-		b = appendMessageHead(b, fCheckResponseStatus, status)
-		b = appendVarint(b, fStatusCode, uint64(int64(s.Code)))
-		b = appendString(b, fStatusMessage, s.Message)
+		b = grpccodec.AppendMessageHead(b, fCheckResponseStatus, status)
+		b = grpccodec.AppendVarint(b, fStatusCode, uint64(int64(s.Code)))
+		b = grpccodec.AppendString(b, fStatusMessage, s.Message)
 	}
 	switch h := r.HttpResponse.(type) {
 	case *authv3.CheckResponse_DeniedResponse:
 		if d := h.DeniedResponse; d != nil {
-			b = appendMessageHead(b, fCheckResponseDenied, http)
+			b = grpccodec.AppendMessageHead(b, fCheckResponseDenied, http)
 			if d.Status != nil {
-				b = appendMessageHead(b, fDeniedStatus, sizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
-				b = appendVarint(b, fHTTPStatusCode, uint64(int64(d.Status.Code)))
+				b = grpccodec.AppendMessageHead(b, fDeniedStatus, grpccodec.SizeVarint(fHTTPStatusCode, uint64(int64(d.Status.Code))))
+				b = grpccodec.AppendVarint(b, fHTTPStatusCode, uint64(int64(d.Status.Code)))
 			}
 			b = appendOptions(b, fDeniedHeaders, d.Headers)
-			b = appendString(b, fDeniedBody, d.Body)
+			b = grpccodec.AppendString(b, fDeniedBody, d.Body)
 		}
 	case *authv3.CheckResponse_OkResponse:
 		if ok := h.OkResponse; ok != nil {
-			b = appendMessageHead(b, fCheckResponseOk, http)
+			b = grpccodec.AppendMessageHead(b, fCheckResponseOk, http)
 			b = appendOptions(b, fOkResponseHeadersToAdd, ok.ResponseHeadersToAdd)
 		}
 	}
@@ -241,32 +188,13 @@ func appendCheckResponse(b []byte, r *authv3.CheckResponse, status, http int) []
 
 func appendOptions(b []byte, num protowire.Number, opts []*corev3.HeaderValueOption) []byte {
 	for _, o := range opts {
-		b = appendMessageHead(b, num, sizeOption(o))
+		b = grpccodec.AppendMessageHead(b, num, sizeOption(o))
 		if h := o.Header; h != nil {
-			b = appendMessageHead(b, fOptionHeader, sizeString(fHeaderKey, h.Key)+sizeString(fHeaderValue, h.Value))
-			b = appendString(b, fHeaderKey, h.Key)
-			b = appendString(b, fHeaderValue, h.Value)
+			b = grpccodec.AppendMessageHead(b, fOptionHeader, grpccodec.SizeString(fHeaderKey, h.Key)+grpccodec.SizeString(fHeaderValue, h.Value))
+			b = grpccodec.AppendString(b, fHeaderKey, h.Key)
+			b = grpccodec.AppendString(b, fHeaderValue, h.Value)
 		}
-		b = appendVarint(b, fOptionAppendAction, uint64(int64(o.AppendAction)))
+		b = grpccodec.AppendVarint(b, fOptionAppendAction, uint64(int64(o.AppendAction)))
 	}
 	return b
-}
-
-func appendMessageHead(b []byte, num protowire.Number, n int) []byte {
-	return appendUvarint(append(b, tag(num, protowire.BytesType)), uint64(n))
-}
-
-func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
-	if v == 0 {
-		return b
-	}
-	return appendUvarint(append(b, tag(num, protowire.VarintType)), v)
-}
-
-func appendString(b []byte, num protowire.Number, s string) []byte {
-	if s == "" {
-		return b
-	}
-	b = appendUvarint(append(b, tag(num, protowire.BytesType)), uint64(len(s)))
-	return append(b, s...)
 }

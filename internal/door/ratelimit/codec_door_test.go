@@ -1,4 +1,4 @@
-package grpccodec_test
+package ratelimit_test
 
 import (
 	"context"
@@ -14,7 +14,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
 	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
+	"github.com/floodgate/floodgate/internal/grpccodec"
+	"github.com/floodgate/floodgate/internal/grpccodec/codectest"
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
@@ -64,7 +67,7 @@ descriptors:
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		resp := &rlsv3.RateLimitResponse{}
-		err := conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", rawRequest(req), resp, grpc.ForceCodecV2(rawClientCodec{}))
+		err := conn.Invoke(ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", codectest.RawRequest(req), resp, grpc.ForceCodecV2(codectest.RawClientCodec{}))
 		return resp, err
 	}
 }
@@ -84,7 +87,7 @@ func TestRateLimitRequestsWithInvalidUTF8AreDecided(t *testing.T) {
 	if _, err := ask(rlsRequest("k\xff")); status.Code(err) != codes.Internal {
 		t.Fatalf("gRPC's own codec answered %v; want INTERNAL, the outage this test is about", err)
 	}
-	for name, c := range codecs() {
+	for name, c := range map[string]encoding.CodecV2{"fast": grpccodec.Fast(ratelimit.Codec()), "protobuf": grpccodec.Protobuf(ratelimit.Codec())} {
 		t.Run(name, func(t *testing.T) {
 			ask := serveRLS(t, c)
 			code := func(value string) rlsv3.RateLimitResponse_Code {

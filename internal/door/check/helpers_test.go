@@ -1,4 +1,4 @@
-package grpccodec
+package check
 
 import (
 	"github.com/floodgate/floodgate/extauthz/extauthztest"
@@ -17,5 +17,5 @@ var envoyRequests = extauthztest.EnvoyRequests
 // (testdata/envoy).
 func fixture(t testing.TB, name string) *authv3.CheckRequest {
 	t.Helper()
-	return extauthztest.Fixture(t, "../../extauthz/testdata/envoy/"+name)
+	return extauthztest.Fixture(t, "../../../extauthz/testdata/envoy/"+name)
 }
