@@ -15,6 +15,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate/floodgate/internal/door/ratelimit"
 )
 
 func rlsLimits(perMinute string) string {
@@ -273,7 +275,7 @@ func TestDescribeRLSSaysWhenNothingResets(t *testing.T) {
 		{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: lim, LimitRemaining: 1, DurationUntilReset: durationpb.New(1500 * time.Millisecond)},
 	}}
 	want := "over limit  [0] over_limit 2/minute remaining 0 no reset  [1] ok 2/minute remaining 1 reset 1.5s"
-	if got := describeRLS(resp); got != want {
-		t.Errorf("describeRLS = %q, want %q", got, want)
+	if got := ratelimit.Describe(resp); got != want {
+		t.Errorf("ratelimit.Describe = %q, want %q", got, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	checkdoor "github.com/floodgate/floodgate/internal/door/check"
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
 
@@ -71,7 +72,7 @@ func request(t *testing.T, path, source string, headers ...string) *authv3.Check
 			hs = append(hs, h)
 		}
 	}
-	req, err := buildCheckRequest("GET", "api.example.com", path, source, hs, ctxExt, false)
+	req, err := checkdoor.Request("GET", "api.example.com", path, source, hs, ctxExt, false)
 	if err != nil {
 		t.Fatal(err)
 	}

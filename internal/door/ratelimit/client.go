@@ -1,4 +1,4 @@
-package main
+package ratelimit
 
 import (
 	"context"
@@ -14,40 +14,43 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-type rlsArgs struct {
-	addr, domain string
-	descriptors  []string
-	hits         uint64
-	count        int
-	timeout      time.Duration
+// ClientArgs are what `floodgate check --rls` sends: to Addr, Count
+// requests of Domain with Descriptors (each "key=value[,key=value...]")
+// and a hits_addend of Hits, each within Timeout.
+type ClientArgs struct {
+	Addr, Domain string
+	Descriptors  []string
+	Hits         uint64
+	Count        int
+	Timeout      time.Duration
 }
 
-// checkRLS plays Envoy's rate limit filter: it sends ShouldRateLimit with
+// Play plays Envoy's rate limit filter: it sends ShouldRateLimit with
 // the domain and descriptors given and prints each answer as the filter
 // reads it: the overall code, then per descriptor its code, limit,
 // remaining and time until reset.
-func checkRLS(ctx context.Context, a rlsArgs, stdout, stderr io.Writer) int {
-	req, err := buildRLSRequest(a.domain, a.descriptors, a.hits)
+func Play(ctx context.Context, a ClientArgs, stdout, stderr io.Writer) int {
+	req, err := buildRLSRequest(a.Domain, a.Descriptors, a.Hits)
 	if err != nil {
 		fmt.Fprintln(stderr, "floodgate check --rls:", err)
 		return 2
 	}
-	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		fmt.Fprintln(stderr, "floodgate check --rls:", err)
 		return 1
 	}
 	defer conn.Close()
 	client := rlsv3.NewRateLimitServiceClient(conn)
-	for i := 1; i <= a.count; i++ {
-		cctx, cancel := context.WithTimeout(ctx, a.timeout)
+	for i := 1; i <= a.Count; i++ {
+		cctx, cancel := context.WithTimeout(ctx, a.Timeout)
 		resp, err := client.ShouldRateLimit(cctx, req)
 		cancel()
 		if err != nil {
 			fmt.Fprintf(stderr, "#%d error: %v\n", i, err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "#%d %s\n", i, describeRLS(resp))
+		fmt.Fprintf(stdout, "#%d %s\n", i, Describe(resp))
 	}
 	return 0
 }
@@ -88,8 +91,8 @@ func resetOf(st *rlsv3.RateLimitResponse_DescriptorStatus) string {
 	return fmt.Sprintf("reset %ds", d.GetSeconds())
 }
 
-// describeRLS renders an answer on one line.
-func describeRLS(resp *rlsv3.RateLimitResponse) string {
+// Describe renders an answer on one line.
+func Describe(resp *rlsv3.RateLimitResponse) string {
 	var b strings.Builder
 	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		b.WriteString("over limit")

@@ -1,4 +1,4 @@
-package main
+package httpauthz
 
 import (
 	"context"
@@ -11,46 +11,46 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 )
 
-// defaultHTTPDoor is where `floodgate check --http` asks unless told: the
+// DefaultAddr is where `floodgate check --http` asks unless told: the
 // address the configuration reference gives listen.http.
-const defaultHTTPDoor = "127.0.0.1:9193"
+const DefaultAddr = "127.0.0.1:9193"
 
-// httpArgs are check's flags as --http reads them.
-type httpArgs struct {
-	addr, method, host, path, source string
-	prefix, uriHeader, methodHeader  string
-	hdrs                             []string
-	count                            int
-	timeout                          time.Duration
+// ClientArgs are check's flags as --http reads them.
+type ClientArgs struct {
+	Addr, Method, Host, Path, Source string
+	Prefix, URIHeader, MethodHeader  string
+	Headers                          []string
+	Count                            int
+	Timeout                          time.Duration
 }
 
-// checkHTTP plays a proxy asking the HTTP authorization door: Envoy's
+// Play plays a proxy asking the HTTP authorization door: Envoy's
 // http_service (the request's own method, --path-prefix then --path), or
 // with --uri-header a proxy that asks one fixed URI and carries the
 // original in headers (nginx's recipe). The client address goes in
 // X-Forwarded-For, as the proxy appends the peer it saw. Each answer is
 // printed as check prints a Check's.
-func checkHTTP(ctx context.Context, a httpArgs, stdout, stderr io.Writer) int {
-	if (a.uriHeader == "") != (a.methodHeader == "") {
+func Play(ctx context.Context, a ClientArgs, stdout, stderr io.Writer) int {
+	if (a.URIHeader == "") != (a.MethodHeader == "") {
 		fmt.Fprintln(stderr, "floodgate check --http: give --uri-header and --method-header together (http_authz.original_uri_header and original_method_header)")
 		return 2
 	}
-	method, target := a.method, a.prefix+a.path
-	if a.uriHeader != "" {
+	method, target := a.Method, a.Prefix+a.Path
+	if a.URIHeader != "" {
 		method, target = http.MethodGet, "/_floodgate"
 	}
 	// Not http.DefaultTransport: no proxy from the environment between
 	// check and the door.
-	client := &http.Client{Timeout: a.timeout, Transport: &http.Transport{DisableCompression: true}}
+	client := &http.Client{Timeout: a.Timeout, Transport: &http.Transport{DisableCompression: true}}
 	defer client.CloseIdleConnections()
-	for i := 1; i <= a.count; i++ {
-		req, err := http.NewRequestWithContext(ctx, method, "http://"+a.addr+target, nil)
+	for i := 1; i <= a.Count; i++ {
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+a.Addr+target, nil)
 		if err != nil {
 			fmt.Fprintln(stderr, "floodgate check --http:", err)
 			return 2
 		}
-		req.Host = a.host
-		for _, h := range a.hdrs {
+		req.Host = a.Host
+		for _, h := range a.Headers {
 			name, value, ok := strings.Cut(h, ":")
 			if !ok || strings.TrimSpace(name) == "" {
 				fmt.Fprintf(stderr, "floodgate check --http: -H %q: want 'name: value'\n", h)
@@ -58,10 +58,10 @@ func checkHTTP(ctx context.Context, a httpArgs, stdout, stderr io.Writer) int {
 			}
 			req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 		}
-		req.Header.Add("X-Forwarded-For", a.source)
-		if a.uriHeader != "" {
-			req.Header.Set(a.uriHeader, a.path)
-			req.Header.Set(a.methodHeader, a.method)
+		req.Header.Add("X-Forwarded-For", a.Source)
+		if a.URIHeader != "" {
+			req.Header.Set(a.URIHeader, a.Path)
+			req.Header.Set(a.MethodHeader, a.Method)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
