@@ -85,7 +85,7 @@ policies:%s`, srv.Addr, store, onFailure, extra, policies)
 // registering its metrics on a registry of its own; the store is closed
 // when the test ends (after the servers that use it, which stop first:
 // cleanups run last first).
-func storeFrom(t *testing.T, file, yaml string) (*door.Config, *store.Store, *prometheus.Registry) {
+func storeFrom(t *testing.T, file, yaml string) (*door.Config, *store.Stores, *prometheus.Registry) {
 	t.Helper()
 	cfg, err := doors.Parse(file, []byte(yaml))
 	if err != nil {

@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/floodgate/floodgate/internal/admission"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/headerbytes"
-	"github.com/floodgate/floodgate/internal/inflight"
 )
 
 // The HTTP server of a door with a listener of its own (door.Listener: the
@@ -39,7 +39,7 @@ const (
 	// closes an idle connection, so no request is sent on a connection
 	// Floodgate is closing. What bounds the idle connections' memory is
 	// listen.max_http_connections: at it the longest idle is closed for a
-	// new one (inflight.HTTPGate).
+	// new one (admission.HTTPGate).
 	httpIdleTimeout = time.Hour + time.Minute
 )
 
@@ -48,7 +48,7 @@ type httpListener struct {
 	door door.Listener
 	lis  net.Listener
 	srv  *http.Server
-	gate *inflight.HTTPGate
+	gate *admission.HTTPGate
 }
 
 // newHTTPServer is the HTTP server of a door's listener: h behind the
@@ -71,7 +71,7 @@ func newHTTPServer(cfg *config.Config, h http.Handler, log *zap.Logger) *http.Se
 
 // listenHTTP opens the listener of every door that has one, its request
 // bytes in budget. On an error the listeners opened are closed.
-func (s *server) listenHTTP(budget *inflight.Budget) error {
+func (s *server) listenHTTP(budget *admission.Budget) error {
 	maxConns := 0
 	var reg prometheus.Registerer
 	if s.reg != nil { // a typed nil is not "no registry"
@@ -96,7 +96,7 @@ func (s *server) listenHTTP(budget *inflight.Budget) error {
 		// so that the door decides every request a proxy sends it.
 		s.https = append(s.https, &httpListener{door: ld, lis: headerbytes.Listener(lis),
 			srv: newHTTPServer(s.cfg.Config, ld.Handler(), s.log.Named(ld.Name())),
-			gate: inflight.NewHTTPGate(inflight.HTTPOptions{Budget: budget, Wait: inflight.DefaultWait, Unread: ld.UnreadHTTP,
+			gate: admission.NewHTTPGate(admission.HTTPOptions{Budget: budget, Wait: admission.DefaultWait, Unread: ld.AnswerUnreadHTTP,
 				MaxConns: maxConns, Registerer: reg}),
 		})
 	}

@@ -12,9 +12,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/floodgate/floodgate/internal/admission"
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/doors"
-	"github.com/floodgate/floodgate/internal/inflight"
 )
 
 // hostileDoor serves the HTTP door as serve does (listenHTTP, startHTTP:
@@ -31,7 +31,7 @@ policies:
 `)
 	s := &server{cfg: cfg, log: zap.NewNop(), errc: make(chan error, 1)}
 	s.doors = doors.Build(cfg, door.Env{Store: st, Log: s.log, Registerer: reg})
-	if err := s.listenHTTP(inflight.NewBudget(8 << 20)); err != nil {
+	if err := s.listenHTTP(admission.NewBudget(8 << 20)); err != nil {
 		t.Fatal(err)
 	}
 	s.startHTTP()

@@ -146,7 +146,7 @@ type server struct {
 	reg *prometheus.Registry
 
 	hs    *health.Server
-	store *store.Store
+	store *store.Stores
 	doors []door.Door
 	who   *limited.Recorder // who is being limited, for /debug/limited
 

@@ -48,10 +48,10 @@ type Door interface {
 	// On reports whether the door serves under c: c turns it on, and it
 	// has what it decides with (a feed's limits, once pushed).
 	On(c *Config) bool
-	// Unread answers, by full gRPC method name, a request of the door
-	// that the server could not read in time: as the door answers when
-	// the store cannot decide.
-	Unread() map[string]func(context.Context) (any, error)
+	// AnswerUnread answers, by full gRPC method name, a request of the
+	// door that the server could not read in time (no room in the budget
+	// of request bytes): as the door answers when the store cannot decide.
+	AnswerUnread() map[string]func(context.Context) (any, error)
 	// Reload swaps in the door's part of c: requests in flight finish on
 	// the configuration they started with.
 	Reload(c *Config)
@@ -69,16 +69,16 @@ type Listener interface {
 	Listen() string
 	// Handler serves the door's requests (nil when Listen is "").
 	Handler() http.Handler
-	// UnreadHTTP answers, as a whole HTTP/1.1 response that closes the
+	// AnswerUnreadHTTP answers, as a whole HTTP/1.1 response that closes the
 	// connection, a request the server could not read within the budget
 	// in time: as the door answers when the store cannot decide.
-	UnreadHTTP() []byte
+	AnswerUnreadHTTP() []byte
 }
 
 // Env is what every door decides with: the one store, and the process's
 // log, metrics and report of who is limited.
 type Env struct {
-	Store      *store.Store
+	Store      *store.Stores
 	Log        *zap.Logger
 	Registerer prometheus.Registerer
 	// Recorder, when set, hears every decision (/debug/limited).
@@ -123,11 +123,11 @@ func (env Env) ForBuild() Env {
 	return env
 }
 
-// Kind is a door before it is built, as a door's package declares it and
+// Spec is a door before it is built, as a door's package declares it and
 // the list of doors (internal/doors) names it: its name, whether a
 // configuration turns it on, what it serves from one, its compile and
 // read steps, and how to build it.
-type Kind struct {
+type Spec struct {
 	Name    string
 	On      func(c *Config) bool
 	Summary func(c *Config) string

@@ -2,7 +2,7 @@
 // all of them at once: build them on one store (Build), say what they
 // serve (Describe), and load a configuration with every door's part
 // compiled once (Load and the other loaders). A new door is a folder of
-// its own under internal/door and one line in kinds.
+// its own under internal/door and one line in specs.
 package doors
 
 import (
@@ -13,15 +13,15 @@ import (
 	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
-// kinds are every door, in the order they are built and described.
-var kinds = []door.Kind{check.Kind, ratelimit.Kind, httpauthz.Kind}
+// specs are every door, in the order they are built and described.
+var specs = []door.Spec{check.Spec, ratelimit.Spec, httpauthz.Spec}
 
 // Build returns every door, each on c's part of the configuration and env,
 // in the order they are listed and logged.
 func Build(c *door.Config, env door.Env) []door.Door {
 	env = env.ForBuild()
-	ds := make([]door.Door, len(kinds))
-	for i, k := range kinds {
+	ds := make([]door.Door, len(specs))
+	for i, k := range specs {
 		ds[i] = k.Build(c, env)
 	}
 	return ds
@@ -31,7 +31,7 @@ func Build(c *door.Config, env door.Env) []door.Door {
 // them, in the order of the doors.
 func Codecs() []grpccodec.Message {
 	var ms []grpccodec.Message
-	for _, k := range kinds {
+	for _, k := range specs {
 		if k.Codec != nil {
 			ms = append(ms, k.Codec())
 		}
@@ -43,7 +43,7 @@ func Codecs() []grpccodec.Message {
 // and floodgate validate: "3 policies", "rate limit domain edge".
 func Describe(c *door.Config) []string {
 	var out []string
-	for _, k := range kinds {
+	for _, k := range specs {
 		if k.On(c) {
 			out = append(out, k.Summary(c))
 		}

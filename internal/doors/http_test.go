@@ -41,7 +41,7 @@ func buildDoors(t *testing.T, yaml string) ([]door.Door, *door.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &store.Store{Main: storetest.Memory(nil)}
+	st := &store.Stores{Main: storetest.Memory(nil)}
 	st.Shadow = st.Main
 	return Build(c, door.Env{Store: st, Log: zap.NewNop(), Registerer: prometheus.NewRegistry()}), c
 }

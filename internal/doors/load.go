@@ -123,10 +123,10 @@ func load(file string, data []byte, how loading) (*door.Config, error) {
 func compile(c *config.Config) (*door.Config, error) {
 	dc := door.NewConfig(c, nil)
 	var problems fielderr.List
-	if !slices.ContainsFunc(kinds, func(k door.Kind) bool { return k.On(dc) }) {
+	if !slices.ContainsFunc(specs, func(k door.Spec) bool { return k.On(dc) }) {
 		problems = append(problems, &fielderr.Error{Path: "policies", Msg: noFrontEnd})
 	}
-	for _, k := range kinds {
+	for _, k := range specs {
 		if k.Compile != nil {
 			problems = append(problems, k.Compile(dc)...)
 		}
@@ -149,7 +149,7 @@ func compile(c *config.Config) (*door.Config, error) {
 // ReadFiles reads the files each door's part of c names (the rate limit
 // files): what Parse leaves unread.
 func ReadFiles(c *door.Config) error {
-	for _, k := range kinds {
+	for _, k := range specs {
 		if k.Read != nil {
 			if err := k.Read(c); err != nil {
 				return err

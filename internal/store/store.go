@@ -35,26 +35,26 @@ type alwaysExact struct{}
 func (alwaysExact) Exact() bool     { return true }
 func (alwaysExact) Problem() string { return "" }
 
-// Store is the store a configuration names, wired: what decides, what
+// Stores are the stores a configuration names, wired: what decides, what
 // decides shadow buckets (uncached, so that an over-limit cache hides no
 // would-be denial), whether decisions are exact, and how to let go.
-type Store struct {
+type Stores struct {
 	Main, Shadow limiter.Store
 	Status       Status
 	close        func()
 }
 
 // Close stops the store's background work and closes its connections.
-func (s *Store) Close() { s.close() }
+func (s *Stores) Close() { s.close() }
 
 // Build connects the configured store. With Redis, the resilience layer
 // (deadline, breaker, failure mode, over-limit cache) wraps it. onExact
 // (nil: none) hears when decisions turn exact or degraded; reg gets the
 // store's metrics.
-func Build(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*Store, error) {
+func Build(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*Stores, error) {
 	if cfg.Store.Backend != "redis" {
 		m, stop := NewMemory(cfg.Store.Memory)
-		return &Store{Main: m, Shadow: m, Status: alwaysExact{}, close: stop}, nil
+		return &Stores{Main: m, Shadow: m, Status: alwaysExact{}, close: stop}, nil
 	}
 	return buildRedis(ctx, cfg, log, reg, onExact)
 }
@@ -89,7 +89,7 @@ func NewMemory(m config.Memory) (*memory.Store, func()) {
 
 // buildRedis connects to Redis and wraps the store in the resilience
 // layer, with the in-memory fallback when on_failure is local.
-func buildRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*Store, error) {
+func buildRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*Stores, error) {
 	opts, err := ResilientOptions(cfg, log, reg, onExact)
 	if err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func buildRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	}
 	// The probe stops first: it decides through the pipelined store.
 	closers = append([]func(){rs.Close}, closers...)
-	return &Store{Main: rs, Shadow: rs.Uncached(), Status: rs, close: func() {
+	return &Stores{Main: rs, Shadow: rs.Uncached(), Status: rs, close: func() {
 		for _, c := range closers {
 			c()
 		}

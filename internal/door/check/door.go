@@ -15,7 +15,7 @@ import (
 // Name names Envoy's ext_authz door.
 const Name = "ext_authz"
 
-var Kind = door.Kind{
+var Spec = door.Spec{
 	Name: Name,
 	On:   func(c *door.Config) bool { return len(c.Policies) > 0 },
 	Summary: func(c *door.Config) string {
@@ -37,10 +37,10 @@ func (d *checkDoor) Register(r grpc.ServiceRegistrar) { authv3.RegisterAuthoriza
 func (d *checkDoor) Services() []string {
 	return []string{authv3.Authorization_ServiceDesc.ServiceName}
 }
-func (d *checkDoor) On(c *door.Config) bool { return Kind.On(c) }
+func (d *checkDoor) On(c *door.Config) bool { return Spec.On(c) }
 func (d *checkDoor) Reload(c *door.Config)  { d.s.SetEngine(c.Engine) }
 
-func (d *checkDoor) Unread() map[string]func(context.Context) (any, error) {
+func (d *checkDoor) AnswerUnread() map[string]func(context.Context) (any, error) {
 	return map[string]func(context.Context) (any, error){
 		"/" + authv3.Authorization_ServiceDesc.ServiceName + "/Check": func(context.Context) (any, error) { return d.s.Unread(), nil },
 	}

@@ -21,7 +21,7 @@ const Name = "http_authz"
 // is no gRPC service: the door's requests come to listen.http.
 const HealthService = "floodgate.http_authz"
 
-var Kind = door.Kind{
+var Spec = door.Spec{
 	Name:    Name,
 	On:      func(c *door.Config) bool { return c.Listen.HTTP != "" && len(c.Policies) > 0 },
 	Summary: func(c *door.Config) string { return "HTTP authorization on " + c.Listen.HTTP },
@@ -77,7 +77,7 @@ func (d *httpDoor) Register(grpc.ServiceRegistrar) {}
 func (d *httpDoor) Services() []string     { return []string{HealthService} }
 func (d *httpDoor) On(c *door.Config) bool { return d.h != nil && len(c.Policies) > 0 }
 
-func (d *httpDoor) Unread() map[string]func(context.Context) (any, error) { return nil }
+func (d *httpDoor) AnswerUnread() map[string]func(context.Context) (any, error) { return nil }
 
 func (d *httpDoor) Reload(c *door.Config) {
 	if d.h != nil {
@@ -94,7 +94,7 @@ func (d *httpDoor) Handler() http.Handler {
 	return d.h
 }
 
-func (d *httpDoor) UnreadHTTP() []byte { return d.h.Unread() }
+func (d *httpDoor) AnswerUnreadHTTP() []byte { return d.h.Unread() }
 
 // compile refuses a door with no policy to decide.
 func compile(c *door.Config) fielderr.List {

@@ -29,7 +29,7 @@ import (
 // Name names Envoy's rate limit service door.
 const Name = "ratelimit"
 
-var Kind = door.Kind{
+var Spec = door.Spec{
 	Name: Name,
 	On:   func(c *door.Config) bool { return c.RLS.Limits() },
 	Summary: func(c *door.Config) string {
@@ -113,8 +113,8 @@ func newDoor(c *door.Config, env door.Env, feed limitFeed) door.Door {
 }
 
 // limits are c's rate limits: none when they were not read.
-func limits(c *door.Config) *rls.Config {
-	if l, ok := c.Part(Name).(*rls.Config); ok {
+func limits(c *door.Config) *rls.Limits {
+	if l, ok := c.Part(Name).(*rls.Limits); ok {
 		return l
 	}
 	return rls.Empty()
@@ -131,10 +131,10 @@ func (d *rateLimitDoor) Services() []string {
 // On is true while c turns the door on and it has limits to serve: from
 // files, or pushed at least once; with rls.unhealthy_without_limits, only
 // while they name a domain.
-func (d *rateLimitDoor) On(c *door.Config) bool { return Kind.On(c) && d.serving() }
+func (d *rateLimitDoor) On(c *door.Config) bool { return Spec.On(c) && d.serving() }
 
 func (d *rateLimitDoor) serving() bool {
-	return d.ready.Load() && (!d.needDomain.Load() || len(d.s.Config().Domains()) > 0)
+	return d.ready.Load() && (!d.needDomain.Load() || len(d.s.Limits().Domains()) > 0)
 }
 
 // Reload takes c's settings; the limits are c's files', or, fed, the
@@ -146,7 +146,7 @@ func (d *rateLimitDoor) Reload(c *door.Config) {
 	d.needDomain.Store(c.RLS.UnhealthyWithoutLimits)
 	d.bursts = c.RLS.Burst
 	if d.feed == nil {
-		d.s.SetConfig(limits(c))
+		d.s.SetLimits(limits(c))
 		d.ready.Store(true)
 		return
 	}
@@ -176,7 +176,7 @@ func (d *rateLimitDoor) apply(p Pushed) {
 		d.log.Warn("rls.burst names limits the push does not hold as they are named; the other bursts apply", zap.String("version", p.Version), zap.Strings("refused", keys), zap.Error(refused))
 		cfg.SetBursts(bursts)
 	}
-	d.s.SetConfig(cfg)
+	d.s.SetLimits(cfg)
 	d.ready.Store(true)
 }
 
@@ -192,7 +192,7 @@ func (d *rateLimitDoor) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimi
 	return d.s.ShouldRateLimit(ctx, req)
 }
 
-func (d *rateLimitDoor) Unread() map[string]func(context.Context) (any, error) {
+func (d *rateLimitDoor) AnswerUnread() map[string]func(context.Context) (any, error) {
 	return map[string]func(context.Context) (any, error){
 		"/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit": func(context.Context) (any, error) { return d.s.Unread() },
 	}
@@ -202,7 +202,7 @@ func (d *rateLimitDoor) Unread() map[string]func(context.Context) (any, error) {
 // for (a domain to serve), as envoyproxy/ratelimit's
 // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED; true without that setting.
 func (d *rateLimitDoor) Healthy() bool {
-	return !d.needDomain.Load() || (d.ready.Load() && len(d.s.Config().Domains()) > 0)
+	return !d.needDomain.Load() || (d.ready.Load() && len(d.s.Limits().Domains()) > 0)
 }
 
 // Run runs the feed the door built (rls.xds), if any.

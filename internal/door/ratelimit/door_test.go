@@ -205,7 +205,7 @@ func TestUnhealthyWithoutLimits(t *testing.T) {
 // (none before a feed's first push).
 func servedDomains(doors []door.Door) []string {
 	if d := doors[0].(*rateLimitDoor); d.ready.Load() {
-		return d.s.Config().Domains()
+		return d.s.Limits().Domains()
 	}
 	return nil
 }

@@ -154,9 +154,9 @@ func bucketOf(n, window, capacity int64) (limiter.Limit, error) {
 	return limiter.NewLimit(capacity, rate)
 }
 
-// Config is a loaded set of domains. It is immutable once loaded, so one
+// Limits are a loaded set of domains and their limits. It is immutable once loaded, so one
 // value can serve every request while a reload builds the next.
-type Config struct {
+type Limits struct {
 	domains map[string]*level
 	limits  []*Limit // in file order
 	// byKey and byLevels find a limit by the names rls.burst may give it:
@@ -186,7 +186,7 @@ type node struct {
 }
 
 // Domains lists the loaded domains, sorted.
-func (c *Config) Domains() []string {
+func (c *Limits) Domains() []string {
 	out := make([]string, 0, len(c.domains))
 	for d := range c.domains {
 		out = append(out, d)
@@ -196,7 +196,7 @@ func (c *Config) Domains() []string {
 }
 
 // Files lists the files the configuration was read from.
-func (c *Config) Files() []string { return c.files }
+func (c *Limits) Files() []string { return c.files }
 
 // maxFileBytes bounds one file, as Floodgate's own configuration is bounded
 // (what one ConfigMap holds).
@@ -208,7 +208,7 @@ const maxFileBytes = 1 << 20
 // content being reached through the links beside them).
 // A directory holding no such file configures no domain; a path that does
 // not exist is an error.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Limits, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -267,11 +267,11 @@ func readBounded(name string) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// Parse builds a Config from files already read (names in the order given,
+// Parse builds Limits from files already read (names in the order given,
 // each with its content). It reports every problem it finds, each at its
 // file and line (a fielderr.List), and builds nothing when there is one.
-func Parse(names []string, sources map[string][]byte) (*Config, error) {
-	l := loader{cfg: &Config{domains: map[string]*level{}, files: names}, domainAt: map[string]*fielderr.Error{}}
+func Parse(names []string, sources map[string][]byte) (*Limits, error) {
+	l := loader{cfg: &Limits{domains: map[string]*level{}, files: names}, domainAt: map[string]*fielderr.Error{}}
 	for _, name := range names {
 		l.file(name, sources[name])
 	}
@@ -294,7 +294,7 @@ func Parse(names []string, sources map[string][]byte) (*Config, error) {
 // name gives every limit a Key no other has (its Quoted name where
 // ratelimit's form is the same for several places), and indexes them by
 // the names rls.burst may give them.
-func (c *Config) name() {
+func (c *Limits) name() {
 	c.byKey = make(map[string][]*Limit, len(c.limits))
 	c.byLevels = make(map[string]*Limit, len(c.limits))
 	for _, lim := range c.limits {
@@ -314,7 +314,7 @@ func (c *Config) name() {
 // quote, else by ratelimit's form (the Key before ambiguity), which must
 // then name a single limit. ambiguous lists the Quoted names of the
 // limits an ambiguous name could mean.
-func (c *Config) named(name string) (lim *Limit, ambiguous []string) {
+func (c *Limits) named(name string) (lim *Limit, ambiguous []string) {
 	if strings.Contains(name, `"`) {
 		levels, ok := splitLevels(name)
 		if !ok {
@@ -375,7 +375,7 @@ func splitLevels(name string) ([]string, bool) {
 const maxDescriptorsPerFile = 200_000
 
 type loader struct {
-	cfg      *Config
+	cfg      *Limits
 	problems fielderr.List
 	domainAt map[string]*fielderr.Error // where each domain was first defined
 	domain   string                     // the document's domain
@@ -784,7 +784,7 @@ func (e BurstErrors) Error() string {
 // nothing and returns BurstErrors when a key names no limit (or several),
 // names an unlimited limit or one of 0, or a capacity that cannot be
 // counted exactly.
-func (c *Config) SetBursts(bursts map[string]int64) error {
+func (c *Limits) SetBursts(bursts map[string]int64) error {
 	var problems BurstErrors
 	for k, n := range bursts {
 		lim, ambiguous := c.named(k)
@@ -816,8 +816,8 @@ func (c *Config) SetBursts(bursts map[string]int64) error {
 }
 
 // Empty is a configuration with no domain: every descriptor meets no limit.
-func Empty() *Config {
-	return &Config{domains: map[string]*level{}}
+func Empty() *Limits {
+	return &Limits{domains: map[string]*level{}}
 }
 
 // Snapshot is the content of the files a configuration at path is read

@@ -13,7 +13,7 @@ type Entry struct{ Key, Value string }
 // where the tree has no deeper level. The limit counts only at the
 // request's last entry (envoyproxy/ratelimit src/config/config_impl.go,
 // rateLimitConfigImpl.GetLimit).
-func (c *Config) Select(domain string, entries []Entry) *Limit {
+func (c *Limits) Select(domain string, entries []Entry) *Limit {
 	lv := c.domains[domain]
 	if lv == nil || len(entries) == 0 {
 		return nil
@@ -74,7 +74,7 @@ func wildcardMatch(parts []string, s string) bool {
 }
 
 // HasDomain reports whether domain is configured.
-func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
+func (c *Limits) HasDomain(domain string) bool { return c.domains[domain] != nil }
 
 // selectAll selects the limit of each of a request's descriptors in order,
 // then applies ratelimit's request-wide rules: an unlimited limit is
@@ -84,7 +84,7 @@ func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil
 // brings its own limit (overridden) is not looked up: ratelimit gives it a
 // limit with no name that replaces nothing (GetLimit,
 // src/config/config_impl.go). selected[i] is nil where no limit applies.
-func (c *Config) selectAll(domain string, descriptors [][]Entry, overridden func(int) bool) (selected []*Limit, unlimited []bool) {
+func (c *Limits) selectAll(domain string, descriptors [][]Entry, overridden func(int) bool) (selected []*Limit, unlimited []bool) {
 	selected = make([]*Limit, len(descriptors))
 	unlimited = make([]bool, len(descriptors))
 	var replaced map[string]bool

@@ -57,18 +57,18 @@ func newMetrics(reg prometheus.Registerer) metrics {
 // not counted.
 func (p *Plan) classify(res []limiter.Result, d *decide.Decision, results []pipeline.Result) (denied bool) {
 	for i := range p.Items {
-		if it := &p.Items[i]; !it.Shadow && (it.Kind == Bucketed || it.Kind == Never) {
+		if it := &p.Items[i]; !it.Shadow && (it.Meets == Bucketed || it.Meets == Never) {
 			over, _, _ := p.outcome(it, res)
 			denied = denied || over
 		}
 	}
 	for i := range p.Items {
 		it := &p.Items[i]
-		if it.Kind != Bucketed && it.Kind != Never {
+		if it.Meets != Bucketed && it.Meets != Never {
 			continue
 		}
 		over, _, _ := p.outcome(it, res)
-		u := pipeline.Unit{Shadow: it.Shadow, Failed: it.Shadow && it.Kind == Bucketed && d.ShadowErr != nil, Over: over, Kind: p.requestOf(it)}
+		u := pipeline.Unit{Shadow: it.Shadow, Failed: it.Shadow && it.Meets == Bucketed && d.ShadowErr != nil, Over: over, Kind: p.requestOf(it)}
 		results[i] = pipeline.Classify(u, denied)
 	}
 	return denied
@@ -77,7 +77,7 @@ func (p *Plan) classify(res []limiter.Result, d *decide.Decision, results []pipe
 // requestOf is what item asks of its bucket, as decided (several
 // descriptors of one bucket are one request).
 func (p *Plan) requestOf(it *Item) limiter.Kind {
-	if it.Kind == Bucketed {
+	if it.Meets == Bucketed {
 		return p.Buckets[it.Bucket].Request.Kind
 	}
 	return it.Request

@@ -13,13 +13,13 @@ import (
 	"github.com/floodgate/floodgate/limiter/decide"
 )
 
-// Kind is what one descriptor of a request meets.
-type Kind uint8
+// Meets is what one descriptor of a request meets.
+type Meets uint8
 
 const (
 	// NoLimit: no configured limit applies (an unknown domain, a descriptor
 	// outside the tree, or a limit another one `replaces`). Answered OK.
-	NoLimit Kind = iota
+	NoLimit Meets = iota
 	// Unlimited: the limit says unlimited: true. Answered OK with
 	// limit_remaining 2³²−1, as envoyproxy/ratelimit answers it.
 	Unlimited
@@ -47,7 +47,7 @@ const (
 
 // Item is one descriptor of a request, planned.
 type Item struct {
-	Kind Kind
+	Meets Meets
 	// Limit is the configured limit (nil for NoLimit and for a request's
 	// own override), Override the request's own.
 	Limit    *Limit
@@ -128,7 +128,7 @@ func Size(req *rlsv3.RateLimitRequest) (descriptors, entries int) {
 // counter); unit_multiplier stretches its window. An override that cannot
 // be counted exactly (a window of billions of years) makes Plan return an
 // error: the request is the failure mode's.
-func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
+func (c *Limits) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
 	ds := req.GetDescriptors()
 	p := Plan{Items: make([]Item, len(ds)), Entries: make([][]Entry, len(ds))}
 	_, total := Size(req)
@@ -170,7 +170,7 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
 			}
 			name = bucketPrefix + domain + "/override/" + it.Unit.Name
 		case unlimited[i]:
-			it.Kind = Unlimited
+			it.Meets = Unlimited
 			continue
 		case selected[i] != nil:
 			lim := selected[i]
@@ -182,11 +182,11 @@ func (c *Config) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
 		it.Request, it.Cost = kindAndCost(d, reqCost)
 		it.ID = hash("rls:"+domain, descriptorText(p.Entries[i]))
 		if it.RequestsPerUnit == 0 {
-			it.Kind = Never
+			it.Meets = Never
 			never = never || (!it.Shadow && it.Request != limiter.Refund && it.Cost > 0)
 			continue
 		}
-		it.Kind = Bucketed
+		it.Meets = Bucketed
 		it.Bucket = p.add(decide.Bucket{Shadow: it.Shadow, Request: limiter.Request{Name: name, ID: it.ID, Limit: bucket, Cost: it.Cost, Kind: it.Request}})
 	}
 	if never {

@@ -32,7 +32,7 @@ func ReportName(lim *Limit) string { return "rls:" + lim.Domain + "/" + metricNa
 // domain are reported under.
 func overrideName(domain string) string { return "rls:" + domain + "/override" }
 
-func (s *Service) newFamilies(c *Config) *families {
+func (s *Service) newFamilies(c *Limits) *families {
 	r := s.opts.Recorder
 	f := &families{limits: make(map[*Limit]*pipeline.Family, len(c.limits)), reporting: r != nil}
 	for _, lim := range c.limits {

@@ -156,7 +156,7 @@ func TestAReloadKeepsTheWindowOfTheLimitsItKeeps(t *testing.T) {
 	for range 3 {
 		ask(t, c, desc("remote_address", "192.0.2.7"))
 	}
-	s.SetConfig(mustConfig(t, recordConfig))
+	s.SetLimits(mustConfig(t, recordConfig))
 	ask(t, c, desc("remote_address", "192.0.2.7"))
 	got := rec.Snapshot(0).Policies
 	if len(got) != 1 || got[0].Name != "rls:edge/edge.remote_address" || got[0].Denied != 2 || got[0].Top[0].Allowed != 2 {

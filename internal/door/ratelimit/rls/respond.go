@@ -53,7 +53,7 @@ func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipe
 		it := &p.Items[i]
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 		resp.Statuses[i] = st
-		switch it.Kind {
+		switch it.Meets {
 		case NoLimit:
 			continue
 		case Unlimited:
@@ -66,7 +66,7 @@ func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipe
 			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[it.Unit.Name]),
 		}
 		over, cannot, wait := p.outcome(it, res)
-		if !over && it.Kind == Bucketed {
+		if !over && it.Meets == Bucketed {
 			st.LimitRemaining = uint32(min(max(res[it.Bucket].Remaining, 0), math.MaxUint32))
 		}
 		if !cannot {
@@ -98,7 +98,7 @@ func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipe
 // able to pass, and the wait its status reports (until full within the
 // limit, until it would pass over it).
 func (p *Plan) outcome(it *Item, res []limiter.Result) (over, cannot bool, wait time.Duration) {
-	if it.Kind == Never {
+	if it.Meets == Never {
 		// No bucket: a look or a refund passes (ratelimit: 0 hits are not
 		// over a limit of 0), anything else never can.
 		if it.Request == limiter.Refund || it.Cost == 0 {
@@ -155,7 +155,7 @@ func (p *Plan) headers(resp *rlsv3.RateLimitResponse, res []limiter.Result) []*c
 		if st.CurrentLimit == nil {
 			continue
 		}
-		if it.Kind == Bucketed {
+		if it.Meets == Bucketed {
 			if done[it.Bucket] {
 				continue // a bucket two descriptors name is one member
 			}
@@ -178,7 +178,7 @@ func (p *Plan) headers(resp *rlsv3.RateLimitResponse, res []limiter.Result) []*c
 			name += "#" + strconv.Itoa(seen[name])
 		}
 		q, w, t := int64(0), it.Unit.Seconds, st.DurationUntilReset.GetSeconds()
-		if it.Kind == Bucketed {
+		if it.Meets == Bucketed {
 			lim := p.Buckets[it.Bucket].Request.Limit
 			q, w = lim.Capacity, respond.Window(lim)
 			if st.DurationUntilReset == nil {

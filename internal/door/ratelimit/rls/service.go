@@ -61,7 +61,7 @@ type Service struct {
 }
 
 // NewService returns a service deciding with cfg.
-func NewService(cfg *Config, o ServiceOptions) *Service {
+func NewService(cfg *Limits, o ServiceOptions) *Service {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -73,21 +73,21 @@ func NewService(cfg *Config, o ServiceOptions) *Service {
 		FailureRetryAfter: o.FailureRetryAfter, StoreErrors: s.metrics.storeErrors, Logger: o.Logger})
 	s.deciders.New = func() any { return &decide.Decider{Concurrent: true} }
 	s.state.Store(&serving{pipe: s.pipe})
-	s.SetConfig(cfg)
+	s.SetLimits(cfg)
 	return s
 }
 
 // serving is a configuration, its families (counters and tallies) and
 // the pipeline with the shadow mode in use, swapped together.
 type serving struct {
-	cfg      *Config
+	cfg      *Limits
 	families *families
 	pipe     *pipeline.Pipeline
 }
 
 // SetConfig swaps in a new configuration: requests in flight finish on the
 // old one.
-func (s *Service) SetConfig(cfg *Config) {
+func (s *Service) SetLimits(cfg *Limits) {
 	s.state.Store(&serving{cfg: cfg, families: s.newFamilies(cfg), pipe: s.state.Load().pipe})
 }
 
@@ -103,8 +103,8 @@ func (s *Service) SetShadowMode(on bool) {
 	s.state.Store(&st)
 }
 
-// Config returns the configuration in use.
-func (s *Service) Config() *Config { return s.state.Load().cfg }
+// Limits returns the configuration in use.
+func (s *Service) Limits() *Limits { return s.state.Load().cfg }
 
 // ShouldRateLimit decides one request of Envoy's rate limit filter. A
 // request past MaxDescriptors or MaxEntries, or bringing a limit of its

@@ -44,7 +44,7 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 2, name: gold-user, replaces: [{name: per-key}]}
 `
 
-func mustConfig(t *testing.T, yaml string) *Config {
+func mustConfig(t *testing.T, yaml string) *Limits {
 	t.Helper()
 	cfg, err := Parse([]string{"test.yaml"}, map[string][]byte{"test.yaml": []byte(yaml)})
 	if err != nil {

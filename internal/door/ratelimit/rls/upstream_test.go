@@ -35,7 +35,7 @@ func upstreamConfigs(t *testing.T) string {
 	return filepath.Join(mod.Dir, "test", "config")
 }
 
-func loadUpstream(t *testing.T, dir string, files ...string) (*Config, error) {
+func loadUpstream(t *testing.T, dir string, files ...string) (*Limits, error) {
 	t.Helper()
 	names := make([]string, len(files))
 	sources := map[string][]byte{}

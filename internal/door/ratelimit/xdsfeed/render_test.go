@@ -18,7 +18,7 @@ import (
 
 // parseRendered renders configs as a push would be and loads them as the
 // door does.
-func parseRendered(t *testing.T, configs ...*rlsconfv3.RateLimitConfig) (*rls.Config, error) {
+func parseRendered(t *testing.T, configs ...*rlsconfv3.RateLimitConfig) (*rls.Limits, error) {
 	t.Helper()
 	var names []string
 	sources := map[string][]byte{}

@@ -1,4 +1,4 @@
-// Package inflight bounds the bytes of gRPC requests a server reads and
+// Package admission bounds the bytes of requests a server reads and
 // handles at once. grpc.MaxRecvMsgSize bounds one message; with many
 // streams each reading a message near that size, nothing bounds their sum,
 // and the process can grow to gigabytes. A Budget is taken, for each
@@ -17,7 +17,7 @@
 // makes): the prefix first, then the budget for that many bytes, then the
 // body, then the codec. The requests of an HTTP server draw on the same
 // Budget (HTTPGate, http.go), counted as net/http reads them.
-package inflight
+package admission
 
 import (
 	"context"

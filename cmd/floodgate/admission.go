@@ -10,10 +10,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/encoding"
 
+	"github.com/floodgate/floodgate/internal/admission"
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/grpccodec"
-	"github.com/floodgate/floodgate/internal/inflight"
 	"github.com/floodgate/floodgate/internal/store"
 )
 
@@ -52,20 +52,20 @@ func requestBytesInFlight(set int, memLimit, storeBytes, windows int64) (int64, 
 
 // streamWindows is what one connection's streams may hold before their
 // requests are read, none of it in the budget: each its flow-control window
-// (inflight.StreamWindow), which its sender may fill whether or not the
+// (admission.StreamWindow), which its sender may fill whether or not the
 // request will ever be read. A flood of large requests from an Envoy fills
 // them all; the budget is sized beside them.
-func streamWindows(maxStreams int) int64 { return int64(maxStreams) * inflight.StreamWindow }
+func streamWindows(maxStreams int) int64 { return int64(maxStreams) * admission.StreamWindow }
 
 // requestBudget is the budget of request bytes in flight, shared by the
-// gRPC requests (the request gate) and the HTTP door's (inflight.HTTPGate).
-func requestBudget(cfg *door.Config, log *zap.Logger) *inflight.Budget {
+// gRPC requests (the request gate) and the HTTP door's (admission.HTTPGate).
+func requestBudget(cfg *door.Config, log *zap.Logger) *admission.Budget {
 	limit, from := requestBytesInFlight(cfg.Listen.MaxRequestBytesInFlight, debug.SetMemoryLimit(-1), store.MemoryBytes(cfg.Config), streamWindows(cfg.Listen.MaxConcurrentStreams))
 	if limit < int64(cfg.Listen.MaxRequestBytes) {
 		from += fmt.Sprintf("; below listen.max_request_bytes (%d): a larger request waits until it is read alone", cfg.Listen.MaxRequestBytes)
 	}
 	log.Info("request bytes in flight", zap.Int64("limit", limit), zap.String("limit_from", from))
-	return inflight.NewBudget(limit)
+	return admission.NewBudget(limit)
 }
 
 // newRequestGate is the gate every gRPC request is read through: within
@@ -78,16 +78,16 @@ func requestBudget(cfg *door.Config, log *zap.Logger) *inflight.Budget {
 // Envoy's router takes a complete answer to a request it is still sending
 // as the answer, resetting its side itself (Filter::onUpstreamComplete,
 // source/common/router/router.cc).
-func newRequestGate(cfg *door.Config, doors []door.Door, budget *inflight.Budget, reg prometheus.Registerer) *inflight.Gate {
+func newRequestGate(cfg *door.Config, doors []door.Door, budget *admission.Budget, reg prometheus.Registerer) *admission.Gate {
 	unread := map[string]func(context.Context) (any, error){}
 	for _, d := range doors {
-		maps.Copy(unread, d.Unread())
+		maps.Copy(unread, d.AnswerUnread())
 	}
-	return inflight.New(inflight.Options{
+	return admission.New(admission.Options{
 		Budget:     budget,
 		MaxMessage: cfg.Listen.MaxRequestBytes,
 		Codec:      gateCodec(cfg.Listen.Decoder),
-		Wait:       inflight.DefaultWait,
+		Wait:       admission.DefaultWait,
 		Unread:     unread,
 		Registerer: reg,
 	})

@@ -1,4 +1,4 @@
-package inflight
+package admission
 
 import (
 	"errors"
