@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,6 +88,11 @@ func TestFloorsRunOneWay(t *testing.T) {
 		{"extauthz", "cmd/", true},
 		{"internal/", "cmd/", true},
 		{"internal/rls", "extauthz", false},
+	}
+	for _, r := range rules {
+		if !slices.ContainsFunc(pkgs, func(p listedPackage) bool { return under(p.path, r.from) }) {
+			t.Errorf("the rule %s must not import %s names no package: a package moved, move the rule with it", r.from, r.to)
+		}
 	}
 	for _, p := range pkgs {
 		for _, r := range rules {
