@@ -2,18 +2,11 @@ package envoy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -38,6 +31,7 @@ import (
 	"github.com/floodgate/floodgate/internal/doors"
 	"github.com/floodgate/floodgate/internal/floodgatetest"
 	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/redistest/testca"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -106,92 +100,25 @@ func mtlsProblems(ec *envoyConfig, cfg *door.Config) []string {
 	return p
 }
 
-// pki is a CA made for one test, and what it issued, as PEM files.
-type pki struct {
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	n    int64
-}
-
-func newPKI(t *testing.T, dir string) *pki {
-	t.Helper()
-	ca := &pki{dir: dir, key: genKey(t)}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "floodgate mtls test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &ca.key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ca.cert, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	writePEMFile(t, filepath.Join(dir, "ca.crt"), "CERTIFICATE", der)
-	return ca
-}
-
-func genKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func writePEMFile(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // issue writes certFile and keyFile: a server certificate for dnsNames (and 127.0.0.1), or a
 // client certificate carrying uris.
-func (ca *pki) issue(t *testing.T, certFile, keyFile string, server bool, dnsNames []string, uris ...string) {
+func issue(t *testing.T, ca *testca.CA, certFile, keyFile string, server bool, dnsNames []string, uris ...string) {
 	t.Helper()
-	ca.n++
-	key := genKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.n + 1), Subject: pkix.Name{CommonName: filepath.Base(certFile)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
+	l := testca.Leaf{Name: filepath.Base(certFile), CertFile: certFile, KeyFile: keyFile, URIs: uris,
+		Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames, tmpl.IPAddresses = dnsNames, []net.IP{net.IPv4(127, 0, 0, 1)}
+		l.Usage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		l.DNS, l.IPs = dnsNames, []net.IP{net.IPv4(127, 0, 0, 1)}
 	}
-	for _, u := range uris {
-		pu, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, pu)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEMFile(t, certFile, "CERTIFICATE", der)
-	writePEMFile(t, keyFile, "PRIVATE KEY", keyDER)
+	ca.Issue(t, l)
 }
 
 // mtlsFiles generates what the example mounts, under dir: Floodgate's certificate (naming the SANs
 // Envoy checks), the CA both trust, and Envoy's client certificate (naming Floodgate's first
 // allowed SAN). The example's paths map to dir/floodgate/ and dir/envoy/.
-func mtlsFiles(t *testing.T, dir string, up *tlsv3.UpstreamTlsContext, allowed string) *pki {
+func mtlsFiles(t *testing.T, dir string, up *tlsv3.UpstreamTlsContext, allowed string) *testca.CA {
 	t.Helper()
-	ca := newPKI(t, filepath.Join(dir, "floodgate"))
+	ca := testca.New(t, "floodgate mtls test CA", filepath.Join(dir, "floodgate", "ca.crt"))
 	caPEM, err := os.ReadFile(filepath.Join(dir, "floodgate", "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -200,9 +127,9 @@ func mtlsFiles(t *testing.T, dir string, up *tlsv3.UpstreamTlsContext, allowed s
 	for _, m := range up.GetCommonTlsContext().GetValidationContext().GetMatchTypedSubjectAltNames() {
 		names = append(names, m.GetMatcher().GetExact())
 	}
-	ca.issue(t, filepath.Join(dir, "floodgate", "server.crt"), filepath.Join(dir, "floodgate", "server.key"), true, names)
+	issue(t, ca, filepath.Join(dir, "floodgate", "server.crt"), filepath.Join(dir, "floodgate", "server.key"), true, names)
 	ctc := up.GetCommonTlsContext()
-	ca.issue(t, localPath(dir, ctc.GetTlsCertificates()[0].GetCertificateChain().GetFilename()),
+	issue(t, ca, localPath(dir, ctc.GetTlsCertificates()[0].GetCertificateChain().GetFilename()),
 		localPath(dir, ctc.GetTlsCertificates()[0].GetPrivateKey().GetFilename()), false, nil, allowed)
 	if err := os.WriteFile(localPath(dir, ctc.GetValidationContext().GetTrustedCa().GetFilename()), caPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -253,7 +180,7 @@ func envoyClientTLS(t *testing.T, dir string, up *tlsv3.UpstreamTlsContext) *tls
 
 // readMTLSExample loads the example's Envoy bootstrap and its Floodgate configuration, with the
 // certificate paths pointing at files generated under dir.
-func readMTLSExample(t *testing.T, dir string) (*bootstrapv3.Bootstrap, *envoyConfig, *tlsv3.UpstreamTlsContext, string, *pki) {
+func readMTLSExample(t *testing.T, dir string) (*bootstrapv3.Bootstrap, *envoyConfig, *tlsv3.UpstreamTlsContext, string, *testca.CA) {
 	t.Helper()
 	data, err := os.ReadFile(mtlsExample.envoy)
 	if err != nil {
@@ -416,9 +343,9 @@ func TestMTLSExampleRefusesStrangersAndDecidesAsBefore(t *testing.T) {
 	}
 	// Strangers: Envoy's client otherwise, with another certificate or none. A forger's CA can put
 	// Envoy's own identity in a certificate; the example's CA issues one for somebody else.
-	other := newPKI(t, filepath.Join(dir, "other"))
-	other.issue(t, filepath.Join(dir, "other", "forged.crt"), filepath.Join(dir, "other", "forged.key"), false, nil, leaf.URIs[0].String())
-	ca.issue(t, filepath.Join(dir, "stranger.crt"), filepath.Join(dir, "stranger.key"), false, nil, "spiffe://floodgate.example/somebody/else")
+	other := testca.New(t, "floodgate mtls test CA", filepath.Join(dir, "other", "ca.crt"))
+	issue(t, other, filepath.Join(dir, "other", "forged.crt"), filepath.Join(dir, "other", "forged.key"), false, nil, leaf.URIs[0].String())
+	issue(t, ca, filepath.Join(dir, "stranger.crt"), filepath.Join(dir, "stranger.key"), false, nil, "spiffe://floodgate.example/somebody/else")
 	withCert := func(certFile, keyFile string) credentials.TransportCredentials {
 		c := envoyTLS.Clone()
 		c.Certificates = nil

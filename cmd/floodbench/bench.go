@@ -40,8 +40,8 @@ type benchOptions struct {
 	ghzVersion             string // what that binary says it is (set by bench)
 	ratelimit              string // envoyproxy/ratelimit's service_cmd, for scenario (r)
 	gogc                   int    // the collector setting of floodgate and the no-op server alike (0: config.DefaultGOGC)
-	// redisRTT, when > 0, puts Redis behind a delayProxy adding this round
-	// trip (delay.go): a Redis a network hop away.
+	// redisRTT, when > 0, puts Redis behind a delaying proxy adding this
+	// round trip (delay.go): a Redis a network hop away.
 	redisRTT time.Duration
 	// rates are the open-loop cells measured after the closed-loop ones:
 	// requests a second, at most max(conc) in flight (hop.go).
@@ -206,12 +206,12 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	// front of it. Its counters (rc) are read directly.
 	redisAddr := rp.addr
 	if o.redisRTT > 0 {
-		hop, err := newDelayProxy(rp.addr, o.redisRTT)
+		hop, err := startDelay(rp.addr, o.redisRTT)
 		if err != nil {
 			return err
 		}
-		defer hop.close()
-		redisAddr = hop.addr()
+		defer hop.Close()
+		redisAddr = hop.Addr()
 		fmt.Fprintf(stderr, "floodbench: Redis behind a proxy adding %v to every round trip (%s)\n", o.redisRTT, redisAddr)
 	}
 	// Whose counters a row reads: the standalone server's, or for the

@@ -1,19 +1,13 @@
 package peertest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/floodgate/floodgate/limiter/redistest/testca"
 )
 
 // CA is a certificate authority made for one test, writing PEM files into
@@ -22,33 +16,17 @@ type CA struct {
 	File string // the CA certificate
 	Pool *x509.CertPool
 
-	t      testing.TB
-	dir    string
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	serial int64
+	t   testing.TB
+	dir string
+	ca  *testca.CA
 }
 
 // NewCA makes a CA valid for a day.
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
-	ca := &CA{t: t, dir: t.TempDir(), key: newKey(t), Pool: x509.NewCertPool(), serial: 1}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &ca.key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ca.cert, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	ca.Pool.AddCert(ca.cert)
-	ca.File = filepath.Join(ca.dir, name+"-ca.crt")
-	writePEM(t, ca.File, "CERTIFICATE", der)
-	return ca
+	dir := t.TempDir()
+	ca := testca.New(t, name, filepath.Join(dir, name+"-ca.crt"))
+	return &CA{File: ca.File, Pool: ca.Pool, t: t, dir: dir, ca: ca}
 }
 
 // Cert is an issued certificate's files and the pair, loaded.
@@ -62,26 +40,13 @@ type Cert struct {
 // its own gRPC listener and for its xDS client), valid for dns and ips.
 func (ca *CA) Issue(name string, dns []string, ips ...net.IP) Cert {
 	ca.t.Helper()
-	ca.serial++
-	key := newKey(ca.t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:    dns, IPAddresses: ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		ca.t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		ca.t.Fatal(err)
-	}
 	c := Cert{CertFile: filepath.Join(ca.dir, name+".crt"), KeyFile: filepath.Join(ca.dir, name+".key")}
-	writePEM(ca.t, c.CertFile, "CERTIFICATE", der)
-	writePEM(ca.t, c.KeyFile, "PRIVATE KEY", keyDER)
+	ca.ca.Issue(ca.t, testca.Leaf{
+		Name: name, CertFile: c.CertFile, KeyFile: c.KeyFile,
+		Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNS:   dns, IPs: ips,
+	})
+	var err error
 	if c.Pair, err = tls.LoadX509KeyPair(c.CertFile, c.KeyFile); err != nil {
 		ca.t.Fatal(err)
 	}
@@ -92,18 +57,4 @@ func (ca *CA) Issue(name string, dns []string, ips ...net.IP) Cert {
 // certificate this CA issued.
 func (ca *CA) ServerTLS(c Cert) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{c.Pair}, ClientCAs: ca.Pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
-}
-
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/floodgate/floodgate/limiter/redisstore"
 )
 
 // EvictionWarnings reads maxmemory-policy from every master the client
@@ -56,27 +57,18 @@ func EvictionWarnings(ctx context.Context, c redis.UniversalClient) ([]string, e
 // evictionWarning is the warning for one server's INFO memory, "" when its
 // policy cannot evict Floodgate's keys.
 func evictionWarning(addr, info string) string {
-	policy := infoValue(info, "maxmemory_policy")
+	policy := redisstore.InfoField(info, "maxmemory_policy")
 	if policy == "" || policy == "noeviction" {
 		return ""
 	}
 	limit := "no maxmemory is set yet, so nothing is evicted until one is"
-	if m := infoValue(info, "maxmemory"); m != "" && m != "0" {
+	if m := redisstore.InfoField(info, "maxmemory"); m != "" && m != "0" {
 		limit = "maxmemory is " + m + " bytes"
 	}
 	return fmt.Sprintf("redis %s has maxmemory-policy %s (%s): a full Redis evicts rate-limit buckets, "+
 		"and a caller whose bucket was evicted starts again with a full burst; set maxmemory-policy noeviction, "+
 		"so that a full Redis refuses the write and store.on_failure answers, counted as degraded, instead of limits being forgotten silently",
 		addr, policy, limit)
-}
-
-func infoValue(info, name string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // warnEviction logs evictionWarnings at start, once the server answered.

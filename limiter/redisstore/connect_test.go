@@ -540,3 +540,14 @@ func TestPermanentErrorsAreTold(t *testing.T) {
 		}
 	})
 }
+
+// InfoField reads a field of INFO's text, whose lines end in CRLF, and
+// nothing of a field whose name only ends in the one asked for.
+func TestInfoField(t *testing.T) {
+	info := "# Memory\r\nused_memory:1024\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n"
+	for name, want := range map[string]string{"maxmemory": "0", "maxmemory_policy": "noeviction", "memory": "", "redis_version": ""} {
+		if got := redisstore.InfoField(info, name); got != want {
+			t.Errorf("InfoField(%q) = %q, want %q", name, got, want)
+		}
+	}
+}

@@ -769,7 +769,7 @@ func CheckServer(ctx context.Context, c redis.UniversalClient) error {
 	if err != nil {
 		return fmt.Errorf("redis: cannot read server info: %w", explain(err))
 	}
-	v := infoField(info, "redis_version")
+	v := InfoField(info, "redis_version")
 	if v == "" {
 		return fmt.Errorf("redis: server info has no redis_version")
 	}
@@ -779,7 +779,10 @@ func CheckServer(ctx context.Context, c redis.UniversalClient) error {
 	return nil
 }
 
-func infoField(info, name string) string {
+// InfoField is the value of field name in the text of Redis' INFO ("" when
+// absent): where a server says what it is (redis_version, maxmemory_policy)
+// to a client that may not run CONFIG GET, as managed services refuse it.
+func InfoField(info, name string) string {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
 			return v

@@ -1,20 +1,13 @@
 package redistest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"net/url"
-	"os"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/floodgate/floodgate/limiter/redistest/testca"
 )
 
 // CA is a throwaway certificate authority made for one test, with a server
@@ -27,39 +20,20 @@ type CA struct {
 	pool                  *x509.CertPool
 	client                tls.Certificate
 
-	dir    string
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	serial int64
+	dir string
+	ca  *testca.CA
 }
 
 // NewCA generates a CA, a server and a client certificate (ECDSA P-256,
 // valid for a day) into a temporary directory.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	now := time.Now()
-	ca := &CA{dir: t.TempDir(), key: newKey(t), pool: x509.NewCertPool(), serial: 1}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "floodgate test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &ca.key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ca.cert, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	ca.pool.AddCert(ca.cert)
-	ca.CAFile = filepath.Join(ca.dir, "ca.crt")
-	writePEM(t, ca.CAFile, "CERTIFICATE", der)
+	dir := t.TempDir()
+	ca := &CA{dir: dir, ca: testca.New(t, "floodgate test CA", filepath.Join(dir, "ca.crt"))}
+	ca.CAFile, ca.pool = ca.ca.File, ca.ca.Pool
 	ca.ServerCert, ca.ServerKey = ca.Issue(t, "server", false)
 	ca.ClientCert, ca.ClientKey = ca.Issue(t, "client", true)
+	var err error
 	if ca.client, err = tls.LoadX509KeyPair(ca.ClientCert, ca.ClientKey); err != nil {
 		t.Fatal(err)
 	}
@@ -73,42 +47,15 @@ func NewCA(t testing.TB) *CA {
 // Each has a new serial number.
 func (ca *CA) Issue(t testing.TB, name string, client bool, uris ...string) (certFile, keyFile string) {
 	t.Helper()
-	ca.serial++
-	now := time.Now()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(ca.serial),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
+	l := testca.Leaf{Name: name, CertFile: filepath.Join(ca.dir, name+".crt"), KeyFile: filepath.Join(ca.dir, name+".key")}
 	if client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-		for _, u := range uris {
-			pu, err := url.Parse(u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tmpl.URIs = append(tmpl.URIs, pu)
-		}
+		l.Usage, l.URIs = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, uris
 	} else {
-		tmpl.DNSNames = []string{"localhost"}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+		l.Usage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		l.DNS, l.IPs = []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(ca.dir, name+".crt"), filepath.Join(ca.dir, name+".key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
+	ca.ca.Issue(t, l)
+	return l.CertFile, l.KeyFile
 }
 
 // ClientConfig returns a client TLS configuration that trusts the CA and,
@@ -119,20 +66,4 @@ func (ca *CA) ClientConfig(withCert bool) *tls.Config {
 		c.Certificates = []tls.Certificate{ca.client}
 	}
 	return c
-}
-
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -66,7 +66,8 @@ type Fault interface{ dir() Dir }
 // Latency delays every chunk by Delay, plus or minus a uniformly random
 // Jitter (never below zero), keeping the bytes in order: a chunk never
 // overtakes the one before it, as on a TCP connection. With Dir Both, each
-// direction is delayed, so a round trip takes twice Delay.
+// direction is delayed, so a round trip takes twice Delay. On Linux a delay
+// below a millisecond holds too (see sleepUntil).
 type Latency struct {
 	Dir           Dir
 	Delay, Jitter time.Duration
@@ -607,18 +608,24 @@ func (c *Conn) write(dir Dir, dst net.Conn) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	// A Go timer, which close interrupts, for all but the wait's last
+	// kernelSleep; the kernel for that, so that a delay below a millisecond
+	// holds (the benchmark's added round trip is one).
 	sleep := func(until time.Time) bool {
 		d := time.Until(until)
 		if d <= 0 {
 			return true
 		}
-		timer.Reset(d)
-		select {
-		case <-timer.C:
-			return true
-		case <-c.done:
-			return false
+		if d > kernelSleep {
+			timer.Reset(d - kernelSleep)
+			select {
+			case <-timer.C:
+			case <-c.done:
+				return false
+			}
 		}
+		sleepUntil(until)
+		return true
 	}
 	for {
 		var ch chunk
@@ -667,6 +674,10 @@ func (c *Conn) write(dir Dir, dst net.Conn) {
 		}
 	}
 }
+
+// kernelSleep is the longest a writer sleeps in the kernel, deaf to close:
+// more than a Go timer may be late by.
+const kernelSleep = 2 * time.Millisecond
 
 // shaping returns the pacers of the Bandwidth faults in force on dir and
 // the Slicer (the last added) if any.

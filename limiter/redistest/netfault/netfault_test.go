@@ -5,8 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
-
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -200,6 +201,75 @@ func TestLatencyDelaysEachWayAndKeepsOrder(t *testing.T) {
 	p.Remove(id)
 	if got := roundTrip(t, c, "after"); got != "after" {
 		t.Fatalf("after removing the latency: %q", got)
+	}
+}
+
+// Round trips through a Latency of half a round trip each way, measured
+// against the same echo server reached directly (the two taking turns, so
+// the machine's load falls on both alike), each take at least the round
+// trip added, and their median is longer than the direct one's by at least
+// as much, below a millisecond too. Only a lower bound: how much longer the
+// machine makes it is not the proxy's to promise.
+func TestLatencyAddsItsRoundTripBelowAMillisecond(t *testing.T) {
+	e := startEcho(t)
+	for _, rtt := range []time.Duration{500 * time.Microsecond, time.Millisecond} {
+		p := startProxy(t, e.ln.Addr().String())
+		p.Add(Latency{Dir: Both, Delay: rtt / 2})
+		direct, err := net.Dial("tcp", e.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxied := dial(t, p)
+		const n = 60
+		var ds, ps []time.Duration
+		timed := func(c net.Conn) time.Duration {
+			t0 := time.Now()
+			roundTrip(t, c, "ping\n")
+			return time.Since(t0)
+		}
+		for i := 0; i < n; i++ {
+			ds = append(ds, timed(direct))
+			ps = append(ps, timed(proxied))
+		}
+		slices.Sort(ds)
+		slices.Sort(ps)
+		if ps[0] < rtt {
+			t.Errorf("rtt %v: the fastest round trip through the proxy took %v", rtt, ps[0])
+		}
+		if added := ps[n/2] - ds[n/2]; added < rtt {
+			t.Errorf("rtt %v: median through the proxy %v, direct %v: %v added, want at least %v", rtt, ps[n/2], ds[n/2], added, rtt)
+		}
+		t.Logf("rtt %v: median direct %v, through the proxy %v", rtt, ds[n/2], ps[n/2])
+		direct.Close()
+		proxied.Close()
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Under a Latency, pipelined writes come out whole and in order (a Redis
+// pipeline must), and closing the proxy ends the connections it forwards.
+func TestLatencyKeepsAPipelineInOrderAndCloseEndsIt(t *testing.T) {
+	e := startEcho(t)
+	p := startProxy(t, e.ln.Addr().String())
+	p.Add(Latency{Dir: Both, Delay: time.Millisecond})
+	c := dial(t, p)
+	var want strings.Builder
+	for i := 0; i < 200; i++ {
+		want.WriteString(strings.Repeat(string(rune('a'+i%26)), 1+i*37%500) + "\n")
+	}
+	go io.WriteString(c, want.String())
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, want.Len())
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != want.String() {
+		t.Fatalf("read back %d bytes (%v), not the %d written in order", len(got), err, want.Len())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("a forwarded connection still open after close")
 	}
 }
 

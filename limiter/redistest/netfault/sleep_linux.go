@@ -1,14 +1,15 @@
-package main
+package netfault
 
 import (
 	"syscall"
 	"time"
 )
 
-// sleepUntil sleeps in the kernel until t (delay.go: a Go timer would wait
-// a whole millisecond when the process has nothing else to do), its
-// thread's timer slack first set to a nanosecond: Linux's default lets a
-// sleep end up to 50 µs late, on each of the two sleeps of a round trip.
+// sleepUntil sleeps in the kernel until t (a Go timer would wait a whole
+// millisecond when the process has nothing else to do), its thread's timer
+// slack first set to a nanosecond: Linux's default lets a sleep end up to
+// 50 µs late, on each of the two sleeps of a round trip. The goroutine's
+// thread sleeps; the runtime gives its other goroutines another.
 func sleepUntil(t time.Time) {
 	for {
 		d := time.Until(t)
