@@ -2,9 +2,7 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -49,9 +47,9 @@ var Spec = door.Spec{
 // descriptor values hashed under the identity secret the policies use.
 type rateLimitDoor struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	s    *rls.Service
-	feed limitFeed     // nil: the limits are read from files
-	xds  *xdsfeed.Feed // the feed the door built and runs (rls.xds), nil without
+	s   *rls.Service
+	src provider      // where the limits come from: files, or a feed
+	xds *xdsfeed.Feed // the feed the door built and runs (rls.xds), nil without
 	// waitFirst is rls.xds.wait_for_first_push, and xdsServer rls.xds.server,
 	// as the process started.
 	waitFirst bool
@@ -65,8 +63,8 @@ type rateLimitDoor struct {
 	// (rls.on_failure: error) rather than by the store's failure mode.
 	errorFirst bool
 
-	mu     sync.Mutex // orders reloads and pushes
-	bursts map[string]int64
+	mu  sync.Mutex   // orders reloads and pushes
+	cfg *door.Config // the configuration last reloaded
 	// ready: there are limits to decide with (always for files; for a
 	// feed, once it has pushed).
 	ready atomic.Bool
@@ -77,10 +75,14 @@ type rateLimitDoor struct {
 // newDoor builds the door on c and env, fed by feed (nil: the feed it
 // builds from rls.xds, or none).
 func newDoor(c *door.Config, env door.Env, feed limitFeed) door.Door {
-	d := &rateLimitDoor{feed: feed, log: env.Log.Named("rls"), root: env.Log, errorFirst: c.OnFailure(true) == decide.Error}
-	if d.feed == nil && c.RLS.XDS != nil {
+	d := &rateLimitDoor{log: env.Log.Named("rls"), root: env.Log, errorFirst: c.OnFailure(true) == decide.Error}
+	if feed == nil && c.RLS.XDS != nil {
 		d.xds = xdsfeed.New(c.RLS.XDS, env.Log, env.Registerer)
-		d.feed, d.waitFirst, d.xdsServer = d.xds, c.RLS.XDS.WaitForFirstPush, c.RLS.XDS.Server
+		feed, d.waitFirst, d.xdsServer = d.xds, c.RLS.XDS.WaitForFirstPush, c.RLS.XDS.Server
+	}
+	d.src = files{}
+	if feed != nil {
+		d.src = fed{feed: feed, log: d.log}
 	}
 	d.s = rls.NewService(rls.Empty(), rls.ServiceOptions{
 		Hash: c.Engine.HashIdentity, Store: env.Store.Main, ShadowStore: env.Store.Shadow, OnFailure: c.OnFailure(true),
@@ -97,18 +99,16 @@ func newDoor(c *door.Config, env door.Env, feed limitFeed) door.Door {
 	}
 	d.Reload(c)
 	d.domains = limits(c).Domains()
-	if d.feed != nil {
-		d.feed.OnPush(func(p Pushed) {
-			d.mu.Lock()
-			d.apply(p)
-			d.mu.Unlock()
-			// A push can turn the door's health on (its first) or off (no
-			// domain, with rls.unhealthy_without_limits).
-			if env.HealthChanged != nil {
-				env.HealthChanged(d)
-			}
-		})
-	}
+	d.src.onChange(func() {
+		d.mu.Lock()
+		d.serve()
+		d.mu.Unlock()
+		// A push can turn the door's health on (its first) or off (no
+		// domain, with rls.unhealthy_without_limits).
+		if env.HealthChanged != nil {
+			env.HealthChanged(d)
+		}
+	})
 	return d
 }
 
@@ -137,47 +137,24 @@ func (d *rateLimitDoor) serving() bool {
 	return d.ready.Load() && (!d.needDomain.Load() || len(d.s.Limits().Domains()) > 0)
 }
 
-// Reload takes c's settings; the limits are c's files', or, fed, the
-// feed's last push with c's bursts.
+// Reload takes c's settings and the limits its provider has under them:
+// c's files', or a feed's last push with c's bursts.
 func (d *rateLimitDoor) Reload(c *door.Config) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.s.SetShadowMode(c.RLS.ShadowMode)
 	d.needDomain.Store(c.RLS.UnhealthyWithoutLimits)
-	d.bursts = c.RLS.Burst
-	if d.feed == nil {
-		d.s.SetLimits(limits(c))
-		d.ready.Store(true)
-		return
-	}
-	if p, ok := d.feed.Latest(); ok {
-		d.apply(p)
-	}
+	d.cfg = c
+	d.serve()
 }
 
-// apply serves a push with the bursts in use. A burst that names no limit
-// of the push is left out and said: the control plane owns the limits, and
-// a route it removed must not hold back the others' updates.
-func (d *rateLimitDoor) apply(p Pushed) {
-	cfg, err := rls.Parse(p.Names, p.Sources)
-	if err != nil { // the feed parsed it before accepting it
-		d.log.Error("a pushed configuration the feed accepted does not load; the previous limits keep serving", zap.String("version", p.Version), zap.Error(err))
-		return
+// serve swaps in the limits the provider has under the configuration last
+// reloaded, if it has any yet.
+func (d *rateLimitDoor) serve() {
+	if l, ok := d.src.limits(d.cfg); ok {
+		d.s.SetLimits(l)
+		d.ready.Store(true)
 	}
-	bursts := d.bursts
-	var refused rls.BurstErrors
-	if err := cfg.SetBursts(bursts); errors.As(err, &refused) {
-		bursts = maps.Clone(bursts)
-		var keys []string
-		for _, b := range refused {
-			delete(bursts, b.Key)
-			keys = append(keys, b.Key)
-		}
-		d.log.Warn("rls.burst names limits the push does not hold as they are named; the other bursts apply", zap.String("version", p.Version), zap.Strings("refused", keys), zap.Error(refused))
-		cfg.SetBursts(bursts)
-	}
-	d.s.SetLimits(cfg)
-	d.ready.Store(true)
 }
 
 // ShouldRateLimit answers with the limits in use; before a feed's first
