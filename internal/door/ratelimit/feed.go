@@ -28,7 +28,7 @@ type provider interface {
 type files struct{}
 
 func (files) limits(c *door.Config) (*rls.Limits, bool) { return limits(c), true }
-func (files) onChange(func())                          {}
+func (files) onChange(func())                           {}
 
 // fed provides the limits a feed pushed last, with c's bursts.
 type fed struct {
