@@ -33,6 +33,18 @@ type Message struct {
 	Encode func(v any) (b []byte, handled bool)
 }
 
+// Decoding is a Message's Decode for the requests of type M, read by
+// decode.
+func Decoding[M any](decode func(b []byte, m M) error) func(b []byte, v any) (bool, error) {
+	return func(b []byte, v any) (bool, error) {
+		m, ok := v.(M)
+		if !ok {
+			return false, nil
+		}
+		return true, decode(b, m)
+	}
+}
+
 // Fast is the codec of listen.decoder: fast, the default: each door's
 // requests decoded by its Message's Decode and its responses written by
 // its Encode. Every other message (rate limit responses, health checks,

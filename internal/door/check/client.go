@@ -11,9 +11,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/floodgate/floodgate/internal/door"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // ClientArgs are what `floodgate check` sends: to Addr, Count Checks of
@@ -40,28 +40,16 @@ func Play(ctx context.Context, a ClientArgs, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "floodgate check:", err)
 		return 2
 	}
-	conn, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		fmt.Fprintln(stderr, "floodgate check:", err)
-		return 1
-	}
-	defer conn.Close()
-	client := authv3.NewAuthorizationClient(conn)
-	for i := 1; i <= a.Count; i++ {
-		cctx, cancel := context.WithTimeout(ctx, a.Timeout)
-		resp, err := client.Check(cctx, req)
-		cancel()
+	return door.Ask(ctx, "floodgate check", a.Addr, a.Count, a.Timeout, stdout, stderr, func(ctx context.Context, conn *grpc.ClientConn) (string, error) {
+		resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, req)
 		if err != nil {
-			fmt.Fprintf(stderr, "#%d error: %v\n", i, err)
-			return 1
+			return "", err
 		}
 		if a.GRPC {
-			fmt.Fprintf(stdout, "#%d %s\n", i, describeGRPC(resp))
-		} else {
-			fmt.Fprintf(stdout, "#%d %s\n", i, describe(resp))
+			return describeGRPC(resp), nil
 		}
-	}
-	return 0
+		return describe(resp), nil
+	})
 }
 
 // Request is the CheckRequest Envoy sends for a request of method, host

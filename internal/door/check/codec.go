@@ -22,13 +22,7 @@ import (
 func Codec() grpccodec.Message {
 	return grpccodec.Message{
 		Request: (*authv3.CheckRequest)(nil),
-		Decode: func(b []byte, v any) (bool, error) {
-			req, ok := v.(*authv3.CheckRequest)
-			if !ok {
-				return false, nil
-			}
-			return true, DecodeCheckRequest(b, req)
-		},
+		Decode:  grpccodec.Decoding(DecodeCheckRequest),
 		Encode: func(v any) ([]byte, bool) {
 			r, ok := v.(*authv3.CheckResponse)
 			if !ok {

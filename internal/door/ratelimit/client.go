@@ -10,8 +10,8 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate/floodgate/internal/door"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // ClientArgs are what `floodgate check --rls` sends: to Addr, Count
@@ -35,24 +35,13 @@ func Play(ctx context.Context, a ClientArgs, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "floodgate check --rls:", err)
 		return 2
 	}
-	conn, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		fmt.Fprintln(stderr, "floodgate check --rls:", err)
-		return 1
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	for i := 1; i <= a.Count; i++ {
-		cctx, cancel := context.WithTimeout(ctx, a.Timeout)
-		resp, err := client.ShouldRateLimit(cctx, req)
-		cancel()
+	return door.Ask(ctx, "floodgate check --rls", a.Addr, a.Count, a.Timeout, stdout, stderr, func(ctx context.Context, conn *grpc.ClientConn) (string, error) {
+		resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req)
 		if err != nil {
-			fmt.Fprintf(stderr, "#%d error: %v\n", i, err)
-			return 1
+			return "", err
 		}
-		fmt.Fprintf(stdout, "#%d %s\n", i, Describe(resp))
-	}
-	return 0
+		return Describe(resp), nil
+	})
 }
 
 func buildRLSRequest(domain string, descriptors []string, hits uint64) (*rlsv3.RateLimitRequest, error) {

@@ -20,12 +20,6 @@ import (
 func Codec() grpccodec.Message {
 	return grpccodec.Message{
 		Request: (*rlsv3.RateLimitRequest)(nil),
-		Decode: func(b []byte, v any) (bool, error) {
-			req, ok := v.(*rlsv3.RateLimitRequest)
-			if !ok {
-				return false, nil
-			}
-			return true, DecodeRateLimitRequest(b, req)
-		},
+		Decode:  grpccodec.Decoding(DecodeRateLimitRequest),
 	}
 }
