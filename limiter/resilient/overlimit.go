@@ -117,14 +117,14 @@ func refillSpan(l limiter.Limit, dt time.Duration) int64 {
 }
 
 // needsLearning reports whether a decision the store answered teaches the
-// cache anything: a denial (when learnTakes), a Charge (when learnCharges),
-// or a Refund.
-func needsLearning(reqs []limiter.Request, allowed, learnTakes, learnCharges bool) bool {
-	if !allowed && learnTakes {
+// cache anything (learn): with bounds, a denial or a Charge; always a
+// Refund.
+func needsLearning(reqs []limiter.Request, allowed, bounds bool) bool {
+	if !allowed && bounds {
 		return true
 	}
 	for i := range reqs {
-		if k := reqs[i].Kind; k == limiter.Refund || (k == limiter.Charge && learnCharges) {
+		if k := reqs[i].Kind; k == limiter.Refund || (k == limiter.Charge && bounds) {
 			return true
 		}
 	}
@@ -132,11 +132,11 @@ func needsLearning(reqs []limiter.Request, allowed, learnTakes, learnCharges boo
 }
 
 // learn remembers what a decision sent at sent taught, the store having
-// answered res (allowed): when it was denied and learnTakes, the bounds on
-// its buckets; with learnCharges, a Charge that left its bucket without a
-// whole token (empty or in debt), whatever the decision; and always the
-// refunds it sent, whose buckets it forgets.
-func (c *overLimitCache) learn(reqs []limiter.Request, res []limiter.Result, sent time.Time, allowed, learnTakes, learnCharges bool) {
+// answered res (allowed): with bounds (the cache answers for these
+// buckets), the bounds on its buckets when it was denied, and a Charge
+// that left its bucket without a whole token (empty or in debt), whatever
+// the decision; and always the refunds it sent, whose buckets it forgets.
+func (c *overLimitCache) learn(reqs []limiter.Request, res []limiter.Result, sent time.Time, allowed, bounds bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range reqs {
@@ -149,8 +149,8 @@ func (c *overLimitCache) learn(reqs []limiter.Request, res []limiter.Result, sen
 			continue
 		case had && !e.refunded.IsZero() && sent.Before(e.refunded):
 			continue // sent before a refund of the bucket: it reports the bucket before the tokens came back
-		case r.Kind == limiter.Charge && learnCharges && res[i].Remaining == 0:
-		case !allowed && learnTakes:
+		case r.Kind == limiter.Charge && bounds && res[i].Remaining == 0:
+		case !allowed && bounds:
 		default:
 			continue
 		}

@@ -184,16 +184,16 @@ func TestALateAnswerDoesNotUndoARefund(t *testing.T) {
 	take := []limiter.Request{{Name: "p", ID: "a", Limit: l, Cost: 1}}
 	empty := []limiter.Result{l.Result(l.CapacityUnits(), limiter.Take, 1, false)}
 	t0 := time.Unix(1_800_000_000, 0)
-	c.learn([]limiter.Request{{Name: "p", ID: "a", Limit: l, Cost: 2, Kind: limiter.Refund}}, []limiter.Result{{Allowed: true, Limit: 2, Remaining: 2}}, t0.Add(time.Millisecond), true, true, true)
-	c.learn(take, empty, t0, false, true, true) // sent before the refund
+	c.learn([]limiter.Request{{Name: "p", ID: "a", Limit: l, Cost: 2, Kind: limiter.Refund}}, []limiter.Result{{Allowed: true, Limit: 2, Remaining: 2}}, t0.Add(time.Millisecond), true, true)
+	c.learn(take, empty, t0, false, true) // sent before the refund
 	if c.deny(take, make([]limiter.Result, 1), t0.Add(2*time.Millisecond)) {
 		t.Fatal("the cache denied from an answer sent before a refund")
 	}
-	c.learn(take, empty, t0.Add(3*time.Millisecond), false, true, true) // sent after it
+	c.learn(take, empty, t0.Add(3*time.Millisecond), false, true) // sent after it
 	if !c.deny(take, make([]limiter.Result, 1), t0.Add(4*time.Millisecond)) {
 		t.Fatal("the cache did not learn from an answer sent after the refund")
 	}
-	c.learn(take, empty, t0, false, true, true) // still within the guard: a late one is ignored again...
+	c.learn(take, empty, t0, false, true) // still within the guard: a late one is ignored again...
 	if !c.deny(take, make([]limiter.Result, 1), t0.Add(5*time.Millisecond)) {
 		t.Fatal("...and does not drop what was learned")
 	}

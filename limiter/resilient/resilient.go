@@ -366,8 +366,8 @@ func (s *Store) take(ctx context.Context, reqs []limiter.Request, res []limiter.
 		for _, p := range passes {
 			p.sb.b.Success(p.t)
 		}
-		if s.cache != nil && needsLearning(reqs, allowed, useCache, useCache) {
-			s.cache.learn(reqs, res, now, allowed, useCache, useCache)
+		if s.cache != nil && needsLearning(reqs, allowed, useCache) {
+			s.cache.learn(reqs, res, now, allowed, useCache)
 		}
 		return allowed, nil
 	}
