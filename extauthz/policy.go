@@ -17,6 +17,9 @@ type Policy struct {
 	Name   string
 	Limit  limiter.Limit
 	Shadow bool
+	// Lease: the policy's buckets may be decided from a lease when hot
+	// (lease: auto); never for a shadow policy.
+	Lease bool
 
 	match      matcher
 	keys       []keySource
@@ -49,6 +52,7 @@ func compilePolicy(s *PolicySpec, at string, el *errorList) *Policy {
 	}
 	p.Limit = compileLimit(s, at, el)
 	p.Shadow, p.skipMissed = compileModes(s, at, el)
+	p.Lease = s.Lease == "auto" && !p.Shadow
 	p.cost, p.costHeader, p.maxCost = compileCost(s, at, el)
 	p.match = compileMatch(&s.Match, at+".match", el)
 	p.keys, p.printHdrs = compileKeys(s, at, el)
@@ -96,6 +100,11 @@ func compileModes(s *PolicySpec, at string, el *errorList) (shadow, skipMissed b
 		shadow = true
 	default:
 		el.add(at+".mode", "must be enforce or shadow (got %q)", s.Mode)
+	}
+	switch s.Lease {
+	case "", "off", "auto":
+	default:
+		el.add(at+".lease", "must be off or auto (got %q)", s.Lease)
 	}
 	switch s.OnMissingKey {
 	case "", "shared":

@@ -30,6 +30,11 @@ type PolicySpec struct {
 
 	// Mode "enforce" (default) denies; "shadow" decides and counts, never denies.
 	Mode string `yaml:"mode"`
+	// Lease "off" (default) decides every request in the store; "auto"
+	// lets a replica that sees one of the policy's buckets hot decide it
+	// from a lease of its tokens (limiter/lease), never admitting more
+	// than the bucket allows.
+	Lease string `yaml:"lease"`
 }
 
 // MatchSpec selects the requests a policy applies to. Every field set must

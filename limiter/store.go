@@ -20,6 +20,10 @@ type Request struct {
 	// Kind is what the request does to its bucket: Take (the zero value)
 	// unless set.
 	Kind Kind
+	// Lease marks a bucket whose Takes may be decided from a lease when it
+	// is hot (limiter/lease: a policy's lease: auto); a store that leases
+	// nothing ignores it.
+	Lease bool
 }
 
 // Kind is what a Request does to its bucket.

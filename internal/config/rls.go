@@ -46,6 +46,11 @@ type RLS struct {
 	// name no domain (envoyproxy/ratelimit's
 	// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
 	UnhealthyWithoutLimits bool `yaml:"unhealthy_without_limits"`
+	// Lease "off" (the default) or "auto": a replica that sees one of the
+	// limits' buckets hot decides it from a lease of its tokens
+	// (limiter/lease), never admitting more than the bucket allows, as a
+	// policy's lease: auto. Shadow limits are never leased.
+	Lease string `yaml:"lease"`
 }
 
 // XDS is an xDS management server that pushes the rate limit service's
@@ -115,6 +120,7 @@ func (r *RLS) Limits() bool { return r.Config != "" || r.XDS != nil }
 
 func (v *validator) checkRLS(r *RLS) {
 	v.oneOf("rls.on_failure", &r.OnFailure, "store", "store", "error")
+	v.oneOf("rls.lease", &r.Lease, "off", "off", "auto")
 	keys := make([]string, 0, len(r.Burst))
 	for k := range r.Burst {
 		keys = append(keys, k)
@@ -128,7 +134,7 @@ func (v *validator) checkRLS(r *RLS) {
 	if r.Config != "" && r.XDS != nil {
 		v.at("rls.xds", "and rls.config both name the limits: keep one (files, or an xDS server)")
 	}
-	if !r.Limits() && (len(r.Burst) > 0 || r.Headers || r.OnFailure != "store" || r.ShadowMode || r.UnhealthyWithoutLimits) {
+	if !r.Limits() && (len(r.Burst) > 0 || r.Headers || r.OnFailure != "store" || r.ShadowMode || r.UnhealthyWithoutLimits || r.Lease != "off") {
 		v.at("rls", "config or xds is required: it names the limits (a file or directory in envoyproxy/ratelimit's format, or an xDS server) the other rls settings apply to")
 	}
 	if x := r.XDS; x != nil {

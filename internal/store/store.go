@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/lease"
 	"github.com/floodgate/floodgate/limiter/memory"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/resilient"
@@ -115,7 +116,15 @@ func buildRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	}
 	// The probe stops first: it decides through the pipelined store.
 	closers = append([]func(){rs.Close}, closers...)
-	return &Stores{Main: rs, Shadow: rs.Uncached(), Status: rs, close: func() {
+	// Leases (a policy's or rls.lease: auto) sit before the resilience
+	// layer, so that a decision a lease pays waits for no breaker or
+	// deadline; what they take and give back goes through it. Their
+	// sweep ends, and every lease goes back, before the store closes.
+	leases := lease.New(rs, lease.Options{Registerer: reg})
+	lctx, stopLeases := context.WithCancel(context.Background())
+	go leases.Run(lctx)
+	closers = append([]func(){stopLeases, leases.Close}, closers...)
+	return &Stores{Main: leases, Shadow: rs.Uncached(), Status: rs, close: func() {
 		for _, c := range closers {
 			c()
 		}

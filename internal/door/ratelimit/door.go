@@ -143,6 +143,7 @@ func (d *rateLimitDoor) Reload(c *door.Config) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.s.SetShadowMode(c.RLS.ShadowMode)
+	d.s.SetLease(c.RLS.Lease == "auto")
 	d.needDomain.Store(c.RLS.UnhealthyWithoutLimits)
 	d.cfg = c
 	d.serve()

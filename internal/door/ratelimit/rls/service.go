@@ -83,12 +83,22 @@ type serving struct {
 	cfg      *Limits
 	families *families
 	pipe     *pipeline.Pipeline
+	lease    bool // rls.lease: auto
 }
 
 // SetConfig swaps in a new configuration: requests in flight finish on the
 // old one.
 func (s *Service) SetLimits(cfg *Limits) {
-	s.state.Store(&serving{cfg: cfg, families: s.newFamilies(cfg), pipe: s.state.Load().pipe})
+	st := s.state.Load()
+	s.state.Store(&serving{cfg: cfg, families: s.newFamilies(cfg), pipe: st.pipe, lease: st.lease})
+}
+
+// SetLease turns rls.lease on or off: on, the enforced limits' buckets
+// may be decided from a lease when hot (limiter/lease).
+func (s *Service) SetLease(on bool) {
+	st := *s.state.Load()
+	st.lease = on
+	s.state.Store(&st)
 }
 
 // SetShadowMode turns rls.shadow_mode on or off: on, every answer is OK,
@@ -127,6 +137,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		s.metrics.unplanned.WithLabelValues("limit").Inc()
 		s.opts.Logger.Warn("rate limit request cannot be counted; the failure mode answers", zap.String("domain", req.GetDomain()), zap.Error(err))
 		return s.failed(st.pipe, len(plan.Items))
+	}
+	if st.lease {
+		for i := range plan.Buckets {
+			plan.Buckets[i].Request.Lease = !plan.Buckets[i].Shadow
+		}
 	}
 	d := decide.Decision{Allowed: true, ShadowAllowed: true}
 	var res []limiter.Result

@@ -1,0 +1,273 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/lease"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/storetest"
+)
+
+func limitOf(t testing.TB, capacity, perSecond int64) limiter.Limit {
+	t.Helper()
+	r, err := limiter.PerSecond(perSecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := limiter.NewLimit(capacity, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func take(s limiter.Store, l limiter.Limit, id string, cost int64) (bool, limiter.Result, error) {
+	res := make([]limiter.Result, 1)
+	ok, err := s.Take(context.Background(), []limiter.Request{{Name: "global", ID: id, Limit: l, Cost: cost, Lease: true}}, res)
+	return ok, res[0], err
+}
+
+// TestReplicasNeverAdmitMoreThanTheBucket is the invariant: three replicas
+// leasing one bucket of an in-memory store on a manual clock admit
+// together never more than the capacity plus what refilled, at every
+// millisecond. For the first second they are asked for less than the
+// bucket refills: everything passes, most of it from leases. For the next
+// they are asked for 2.4 times the rate: the bucket drains and, the leases
+// asking for no more than it holds, the store decides, admitting not much
+// less than it allows.
+func TestReplicasNeverAdmitMoreThanTheBucket(t *testing.T) {
+	l := limitOf(t, 1000, 5000)
+	reg := prometheus.NewRegistry()
+	leased := simulate(t, l, func(base limiter.Store, clock limiter.Clock, i int) limiter.Store {
+		o := lease.Options{Clock: clock}
+		if i == 0 {
+			o.Registerer = reg
+		}
+		return lease.New(base, o)
+	})
+	exact := simulate(t, l, func(base limiter.Store, _ limiter.Clock, _ int) limiter.Store { return base })
+	if leased.under != 3*simSteps/2 {
+		t.Errorf("asked for less than the rate, %d of %d admitted", leased.under, 3*simSteps/2)
+	}
+	if leased.admitted < exact.admitted*97/100 {
+		t.Errorf("%d admitted with leases, %d without: the leases held back more than 3%%", leased.admitted, exact.admitted)
+	}
+	if served := counter(t, reg, "floodgate_lease_decisions_total"); served < float64(simSteps/2)*0.8 {
+		t.Errorf("one replica served %v of its %d decisions below the rate from leases, want most", served, simSteps/2)
+	}
+}
+
+const simSteps = 2000 // 2 s of 1 ms steps
+
+type simulated struct{ admitted, under int64 }
+
+// simulate runs three replicas (replica(base, clock, i)) over one
+// in-memory bucket on a manual clock, asked 3 times a millisecond for the
+// first second and 12 times for the next, failing the moment they have
+// admitted more than the bucket allowed.
+func simulate(t *testing.T, l limiter.Limit, replica func(base limiter.Store, clock limiter.Clock, i int) limiter.Store) simulated {
+	t.Helper()
+	clock := limiter.NewManualClock(time.Unix(1_700_000_000, 0))
+	base := storetest.Memory(clock)
+	var replicas []limiter.Store
+	for i := range 3 {
+		replicas = append(replicas, replica(base, clock, i))
+	}
+	var out simulated
+	for step := 1; step <= simSteps; step++ {
+		for _, r := range replicas {
+			n := 1 // 3 a millisecond across the replicas: 0.6x the rate
+			if step > simSteps/2 {
+				n = 4 // 12 a millisecond: 2.4x the rate
+			}
+			for range n {
+				ok, _, err := take(r, l, "k", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok {
+					out.admitted++
+				}
+			}
+		}
+		if allowed := l.Capacity + 5*int64(step-1); out.admitted > allowed {
+			t.Fatalf("step %d ms: %d admitted, more than the bucket allowed (%d)", step, out.admitted, allowed)
+		}
+		if step == simSteps/2 {
+			out.under = out.admitted
+		}
+		clock.Advance(time.Millisecond)
+	}
+	for _, r := range replicas {
+		if c, ok := r.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+	return out
+}
+
+func counter(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// TestALeaseGoesBackWhenItEnds: the tokens a lease did not spend return to
+// the bucket when it ends (Close), so a bucket left alone is full again.
+func TestALeaseGoesBackWhenItEnds(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_700_000_000, 0))
+	base := storetest.Memory(clock)
+	l := limitOf(t, 100, 1)
+	s := lease.New(base, lease.Options{Clock: clock, Hot: 2})
+	for range 3 {
+		if ok, _, err := take(s, l, "k", 1); !ok || err != nil {
+			t.Fatalf("take: %v %v", ok, err)
+		}
+	}
+	if n := look(t, base, l); n >= 97 {
+		t.Fatalf("after 3 takes with a lease the store's bucket holds %d: no lease was taken", n)
+	}
+	s.Close()
+	if n := look(t, base, l); n != 97 {
+		t.Errorf("after Close the bucket holds %d, want 97 (100 less the 3 admitted)", n)
+	}
+}
+
+// look is the whole tokens the store's bucket holds, taking none.
+func look(t *testing.T, s limiter.Store, l limiter.Limit) int64 {
+	t.Helper()
+	res := make([]limiter.Result, 1)
+	if _, err := s.Take(context.Background(), []limiter.Request{{Name: "global", ID: "k", Limit: l}}, res); err != nil {
+		t.Fatal(err)
+	}
+	return res[0].Remaining
+}
+
+// TestAllOrNothingReturnsTheLeasedTokenLocally: a request of a leased
+// bucket and of another one that is empty is denied, and the leased
+// bucket's token stays in its lease.
+func TestAllOrNothingReturnsTheLeasedTokenLocally(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_700_000_000, 0))
+	base := storetest.Memory(clock)
+	l := limitOf(t, 100, 1)
+	s := lease.New(base, lease.Options{Clock: clock, Hot: 1})
+	take(s, l, "k", 1) // hot at once: leased
+	_, before, _ := take(s, l, "k", 1)
+	empty := limitOf(t, 1, 1)
+	res := make([]limiter.Result, 2)
+	reqs := []limiter.Request{{Name: "global", ID: "k", Limit: l, Cost: 1, Lease: true}, {Name: "other", ID: "x", Limit: empty, Cost: 2}}
+	if ok, err := s.Take(context.Background(), reqs, res); ok || err != nil {
+		t.Fatalf("a request its other bucket cannot pay: %v %v", ok, err)
+	}
+	if !res[0].Allowed || res[1].Allowed || !res[1].ExceedsCapacity {
+		t.Errorf("results %+v", res)
+	}
+	_, after, _ := take(s, l, "k", 1)
+	if after.Remaining != before.Remaining-1 {
+		t.Errorf("remaining %d then %d: the denied request spent its leased token", before.Remaining, after.Remaining)
+	}
+}
+
+// flaky is a store that fails while down is set.
+type flaky struct {
+	limiter.Store
+	down atomic.Bool
+}
+
+func (f *flaky) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
+	if f.down.Load() {
+		return false, limiter.ErrUnavailable
+	}
+	return f.Store.Take(ctx, reqs, res)
+}
+
+// TestAStoreDownSpendsTheLeaseThenFails: with the store unreachable, a
+// replica decides from its lease while it lasts, then gets the store's
+// error (the failure mode answers), never an allow it cannot pay for.
+func TestAStoreDownSpendsTheLeaseThenFails(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_700_000_000, 0))
+	base := &flaky{Store: storetest.Memory(clock)}
+	l := limitOf(t, 100, 1)
+	s := lease.New(base, lease.Options{Clock: clock, Hot: 1})
+	take(s, l, "k", 1)
+	base.down.Store(true)
+	served := 0
+	for range 200 {
+		ok, _, err := take(s, l, "k", 1)
+		if err != nil {
+			if !errors.Is(err, limiter.ErrUnavailable) {
+				t.Fatalf("error %v", err)
+			}
+			break
+		}
+		if !ok {
+			t.Fatal("denied from a lease")
+		}
+		served++
+	}
+	if served == 0 || served >= 100 {
+		t.Errorf("%d decisions served from the lease while the store was down, want some and fewer than the capacity", served)
+	}
+}
+
+// TestReplicasOnRedisNeverAdmitMoreThanTheBucket is the invariant against
+// the script: three replicas leasing one bucket in a real redis-server,
+// offered more than the bucket refills for a bounded time, admit never
+// more than its capacity plus what refilled by Redis' clock.
+func TestReplicasOnRedisNeverAdmitMoreThanTheBucket(t *testing.T) {
+	srv := redistest.Start(t)
+	base := redisstore.New(srv.Client(), "lease-test:")
+	l := limitOf(t, 200, 1000)
+	var admitted atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	var replicas []*lease.Store
+	for range 3 {
+		r := lease.New(base, lease.Options{})
+		replicas = append(replicas, r)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; n < 4000 && time.Since(start) < time.Second; n++ {
+					ok, _, err := take(r, l, "k", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if ok {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for _, r := range replicas {
+		r.Close()
+	}
+	// Redis' clock runs beside this one: a millisecond either way.
+	allowed := 200 + int64((elapsed+time.Millisecond).Seconds()*1000)
+	if n := admitted.Load(); n > allowed || n == 0 {
+		t.Errorf("%d admitted in %v, the bucket allowed %d", n, elapsed, allowed)
+	}
+}
