@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -143,9 +143,9 @@ func TestInstructionsEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out, log bytes.Buffer
-	err := countInstructions(ctx, instructionOptions{
-		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server", valgrind: "valgrind",
-		scenarios: []string{"b", "e"}, conc: []int{1}, requests: 20, warmup: 5, rounds: 2, keys: 100, gogc: "off", gomaxprocs: 1,
+	err := CountInstructions(ctx, InstructionOptions{
+		Floodgate: bins.floodgate, Self: bins.floodbench, RedisServer: "redis-server", Valgrind: "valgrind",
+		Scenarios: []string{"b", "e"}, Conc: []int{1}, Requests: 20, Warmup: 5, Rounds: 2, Keys: 100, GOGC: "off", GOMAXPROCS: 1,
 	}, &out, &log)
 	if err != nil {
 		t.Fatalf("instructions: %v\n%s", err, log.String())
