@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/floodgate/floodgate/internal/bench/callgrind"
 	"github.com/floodgate/floodgate/internal/config"
 )
 
@@ -24,7 +25,7 @@ import (
 // sequence of requests from the load generator (outside valgrind), and
 // counts the instructions the serving process, and Redis for the scenarios
 // that decide there, executed between zeroing its counts before the
-// requests and dumping them after (callgrind.go): start-up, the warm-up and
+// requests and dumping them after (callgrind/): start-up, the warm-up and
 // shutdown are left out. floodgate's instructions per decision are set
 // against the no-op server's on the same requests, as the CPU table sets
 // their CPU.
@@ -177,7 +178,8 @@ type instructionMeter struct {
 	o                                 InstructionOptions
 	valgrind, control, dir, out, self string
 	stderr                            io.Writer
-	redis                             *callgrindRun
+	redis                             *callgrind.Run // nil until startRedis
+	redisAddr                         string
 	rc                                *redis.Client
 	procs                             []*proc
 }
@@ -199,12 +201,13 @@ func (m *instructionMeter) startRedis(ctx context.Context) error {
 	}
 	fmt.Fprintln(m.stderr, "floodbench: starting redis-server under callgrind")
 	out := m.out + "/callgrind-redis"
-	p, rc, err := startRedisUnder(ctx, append([]string{m.valgrind}, callgrindArgs(out)...), 2*time.Minute, bin, m.dir, nil)
+	p, rc, err := startRedisUnder(ctx, append([]string{m.valgrind}, callgrind.Args(out)...), 2*time.Minute, bin, m.dir, nil)
 	if err != nil {
 		return err
 	}
 	m.procs, m.rc = append(m.procs, p), rc
-	m.redis = &callgrindRun{p: p, control: m.control, out: out}
+	m.redis = &callgrind.Run{PID: p.cmd.Process.Pid, Control: m.control, Out: out}
+	m.redisAddr = p.addr
 	return nil
 }
 
@@ -239,7 +242,7 @@ func (m *instructionMeter) measureServer(ctx context.Context, server string, scs
 		}
 		redisAddr := "127.0.0.1:1" // the in-memory store names no Redis
 		if m.redis != nil {
-			redisAddr = m.redis.p.addr
+			redisAddr = m.redisAddr
 		}
 		cfg, err := instructionConfig(server, redisAddr, gogc, rlsConfig)
 		if err != nil {
@@ -252,7 +255,7 @@ func (m *instructionMeter) measureServer(ctx context.Context, server string, scs
 		args = []string{"serve", "--config", path}
 	}
 	out := m.out + "/callgrind-" + strings.ReplaceAll(server, "noop", "noop-server")
-	cmd := exec.Command(m.valgrind, append(append(callgrindArgs(out), bin), args...)...)
+	cmd := exec.Command(m.valgrind, append(append(callgrind.Args(out), bin), args...)...)
 	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1", "GOGC="+o.GOGC)
 	if o.GOMAXPROCS > 0 {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(o.GOMAXPROCS))
@@ -263,7 +266,7 @@ func (m *instructionMeter) measureServer(ctx context.Context, server string, scs
 		return nil, err
 	}
 	defer p.stop()
-	run := &callgrindRun{p: p, control: m.control, out: out}
+	run := &callgrind.Run{PID: p.cmd.Process.Pid, Control: m.control, Out: out}
 	c, err := dial(p.addr, 1, ClientLean)
 	if err != nil {
 		return nil, err
@@ -311,7 +314,7 @@ func part(w workload, lo, n int) workload {
 // round counts one round: zero the counts, send the requests, dump the
 // counts. It returns the instructions of the server and, withRedis, of
 // Redis, and the script calls Redis counted.
-func (m *instructionMeter) round(ctx context.Context, run *callgrindRun, c *client, w workload, conc int, withRedis bool) (server, redisIr uint64, scripts int64, err error) {
+func (m *instructionMeter) round(ctx context.Context, run *callgrind.Run, c *client, w workload, conc int, withRedis bool) (server, redisIr uint64, scripts int64, err error) {
 	// What the previous requests left running (a response being written,
 	// the collector) ends before the counts start.
 	time.Sleep(200 * time.Millisecond)
@@ -321,22 +324,22 @@ func (m *instructionMeter) round(ctx context.Context, run *callgrindRun, c *clie
 		if before, err = readRedisStats(ctx, m.rc); err != nil {
 			return 0, 0, 0, err
 		}
-		if err = m.redis.zero(ctx); err != nil {
+		if err = m.redis.Zero(ctx); err != nil {
 			return 0, 0, 0, err
 		}
 	}
-	if err = run.zero(ctx); err != nil {
+	if err = run.Zero(ctx); err != nil {
 		return 0, 0, 0, err
 	}
 	if _, err = m.send(ctx, c, w, conc, m.o.Requests); err != nil {
 		return 0, 0, 0, err
 	}
 	time.Sleep(200 * time.Millisecond) // the last answer's tail: its goroutine ending, the stream closing
-	if server, err = run.instructions(ctx); err != nil {
+	if server, err = run.Instructions(ctx); err != nil {
 		return 0, 0, 0, err
 	}
 	if withRedis {
-		if redisIr, err = m.redis.instructions(ctx); err != nil {
+		if redisIr, err = m.redis.Instructions(ctx); err != nil {
 			return 0, 0, 0, err
 		}
 		after, err := readRedisStats(ctx, m.rc)
