@@ -11,7 +11,7 @@
 // `make bench-ghz` runs it with ghz as the load generator instead
 // (floodbench run --ghz), the client of the reference figures in
 // docs/performance.md. run --redis-rtt puts Redis a network hop away, behind
-// a delaying proxy (delay.go, hop.go; make bench-hop); floodbench
+// a delaying proxy (internal/bench: delay.go, hop.go; make bench-hop); floodbench
 // instructions counts the instructions a decision costs under valgrind's
 // callgrind (make bench-instructions).
 //

@@ -2,58 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"runtime/debug"
-	"time"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
-
+	"github.com/floodgate/floodgate/internal/bench"
 	"github.com/floodgate/floodgate/internal/config"
 )
 
-// serverOptions are the gRPC server settings floodgate serve uses with its
-// default configuration (cmd/floodgate/serve.go, listen.* defaults): the
-// no-op server must differ from Floodgate only in what Check does.
-func serverOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(1 << 20),
-		grpc.MaxConcurrentStreams(1024),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.NumStreamWorkers(config.StreamWorkers),
-	}
-}
-
-// noopServer allows every request and looks at nothing: the cost of the gRPC
-// layer alone, the ceiling any ext_authz server in Go reaches on this machine.
-type noopServer struct {
-	authv3.UnimplementedAuthorizationServer
-}
-
-func (noopServer) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	return &authv3.CheckResponse{Status: &rpcstatus.Status{}}, nil
-}
-
-// noopRateLimitServer answers OK to every rate-limit request: the ceiling
-// of (r), whose requests and answers differ from ext_authz's.
-type noopRateLimitServer struct {
-	rlsv3.UnimplementedRateLimitServiceServer
-}
-
-func (noopRateLimitServer) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
-}
-
-// runNoop serves the no-op server until ctx ends. Like floodgate serve it
-// logs one JSON line {"msg":"serving","grpc":ADDR} naming the bound address.
+// runNoop serves the no-op server until ctx ends (bench.ServeNoop).
 func runNoop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("noop", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,29 +19,30 @@ func runNoop(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	lis, err := net.Listen("tcp", *listen)
-	if err != nil {
+	if err := bench.ServeNoop(ctx, *listen, *gogc, stdout); err != nil {
 		fmt.Fprintln(stderr, "floodbench noop:", err)
 		return 1
 	}
-	// Floodgate's collector setting too (runtime.gogc, unless GOGC is set):
-	// the ceiling runs with the same runtime as the server it is compared to.
-	if _, ok := os.LookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(*gogc)
+	return 0
+}
+
+// runNoopHTTP serves the no-op HTTP server until ctx ends
+// (bench.ServeNoopHTTP).
+func runNoopHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("noop-http", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:0", "HTTP listen address (loopback)")
+	gogc := fs.Int("gogc", config.DefaultGOGC, "the collector setting (GOGC), as floodgate's runtime.gogc; the GOGC environment variable, when set, wins")
+	if err := fs.Parse(args); err != nil {
+		return 2
 	}
-	gs := grpc.NewServer(serverOptions()...)
-	authv3.RegisterAuthorizationServer(gs, noopServer{})
-	rlsv3.RegisterRateLimitServiceServer(gs, noopRateLimitServer{})
-	errc := make(chan error, 1)
-	go func() { errc <- gs.Serve(lis) }()
-	line, _ := json.Marshal(map[string]string{"msg": "serving", "grpc": lis.Addr().String()})
-	fmt.Fprintf(stdout, "%s\n", line)
-	select {
-	case err := <-errc:
-		fmt.Fprintln(stderr, "floodbench noop:", err)
+	if err := bench.CheckLoopback(*listen); err != nil {
+		fmt.Fprintln(stderr, "floodbench noop-http:", err)
+		return 2
+	}
+	if err := bench.ServeNoopHTTP(ctx, *listen, *gogc, stdout); err != nil {
+		fmt.Fprintln(stderr, "floodbench noop-http:", err)
 		return 1
-	case <-ctx.Done():
 	}
-	gs.Stop()
 	return 0
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		bins.floodbench = filepath.Join(dir, "floodbench")
-		if out, err := exec.Command(floodgatetest.Go(), "build", "-o", bins.floodbench, ".").CombinedOutput(); err != nil {
+		if out, err := exec.Command(floodgatetest.Go(), "build", "-o", bins.floodbench, "github.com/floodgate/floodgate/cmd/floodbench").CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "building floodbench: %v\n%s", err, out)
 			return 1
 		}
@@ -66,10 +66,10 @@ func TestSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, log bytes.Buffer
-	err := bench(ctx, benchOptions{
-		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
-		scenarios: []string{"b", "d", "g", "b-rls", "b-xds", "b-http", "rt", "naive"}, conc: []int{2}, cell: 200 * time.Millisecond, rounds: 2, warmup: 100 * time.Millisecond,
-		maxCount: 100_000, keys: 1000, conns: 1, traceDir: t.TempDir(),
+	err := Run(ctx, Options{
+		Floodgate: bins.floodgate, Self: bins.floodbench, RedisServer: "redis-server",
+		Scenarios: []string{"b", "d", "g", "b-rls", "b-xds", "b-http", "rt", "naive"}, Conc: []int{2}, Cell: 200 * time.Millisecond, Rounds: 2, Warmup: 100 * time.Millisecond,
+		MaxCount: 100_000, Keys: 1000, Conns: 1, TraceDir: t.TempDir(),
 	}, &out, &log)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, log.String())
@@ -210,7 +210,7 @@ func TestStatusCodeReadsTheWireForm(t *testing.T) {
 
 func TestOnlyLoopbackTargets(t *testing.T) {
 	for _, target := range []string{"10.0.0.1:9191", "example.com:9191", "192.168.1.1:1"} {
-		if c, err := dial(target, 1, clientLean); err == nil {
+		if c, err := dial(target, 1, ClientLean); err == nil {
 			c.close()
 			t.Errorf("dial(%s) accepted a non-loopback target", target)
 		}
@@ -413,7 +413,7 @@ func TestProtoClientDoesProtobufsWork(t *testing.T) {
 // expected.
 func TestProtoClientDrivesAServer(t *testing.T) {
 	addr := extauthztest.Serve(t, noopServer{}).Target()
-	c, err := dial(addr, 1, clientProto)
+	c, err := dial(addr, 1, ClientProto)
 	if err != nil {
 		t.Fatal(err)
 	}

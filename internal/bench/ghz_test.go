@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -167,8 +167,8 @@ func TestRatelimitWorkload(t *testing.T) {
 // before it starts anything, saying what to install.
 func TestRatelimitNeedsItsBinary(t *testing.T) {
 	var log bytes.Buffer
-	err := bench(t.Context(), benchOptions{floodgate: "/nonexistent", redisServer: "redis-server",
-		scenarios: []string{"a", "r"}, conc: []int{1}, cell: time.Second, rounds: 1, maxCount: 1, keys: 1, conns: 1}, &log, &log)
+	err := Run(t.Context(), Options{Floodgate: "/nonexistent", RedisServer: "redis-server",
+		Scenarios: []string{"a", "r"}, Conc: []int{1}, Cell: time.Second, Rounds: 1, MaxCount: 1, Keys: 1, Conns: 1}, &log, &log)
 	if err == nil || !strings.Contains(err.Error(), "--ratelimit") || !strings.Contains(err.Error(), ratelimitVersion) {
 		t.Fatalf("err %v", err)
 	}
@@ -184,7 +184,7 @@ func TestRatiosDivideByTheRowsBaseline(t *testing.T) {
 		return row{sc: mustScenario(t, id), conc: 8, res: res(n)}
 	}
 	var out bytes.Buffer
-	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 1000), mk("b", 500), mk("a'", 2000), mk("r", 500)})
+	printTable(&out, Options{}, "m", nil, []row{mk("a", 1000), mk("b", 500), mk("a'", 2000), mk("r", 500)})
 	table := parseTable(t, out.String())
 	for label, want := range map[string]string{"(b) Redis, distinct keys": "0.50", "(r) envoyproxy/ratelimit, Redis, distinct keys": "0.25"} {
 		r := table[label]
@@ -332,7 +332,7 @@ func TestPeerRows(t *testing.T) {
 		t.Errorf("conc 50: %v, want %v", p[1], want)
 	}
 	var out bytes.Buffer
-	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 50, 7000, 0.32, 0), mk("b", 50, 5000, 0.27, 0.06), mk("a'", 50, 10000, 0.36, 0), mk("r", 50, 5000, 0.5, 0.075)})
+	printTable(&out, Options{}, "m", nil, []row{mk("a", 50, 7000, 0.32, 0), mk("b", 50, 5000, 0.27, 0.06), mk("a'", 50, 10000, 0.36, 0), mk("r", 50, 5000, 0.5, 0.075)})
 	if !strings.Contains(out.String(), "floodgate (b) against envoyproxy/ratelimit (r)") || !strings.Contains(out.String(), " 0.57 |") {
 		t.Errorf("the printed table lacks the peer comparison:\n%s", out.String())
 	}
@@ -374,7 +374,7 @@ func TestRLSRows(t *testing.T) {
 		t.Errorf("against (r) alone: %s", got)
 	}
 	var out bytes.Buffer
-	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 64, 10000, 0.2, 0), mk("b", 64, 10000, 0.3, 0.1), mk("a'", 64, 10000, 0.2, 0), mk("b-rls", 64, 10000, 0.32, 0.1)})
+	printTable(&out, Options{}, "m", nil, []row{mk("a", 64, 10000, 0.2, 0), mk("b", 64, 10000, 0.3, 0.1), mk("a'", 64, 10000, 0.2, 0), mk("b-rls", 64, 10000, 0.32, 0.1)})
 	if !strings.Contains(out.String(), "floodgate's rate limit service (b-rls) against its Check path (b)") || !strings.Contains(out.String(), " 1.05 |") {
 		t.Errorf("the printed table lacks the rate limit service comparison:\n%s", out.String())
 	}
@@ -483,13 +483,13 @@ func TestHTTPRows(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
-	printTable(&out, benchOptions{}, "m", nil, []row{mk("a", 64, 10000, 0.2, 0), mk("a-http", 64, 10000, 0.2, 0), mk("b-http", 64, 10000, 0.4, 0.1)})
+	printTable(&out, Options{}, "m", nil, []row{mk("a", 64, 10000, 0.2, 0), mk("a-http", 64, 10000, 0.2, 0), mk("b-http", 64, 10000, 0.4, 0.1)})
 	// (b-http)'s ratios divide by (a-http), the no-op HTTP server.
 	if r := parseTable(t, out.String())["(b-http) Floodgate HTTP door, Redis, distinct keys"]; r == nil || r["server ×(a)"] != "2.00" || r["server+Redis ×(a)"] != "2.50" {
 		t.Errorf("(b-http)'s ratios %v, want 2.00 and 2.50 over (a-http)", r)
 	}
 	if _, err := func() ([]scenario, error) {
-		scs, _, err := selectScenarios(benchOptions{scenarios: []string{"b-http"}, ghz: "bin/ghz"})
+		scs, _, err := selectScenarios(Options{Scenarios: []string{"b-http"}, Ghz: "bin/ghz"})
 		return scs, err
 	}(); err == nil || !strings.Contains(err.Error(), "speaks HTTP") {
 		t.Errorf("b-http with --ghz: %v, want refused", err)

@@ -1,4 +1,11 @@
-package main
+// Package callgrind counts instructions with valgrind's callgrind, for
+// floodbench instructions. A process run under callgrind counts the
+// instructions it executes (event Ir), every thread's, whatever else the
+// machine runs; callgrind_control zeroes the counts of a running process and
+// dumps them to a file on request (through valgrind's gdbserver, vgdb), so
+// the instructions of a window of requests can be read without its start-up
+// or shutdown.
+package callgrind
 
 import (
 	"bufio"
@@ -12,13 +19,6 @@ import (
 	"strings"
 	"time"
 )
-
-// Counting instructions with valgrind's callgrind. A process run under
-// callgrind counts the instructions it executes (event Ir), every thread's,
-// whatever else the machine runs; callgrind_control zeroes the counts of a
-// running process and dumps them to a file on request (through valgrind's
-// gdbserver, vgdb), so the instructions of a window of requests can be
-// read without its start-up or shutdown.
 
 // callgrindDump is what a callgrind output file says about its part: the
 // events counted, their totals, and what triggered the dump.
@@ -58,7 +58,10 @@ func readCallgrind(r io.Reader) (callgrindDump, error) {
 		if first {
 			first = false
 			if !strings.HasPrefix(line, "# callgrind format") && !strings.HasPrefix(line, "version:") && !strings.HasPrefix(line, "events:") {
-				return d, fmt.Errorf("not a callgrind output file (first line %q)", shorten(line, 40))
+				if len(line) > 40 {
+					line = line[:40] + "…"
+				}
+				return d, fmt.Errorf("not a callgrind output file (first line %q)", line)
 			}
 		}
 		key, val, ok := strings.Cut(line, ":")
@@ -116,49 +119,47 @@ func readCallgrind(r io.Reader) (callgrindDump, error) {
 	return d, nil
 }
 
-// callgrindRun is a process floodbench started under callgrind.
-type callgrindRun struct {
-	p       *proc
-	control string // callgrind_control
-	out     string // --callgrind-out-file, before its ".%p"
+// Run is a process started under callgrind with Args(Out).
+type Run struct {
+	PID     int
+	Control string // callgrind_control
+	Out     string // --callgrind-out-file, before its ".%p"
 	dumps   int    // dumps asked for so far
 }
 
-// callgrindArgs are valgrind's arguments to run a command under callgrind
+// Args are valgrind's arguments to run a command under callgrind
 // writing to out.PID (and out.PID.N for the Nth dump asked for).
-func callgrindArgs(out string) []string {
+func Args(out string) []string {
 	return []string{"--tool=callgrind", "--callgrind-out-file=" + out + ".%p"}
 }
 
-func (c *callgrindRun) pid() int { return c.p.cmd.Process.Pid }
-
 // ctl runs callgrind_control with args on the process, which acknowledges
 // with "OK.".
-func (c *callgrindRun) ctl(ctx context.Context, args ...string) error {
+func (c *Run) ctl(ctx context.Context, args ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, c.control, append(args, strconv.Itoa(c.pid()))...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, c.Control, append(args, strconv.Itoa(c.PID))...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OK.") {
-		return fmt.Errorf("%s %s %d: %v: %s", c.control, strings.Join(args, " "), c.pid(), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s %s %d: %v: %s", c.Control, strings.Join(args, " "), c.PID, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
 
-// zero zeroes the process' counts.
-func (c *callgrindRun) zero(ctx context.Context) error { return c.ctl(ctx, "--zero") }
+// Zero zeroes the process' counts.
+func (c *Run) Zero(ctx context.Context) error { return c.ctl(ctx, "--zero") }
 
-// instructions dumps the counts since the last zero or dump and returns
+// Instructions dumps the counts since the last zero or dump and returns
 // the instructions executed.
-func (c *callgrindRun) instructions(ctx context.Context) (uint64, error) {
+func (c *Run) Instructions(ctx context.Context) (uint64, error) {
 	c.dumps++
 	desc := fmt.Sprintf("floodbench-%d", c.dumps)
 	if err := c.ctl(ctx, "--dump="+desc); err != nil {
 		return 0, err
 	}
-	file := fmt.Sprintf("%s.%d.%d", c.out, c.pid(), c.dumps)
+	file := fmt.Sprintf("%s.%d.%d", c.Out, c.PID, c.dumps)
 	f, err := os.Open(file)
 	if err != nil {
-		return 0, fmt.Errorf("callgrind's dump: %w (files: %v)", err, globNames(c.out+".*"))
+		return 0, fmt.Errorf("callgrind's dump: %w (files: %v)", err, globNames(c.Out+".*"))
 	}
 	defer f.Close()
 	d, err := readCallgrind(f)

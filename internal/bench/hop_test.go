@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -83,10 +83,10 @@ func TestHopSmoke(t *testing.T) {
 	defer cancel()
 	const rtt = time.Millisecond
 	var out, log bytes.Buffer
-	err := bench(ctx, benchOptions{
-		floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
-		scenarios: []string{"b", "b-rls", "rt"}, conc: []int{1, 4}, cell: 200 * time.Millisecond, rounds: 1, warmup: 50 * time.Millisecond,
-		maxCount: 100_000, keys: 1000, conns: 1, redisRTT: rtt, rates: []float64{200},
+	err := Run(ctx, Options{
+		Floodgate: bins.floodgate, Self: bins.floodbench, RedisServer: "redis-server",
+		Scenarios: []string{"b", "b-rls", "rt"}, Conc: []int{1, 4}, Cell: 200 * time.Millisecond, Rounds: 1, Warmup: 50 * time.Millisecond,
+		MaxCount: 100_000, Keys: 1000, Conns: 1, RedisRTT: rtt, Rates: []float64{200},
 	}, &out, &log)
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, log.String())
@@ -123,8 +123,8 @@ func TestHopSmoke(t *testing.T) {
 			t.Errorf("open-loop %s: (rt) p50 %q, want at least %v", label, r["(rt) p50"], rtt)
 		}
 	}
-	if err := bench(ctx, benchOptions{floodgate: bins.floodgate, self: bins.floodbench, redisServer: "redis-server",
-		scenarios: []string{"g"}, conc: []int{1}, cell: time.Second, rounds: 1, keys: 10, conns: 1, maxCount: 1, redisRTT: rtt}, &out, &log); err == nil || !strings.Contains(err.Error(), "announce") {
+	if err := Run(ctx, Options{Floodgate: bins.floodgate, Self: bins.floodbench, RedisServer: "redis-server",
+		Scenarios: []string{"g"}, Conc: []int{1}, Cell: time.Second, Rounds: 1, Keys: 10, Conns: 1, MaxCount: 1, RedisRTT: rtt}, &out, &log); err == nil || !strings.Contains(err.Error(), "announce") {
 		t.Errorf("(g) with a hop: %v, want it refused", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -39,7 +39,7 @@ type directDriver struct {
 // newDirectDriver loads both scripts into the redis-server at addr and
 // opens a go-redis client with a connection for each call in flight.
 func newDirectDriver(ctx context.Context, addr string, poolSize, keys int) (*directDriver, error) {
-	if err := checkLoopback(addr); err != nil {
+	if err := CheckLoopback(addr); err != nil {
 		return nil, err
 	}
 	d := &directDriver{rc: redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, MinIdleConns: poolSize})}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"errors"
@@ -26,7 +26,7 @@ import (
 // startDelay listens on a free 127.0.0.1 port and forwards to target, a
 // loopback address, adding rtt to every round trip. Close stops it.
 func startDelay(target string, rtt time.Duration) (*netfault.Proxy, error) {
-	if err := checkLoopback(target); err != nil {
+	if err := CheckLoopback(target); err != nil {
 		return nil, err
 	}
 	if rtt <= 0 {

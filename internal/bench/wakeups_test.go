@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -32,7 +32,7 @@ func TestCountWakeupsCountsTheCalls(t *testing.T) {
 
 func countCalls(t *testing.T, opts []grpc.ServerOption) {
 	addr := extauthztest.Serve(t, noopServer{}, opts...).Target()
-	c, err := dial(addr, 1, clientLean)
+	c, err := dial(addr, 1, ClientLean)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,16 +71,16 @@ func countCalls(t *testing.T, opts []grpc.ServerOption) {
 	}
 }
 
-// TestWakeupsCommandReadsTraceFiles: floodbench wakeups prints a row per
+// TestWakeupsReadsTraceFiles: floodbench wakeups prints a row per
 // file, its concurrency read from run --trace's file name, and refuses a
 // file that is not a trace.
-func TestWakeupsCommandReadsTraceFiles(t *testing.T) {
+func TestWakeupsReadsTraceFiles(t *testing.T) {
 	var buf bytes.Buffer
 	if err := trace.Start(&buf); err != nil {
 		t.Fatal(err)
 	}
 	addr := extauthztest.Serve(t, noopServer{}).Target()
-	c, err := dial(addr, 1, clientLean)
+	c, err := dial(addr, 1, ClientLean)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +92,9 @@ func TestWakeupsCommandReadsTraceFiles(t *testing.T) {
 	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var out, errOut bytes.Buffer
-	if code := run(context.Background(), []string{"wakeups", file}, &out, &errOut); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut.String())
+	var out bytes.Buffer
+	if err := Wakeups([]string{file}, &out); err != nil {
+		t.Fatal(err)
 	}
 	if !regexp.MustCompile(`\n\| floodgate-b-c16\.trace +\| +16 \| +5 \|`).MatchString(out.String()) {
 		t.Errorf("no row for the file with concurrency 16 and 5 calls:\n%s", out.String())
@@ -103,7 +103,7 @@ func TestWakeupsCommandReadsTraceFiles(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("not a trace"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code := run(context.Background(), []string{"wakeups", bad}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "bad.trace") {
-		t.Errorf("a file that is not a trace: exit %d, %q; want 1 and the file named", code, errOut.String())
+	if err := Wakeups([]string{bad}, &out); err == nil || !strings.Contains(err.Error(), "bad.trace") {
+		t.Errorf("a file that is not a trace: %v; want an error naming the file", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -131,7 +131,7 @@ func (g *ghzDriver) prepare(ctx context.Context, target, key string, w workload,
 
 // run runs ghz on one request file against target and parses its report.
 func (g *ghzDriver) run(ctx context.Context, target, file string, limit time.Duration, args ...string) (result, float64, error) {
-	if err := checkLoopback(target); err != nil {
+	if err := CheckLoopback(target); err != nil {
 		return result{}, 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)

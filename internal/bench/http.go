@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -75,47 +74,6 @@ const (
 	noopHTTPIdleTimeout       = time.Hour + time.Minute
 )
 
-// runNoopHTTP serves an HTTP server that answers 200 to every request and
-// looks at nothing, until ctx ends; it logs {"msg":"serving","http":ADDR}.
-func runNoopHTTP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("noop-http", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:0", "HTTP listen address (loopback)")
-	gogc := fs.Int("gogc", config.DefaultGOGC, "the collector setting (GOGC), as floodgate's runtime.gogc; the GOGC environment variable, when set, wins")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if err := checkLoopback(*listen); err != nil {
-		fmt.Fprintln(stderr, "floodbench noop-http:", err)
-		return 2
-	}
-	lis, err := net.Listen("tcp", *listen)
-	if err != nil {
-		fmt.Fprintln(stderr, "floodbench noop-http:", err)
-		return 1
-	}
-	if _, ok := os.LookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(*gogc)
-	}
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }),
-		ReadHeaderTimeout: noopHTTPReadHeaderTimeout, ReadTimeout: noopHTTPReadTimeout, WriteTimeout: noopHTTPWriteTimeout,
-		IdleTimeout: noopHTTPIdleTimeout, MaxHeaderBytes: config.DefaultMaxHeaderBytes, DisableGeneralOptionsHandler: true,
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	line, _ := json.Marshal(map[string]string{"msg": "serving", "http": lis.Addr().String()})
-	fmt.Fprintf(stdout, "%s\n", line)
-	select {
-	case err := <-errc:
-		fmt.Fprintln(stderr, "floodbench noop-http:", err)
-		return 1
-	case <-ctx.Done():
-	}
-	srv.Close()
-	return 0
-}
-
 // httpClient drives an HTTP authorization server: each worker its own
 // keep-alive connection, reopened when the server closes it.
 type httpClient struct {
@@ -125,7 +83,7 @@ type httpClient struct {
 }
 
 func dialHTTP(target string) (*httpClient, error) {
-	if err := checkLoopback(target); err != nil {
+	if err := CheckLoopback(target); err != nil {
 		return nil, err
 	}
 	return &httpClient{target: target}, nil
@@ -291,3 +249,32 @@ var httpNote = strings.Join([]string{
 	"floodgate's HTTP authorization door (b-http) against the no-op HTTP server (a-http) and against Check (b), the same callers on the same redis-server:",
 	"server+Redis CPU per decision; (a-http) answers 200 to everything with the door's server settings; the load generator speaks HTTP/1.1, one keep-alive connection per request in flight",
 }, "\n")
+
+// ServeNoopHTTP serves an HTTP server that answers 200 to every request and
+// looks at nothing, on listen (loopback: CheckLoopback) until ctx ends; it
+// logs {"msg":"serving","http":ADDR} to stdout.
+func ServeNoopHTTP(ctx context.Context, listen string, gogc int, stdout io.Writer) error {
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(gogc)
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }),
+		ReadHeaderTimeout: noopHTTPReadHeaderTimeout, ReadTimeout: noopHTTPReadTimeout, WriteTimeout: noopHTTPWriteTimeout,
+		IdleTimeout: noopHTTPIdleTimeout, MaxHeaderBytes: config.DefaultMaxHeaderBytes, DisableGeneralOptionsHandler: true,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	line, _ := json.Marshal(map[string]string{"msg": "serving", "http": lis.Addr().String()})
+	fmt.Fprintf(stdout, "%s\n", line)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	srv.Close()
+	return nil
+}

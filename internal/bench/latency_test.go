@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -109,7 +109,7 @@ func TestPrintTableReferenceRows(t *testing.T) {
 			serverCPU: server, clientCPU: 0.05, redis: redisStats{cpu: redisCPU, scripts: 1000}}
 	}
 	var out bytes.Buffer
-	printTable(&out, benchOptions{}, "m", nil, []row{
+	printTable(&out, Options{}, "m", nil, []row{
 		mk("a", 100*time.Microsecond, 0.1, 0), mk("b", 300*time.Microsecond, 0.2, 0.05),
 		mk("rt", 50*time.Microsecond, 0, 0.02), mk("naive", 60*time.Microsecond, 0, 0.03),
 	})

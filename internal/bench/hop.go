@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 // their baselines, at the concurrencies of the hop's latency targets, and
 // the same rows open-loop at two rates (a Redis a hop away, delay.go).
 const (
-	hopScenarios = "a,b,c,b-rls,rt"
-	hopConc      = "1,16"
-	hopRates     = "500,2000"
+	HopScenarios = "a,b,c,b-rls,rt"
+	HopConc      = "1,16"
+	HopRates     = "500,2000"
 )
 
 // measureOpen measures the open-loop cells (--rates): each scenario at each
@@ -23,18 +23,18 @@ const (
 // closed-loop cells do. Nil when there are no rates.
 func (m *measurer) measureOpen(ctx context.Context, stderr io.Writer) ([]row, error) {
 	o := m.o
-	if len(o.rates) == 0 {
+	if len(o.Rates) == 0 {
 		return nil, nil
 	}
-	inFlight := slices.Max(o.conc)
-	fmt.Fprintf(stderr, "floodbench: %d open-loop cells of %v in %d rounds, at most %d in flight\n", len(m.scs)*len(o.rates), o.cell, o.rounds, inFlight)
+	inFlight := slices.Max(o.Conc)
+	fmt.Fprintf(stderr, "floodbench: %d open-loop cells of %v in %d rounds, at most %d in flight\n", len(m.scs)*len(o.Rates), o.Cell, o.Rounds, inFlight)
 	var rows []row
-	for _, rate := range o.rates {
+	for _, rate := range o.Rates {
 		cells := make([]row, len(m.scs))
 		for i, sc := range m.scs {
 			cells[i] = row{sc: sc, conc: inFlight, rate: rate}
 		}
-		for rd := 0; rd < o.rounds; rd++ {
+		for rd := 0; rd < o.Rounds; rd++ {
 			for i := range cells {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
@@ -53,13 +53,13 @@ func (m *measurer) measureOpen(ctx context.Context, stderr io.Writer) ([]row, er
 }
 
 // openLoopCaption says what the open-loop table holds.
-func openLoopCaption(o benchOptions) string {
+func openLoopCaption(o Options) string {
 	targets := "no targets on loopback"
-	if o.redisRTT > 0 {
+	if o.RedisRTT > 0 {
 		targets = fmt.Sprintf("targets for Floodgate on Redis a hop away: added p50 ≤ %.1f × (rt)'s p50 and added p99 ≤ %.1f × (rt)'s p99", addedP50TargetHop, addedP99TargetHop)
 	}
 	return fmt.Sprintf("open-loop (requests sent at Poisson arrivals averaging the offered rate whatever the answers do, each timed from its scheduled send, at most %d in flight, as floodbench load --rate sends them): latency added over the baseline ((a), or (a')) at the same rate, and that in multiples of (rt)'s at the same rate; %s",
-		slices.Max(o.conc), targets)
+		slices.Max(o.Conc), targets)
 }
 
 // openLoopRows is the open-loop table: for every row but the baselines and

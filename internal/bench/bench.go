@@ -1,11 +1,9 @@
-package main
+package bench
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"github.com/redis/go-redis/v9"
 	"io"
 	"math"
 	"os"
@@ -17,52 +15,54 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate/floodgate/internal/config"
 )
 
 func nproc() int        { return runtime.NumCPU() }
 func goVersion() string { return runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH }
 
-// benchOptions are floodbench run's flags.
-type benchOptions struct {
-	floodgate, redisServer string
-	self                   string // the floodbench binary, run as the no-op server (default: this one)
-	scenarios              []string
-	conc                   []int
-	cell, warmup           time.Duration
-	rounds                 int
-	maxCount               int64
-	keys, conns            int
-	client                 string // the in-process client's kind: clientLean or clientProto
-	profileDir             string
-	traceDir               string // record execution traces of floodgate (wakeups.go)
-	ghz                    string // drive the cells with this ghz binary instead of the in-process client
-	ghzVersion             string // what that binary says it is (set by bench)
-	ratelimit              string // envoyproxy/ratelimit's service_cmd, for scenario (r)
-	gogc                   int    // the collector setting of floodgate and the no-op server alike (0: config.DefaultGOGC)
-	// redisRTT, when > 0, puts Redis behind a delaying proxy adding this
+// Options are floodbench run's flags.
+type Options struct {
+	Floodgate, RedisServer string
+	Self                   string // the floodbench binary, run as the no-op server (default: this one)
+	Scenarios              []string
+	Conc                   []int
+	Cell, Warmup           time.Duration
+	Rounds                 int
+	MaxCount               int64
+	Keys, Conns            int
+	Client                 string // the in-process client's kind: ClientLean or ClientProto
+	ProfileDir             string
+	TraceDir               string // record execution traces of floodgate (wakeups.go)
+	Ghz                    string // drive the cells with this ghz binary instead of the in-process client
+	ghzVersion             string // what that binary says it is (set by Run)
+	Ratelimit              string // envoyproxy/ratelimit's service_cmd, for scenario (r)
+	GOGC                   int    // the collector setting of floodgate and the no-op server alike (0: config.DefaultGOGC)
+	// RedisRTT, when > 0, puts Redis behind a delaying proxy adding this
 	// round trip (delay.go): a Redis a network hop away.
-	redisRTT time.Duration
-	// rates are the open-loop cells measured after the closed-loop ones:
+	RedisRTT time.Duration
+	// Rates are the open-loop cells measured after the closed-loop ones:
 	// requests a second, at most max(conc) in flight (hop.go).
-	rates []float64
+	Rates []float64
 }
 
 // gcSetting says what collector setting both Go servers run with: the
 // GOGC environment variable, which both inherit and which wins over
 // runtime.gogc, or o.gogc.
-func (o benchOptions) gcSetting() string {
+func (o Options) gcSetting() string {
 	if v, ok := os.LookupEnv("GOGC"); ok {
 		return "GOGC=" + v + " (from the environment)"
 	}
 	return fmt.Sprintf("GOGC=%d, no memory limit (floodgate: runtime.gogc, memory_limit_ratio: 0; the no-op server: --gogc)", o.gcPercent())
 }
 
-func (o benchOptions) gcPercent() int {
-	if o.gogc == 0 {
+func (o Options) gcPercent() int {
+	if o.GOGC == 0 {
 		return config.DefaultGOGC
 	}
-	return o.gogc
+	return o.GOGC
 }
 
 // row is one measured cell.
@@ -81,105 +81,30 @@ type row struct {
 	rounds []costs
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o benchOptions
-	fs.StringVar(&o.floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench builds it)")
-	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "the redis-server binary")
-	scen := fs.String("scenarios", "a,b,b0,c,d,e,f,g,b-rls,b-xds,b-http,rt,naive", "scenarios to run, from a b b0 b2 c d e f g a' r b-rls b-xds a-http b-http rt naive (b-xds: b-rls with its limits pushed over xDS by a management server of floodbench's; b-http: floodgate's HTTP authorization door on (b)'s callers as Envoy's http_service sends them, against a-http, a no-op HTTP server; rt: one go-redis script round trip from the load generator, the floor of the added-latency table; naive: one GET + SET script call per decision from the load generator, distinct keys, the reference of Redis CPU per decision; b0: (b) with store.redis.pipeline: false; b2: (b) with pipeline_flushers: 2; g: (b) on a Redis Cluster of 3 masters; r: envoyproxy/ratelimit, needs --ratelimit; b-rls: floodgate's rate limit service on (r)'s requests and limits; r and b-rls bring their baseline a', the no-op server on the rate limit API)")
-	conc := fs.String("conc", "1,16,64", "concurrencies (requests in flight)")
-	fs.DurationVar(&o.cell, "cell", 3*time.Second, "measured window of each cell, split into --rounds")
-	fs.IntVar(&o.rounds, "rounds", 3, "rounds each cell's window is split into, taking turns with the other scenarios")
-	fs.DurationVar(&o.warmup, "warmup", 200*time.Millisecond, "warm-up before each round's window")
-	fs.Int64Var(&o.maxCount, "max", 2_000_000, "at most this many requests per cell")
-	fs.IntVar(&o.keys, "keys", 100_000, "distinct callers in (a), (b), (e) and (f)")
-	fs.IntVar(&o.conns, "conns", 1, "gRPC connections from the load generator to each server")
-	fs.StringVar(&o.client, "client", clientLean, "the in-process client: lean (pre-encoded requests, answers' status read from the wire) or proto (protobuf's work on every call too: decode and marshal the request, decode the answer)")
-	fs.StringVar(&o.ghz, "ghz", "", "drive every cell with this ghz binary (make bench-ghz) instead of the in-process client")
-	fs.StringVar(&o.ratelimit, "ratelimit", "", "envoyproxy/ratelimit's service_cmd binary, for scenario r (make bench-ghz installs it)")
-	fs.IntVar(&o.gogc, "gogc", config.DefaultGOGC, "the collector setting (GOGC) of floodgate (runtime.gogc) and of the no-op server alike; the GOGC environment variable, when set, wins for both")
-	fs.StringVar(&o.profileDir, "profile", "", "write pprof CPU and allocation profiles of floodgate under (b), (e), (g) and (b-rls), those that run, at the highest concurrency to this directory")
-	fs.StringVar(&o.traceDir, "trace", "", "record a Go execution trace of floodgate over the last round of (b), (c) and (e), those that run, at every concurrency into this directory, and print what each decision wakes")
-	fs.DurationVar(&o.redisRTT, "redis-rtt", 0, "put Redis behind a delaying TCP proxy on 127.0.0.1 adding this round trip (e.g. 500us, 1ms: a Redis a network hop away) for floodgate, envoyproxy/ratelimit, (rt) and (naive); then --scenarios defaults to "+hopScenarios+", --conc to "+hopConc+" and --rates to "+hopRates)
-	rates := fs.String("rates", "", "open-loop cells after the closed-loop ones: requests a second (Poisson arrivals, each timed from its scheduled send), at most the highest --conc in flight, e.g. 500,2000")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.redisRTT < 0 || o.redisRTT > time.Second {
-		fmt.Fprintln(stderr, "floodbench run: need 0 <= --redis-rtt <= 1s")
-		return 2
-	}
-	if o.redisRTT > 0 {
-		// A hop's defaults: the rows whose decisions wait on Redis, at the
-		// concurrencies of its latency targets, and open-loop beside them.
-		if !set["scenarios"] {
-			*scen = hopScenarios
-		}
-		if !set["conc"] {
-			*conc = hopConc
-		}
-		if !set["rates"] {
-			*rates = hopRates
-		}
-	}
-	o.scenarios = strings.Split(*scen, ",")
-	for _, s := range strings.Split(*rates, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		r, err := strconv.ParseFloat(s, 64)
-		if err != nil || r <= 0 || r > 1e6 {
-			fmt.Fprintf(stderr, "floodbench run: bad rate %q (requests a second, up to 1000000)\n", s)
-			return 2
-		}
-		o.rates = append(o.rates, r)
-	}
-	for _, s := range strings.Split(*conc, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 4096 {
-			fmt.Fprintf(stderr, "floodbench run: bad concurrency %q\n", s)
-			return 2
-		}
-		o.conc = append(o.conc, n)
-	}
-	if o.rounds < 1 || o.rounds > 100 || o.cell <= 0 || o.cell > time.Minute || o.warmup < 0 || o.warmup > time.Minute || o.maxCount < 1 || o.keys < 1 || o.keys > 1<<20 {
-		fmt.Fprintln(stderr, "floodbench run: need 1 <= --rounds <= 100, 0 < --cell <= 1m, 0 <= --warmup <= 1m, --max >= 1, 1 <= --keys <= 1048576")
-		return 2
-	}
-	if err := bench(ctx, o, stdout, stderr); err != nil {
-		fmt.Fprintln(stderr, "floodbench run:", err)
-		return 1
-	}
-	return 0
-}
-
-// bench starts the servers, measures every (scenario, concurrency) cell and
+// Run starts the servers, measures every (scenario, concurrency) cell and
 // prints the table.
-func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error {
-	if o.client == "" {
-		o.client = clientLean
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	if o.Client == "" {
+		o.Client = ClientLean
 	}
-	if o.ghz != "" && o.client != clientLean {
-		return fmt.Errorf("--client %s chooses the in-process client, which --ghz replaces", o.client)
+	if o.Ghz != "" && o.Client != ClientLean {
+		return fmt.Errorf("--client %s chooses the in-process client, which --ghz replaces", o.Client)
 	}
 	scs, wanted, err := selectScenarios(o)
 	if err != nil {
 		return err
 	}
-	self := o.self
+	self := o.Self
 	if self == "" {
 		var err error
 		if self, err = os.Executable(); err != nil {
 			return err
 		}
 	}
-	if _, err := os.Stat(o.floodgate); err != nil {
+	if _, err := os.Stat(o.Floodgate); err != nil {
 		return fmt.Errorf("floodgate binary: %w (build it with make build, or pass --floodgate)", err)
 	}
-	redisBin, err := exec.LookPath(o.redisServer)
+	redisBin, err := exec.LookPath(o.RedisServer)
 	if err != nil {
 		return fmt.Errorf("redis-server not found (%v): install Redis >= 7.0, e.g. apt-get install redis-server", err)
 	}
@@ -189,7 +114,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	}
 	defer os.RemoveAll(dir)
 
-	fmt.Fprintf(stderr, "floodbench: starting redis-server, the no-op server and floodgate (%s)\n", o.floodgate)
+	fmt.Fprintf(stderr, "floodbench: starting redis-server, the no-op server and floodgate (%s)\n", o.Floodgate)
 	var procs []*proc
 	defer func() {
 		for i := len(procs) - 1; i >= 0; i-- {
@@ -205,14 +130,14 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	// Where Redis' clients connect: Redis itself, or the delaying proxy in
 	// front of it. Its counters (rc) are read directly.
 	redisAddr := rp.addr
-	if o.redisRTT > 0 {
-		hop, err := startDelay(rp.addr, o.redisRTT)
+	if o.RedisRTT > 0 {
+		hop, err := startDelay(rp.addr, o.RedisRTT)
 		if err != nil {
 			return err
 		}
 		defer hop.Close()
 		redisAddr = hop.Addr()
-		fmt.Fprintf(stderr, "floodbench: Redis behind a proxy adding %v to every round trip (%s)\n", o.redisRTT, redisAddr)
+		fmt.Fprintf(stderr, "floodbench: Redis behind a proxy adding %v to every round trip (%s)\n", o.RedisRTT, redisAddr)
 	}
 	// Whose counters a row reads: the standalone server's, or for the
 	// cluster scenario the sum of its masters'.
@@ -251,14 +176,14 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 	}
 	var direct *directDriver
 	if wanted[redisDirect] {
-		if direct, err = newDirectDriver(ctx, redisAddr, slices.Max(o.conc), o.keys); err != nil {
+		if direct, err = newDirectDriver(ctx, redisAddr, slices.Max(o.Conc), o.Keys); err != nil {
 			return err
 		}
 		defer direct.close()
 	}
 	var ghz *ghzDriver
-	if o.ghz != "" {
-		if ghz, err = newGhzDriver(o.ghz, dir); err != nil {
+	if o.Ghz != "" {
+		if ghz, err = newGhzDriver(o.Ghz, dir); err != nil {
 			return err
 		}
 		o.ghzVersion = ghz.version
@@ -269,8 +194,8 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		if sc.work == nil { // (rt), (naive): the load generator's own Redis calls
 			continue
 		}
-		if _, ok := work[sc.cache(o.keys)]; !ok {
-			work[sc.cache(o.keys)] = sc.work(o.keys)
+		if _, ok := work[sc.cache(o.Keys)]; !ok {
+			work[sc.cache(o.Keys)] = sc.work(o.Keys)
 		}
 	}
 
@@ -289,7 +214,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 		}
 	}
 	printTable(stdout, o, machine(redisBin), steady, rows)
-	if ol := openLoopRows(open, o.redisRTT); ol != nil {
+	if ol := openLoopRows(open, o.RedisRTT); ol != nil {
 		fmt.Fprintln(stdout)
 		fmt.Fprintln(stdout, openLoopCaption(o))
 		fmt.Fprintln(stdout)
@@ -301,7 +226,7 @@ func bench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error 
 			return fmt.Errorf("reading the traces: %w", err)
 		}
 		fmt.Fprintln(stdout)
-		fmt.Fprintf(stdout, "what a decision wakes in floodgate (execution traces over the last round, in %s; tracing slows the server, so count, do not time, from them): goroutines made runnable, threads woken to run a processor, system calls, goroutines parked on the network poller; decisions: the calls gRPC handed to a goroutine (started for it, or a stream worker woken)\n", o.traceDir)
+		fmt.Fprintf(stdout, "what a decision wakes in floodgate (execution traces over the last round, in %s; tracing slows the server, so count, do not time, from them): goroutines made runnable, threads woken to run a processor, system calls, goroutines parked on the network poller; decisions: the calls gRPC handed to a goroutine (started for it, or a stream worker woken)\n", o.TraceDir)
 		fmt.Fprintln(stdout)
 		writeMarkdown(stdout, t)
 	}
@@ -322,7 +247,7 @@ type fleet struct {
 // (clusterAddrs for the cluster's), the rate limit service's with (r)'s
 // file of limits, or with the same limits pushed over xDS by a management
 // server started first.
-func (f *fleet) start(ctx context.Context, o benchOptions, self, dir string, wanted map[string]bool, redisAddr string, clusterAddrs []string) error {
+func (f *fleet) start(ctx context.Context, o Options, self, dir string, wanted map[string]bool, redisAddr string, clusterAddrs []string) error {
 	// (b-rls)'s limits: (r)'s configuration, the same file envoyproxy/ratelimit reads.
 	rlsConfig := dir + "/ratelimit-floodbench.yaml"
 	if err := os.WriteFile(rlsConfig, []byte(ratelimitConfig), 0o600); err != nil {
@@ -360,14 +285,14 @@ func (f *fleet) start(ctx context.Context, o benchOptions, self, dir string, wan
 			}
 			continue
 		}
-		if f.clients[name], err = dial(p.addr, o.conns, o.client); err != nil {
+		if f.clients[name], err = dial(p.addr, o.Conns, o.Client); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// close closes the clients and stops the management server; bench stops
+// close closes the clients and stops the management server; Run stops
 // the processes with its others.
 func (f *fleet) close() {
 	for _, c := range f.clients {
@@ -384,14 +309,14 @@ func (f *fleet) close() {
 // startServer starts the server name of the run: the no-op server (self,
 // run as floodbench noop), envoyproxy/ratelimit, or a floodgate instance
 // (floodgateConfig) on the Redis servers at addrs, its files in dir.
-func startServer(ctx context.Context, o benchOptions, name, self, dir string, addrs []string, rls string) (*proc, error) {
+func startServer(ctx context.Context, o Options, name, self, dir string, addrs []string, rls string) (*proc, error) {
 	switch name {
 	case "noop":
 		return startServing(ctx, "floodbench noop", self, "noop", "--listen", "127.0.0.1:0", "--gogc", strconv.Itoa(o.gcPercent()))
 	case "noop-http":
 		return startServing(ctx, "floodbench noop-http", self, "noop-http", "--listen", "127.0.0.1:0", "--gogc", strconv.Itoa(o.gcPercent()))
 	case "ratelimit":
-		return startRatelimit(ctx, o.ratelimit, dir, addrs[0])
+		return startRatelimit(ctx, o.Ratelimit, dir, addrs[0])
 	}
 	cfg, err := floodgateConfig(name, addrs, o.gcPercent(), rls)
 	if err != nil {
@@ -402,19 +327,19 @@ func startServer(ctx context.Context, o benchOptions, name, self, dir string, ad
 		return nil, err
 	}
 	args := []string{"serve", "--config", path}
-	if o.profileDir != "" || o.traceDir != "" {
+	if o.ProfileDir != "" || o.TraceDir != "" {
 		args = append(args, "--pprof", "127.0.0.1:0")
 	}
-	return startServing(ctx, "floodgate ("+name+")", o.floodgate, args...)
+	return startServing(ctx, "floodgate ("+name+")", o.Floodgate, args...)
 }
 
 // selectScenarios returns the scenarios o names, in order, each row's
 // baseline ((a), or (a') for the rate limit API) before it and (a) first,
 // and the servers they run on.
-func selectScenarios(o benchOptions) ([]scenario, map[string]bool, error) {
+func selectScenarios(o Options) ([]scenario, map[string]bool, error) {
 	var scs []scenario
 	wanted := map[string]bool{"noop": true} // (a) is the baseline of every ratio: always measured
-	ids := o.scenarios
+	ids := o.Scenarios
 	if ids[0] != "a" {
 		ids = append([]string{"a"}, ids...)
 	}
@@ -428,13 +353,13 @@ func selectScenarios(o benchOptions) ([]scenario, map[string]bool, error) {
 			continue
 		}
 		seen[sc.id] = true
-		if sc.server == "redis-cluster" && o.redisRTT > 0 {
+		if sc.server == "redis-cluster" && o.RedisRTT > 0 {
 			return nil, nil, fmt.Errorf("scenario %s with --redis-rtt: the cluster's nodes announce their own addresses, which the delaying proxy does not stand in for", sc.id)
 		}
-		if sc.isHTTP() && o.ghz != "" {
+		if sc.isHTTP() && o.Ghz != "" {
 			return nil, nil, fmt.Errorf("scenario %s speaks HTTP, and ghz gRPC: run it without --ghz", sc.id)
 		}
-		if sc.server == "ratelimit" && o.ratelimit == "" {
+		if sc.server == "ratelimit" && o.Ratelimit == "" {
 			return nil, nil, fmt.Errorf("scenario %s needs --ratelimit, envoyproxy/ratelimit's service_cmd (make bench-tools installs it: go install github.com/envoyproxy/ratelimit/src/service_cmd@%s)", sc.id, ratelimitVersion)
 		}
 		if b := sc.baseID(); !seen[b] { // a row's baseline runs before it
@@ -449,9 +374,9 @@ func selectScenarios(o benchOptions) ([]scenario, map[string]bool, error) {
 	return scs, wanted, nil
 }
 
-// measurer measures the cells of one run on the processes bench started.
+// measurer measures the cells of one run on the processes Run started.
 type measurer struct {
-	o       benchOptions
+	o       Options
 	scs     []scenario
 	servers map[string]*proc
 	clients map[string]*client
@@ -473,26 +398,26 @@ func (m *measurer) measureAll(ctx context.Context, stderr io.Writer) ([]row, ste
 	var steady steadiness
 	var traced []tracedCell
 	if m.ghz != nil {
-		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds, driven by %s\n", len(scs)*len(o.conc), o.cell, o.rounds, m.ghz.version)
+		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds, driven by %s\n", len(scs)*len(o.Conc), o.Cell, o.Rounds, m.ghz.version)
 	} else {
-		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.conc), o.cell, o.rounds, o.warmup)
+		fmt.Fprintf(stderr, "floodbench: %d cells of %v in %d rounds (+%v warm-up each)\n", len(scs)*len(o.Conc), o.Cell, o.Rounds, o.Warmup)
 	}
 	labelWidth := 0 // the progress lines' labels line up
 	for _, sc := range scs {
 		labelWidth = max(labelWidth, utf8.RuneCountInString(sc.label))
 	}
-	for _, conc := range o.conc {
+	for _, conc := range o.Conc {
 		cells := make([]row, len(scs))
 		for i, sc := range scs {
 			cells[i] = row{sc: sc, conc: conc}
 		}
-		for rd := 0; rd < o.rounds; rd++ {
+		for rd := 0; rd < o.Rounds; rd++ {
 			steady = append(steady, settleAndProbe(ctx))
 			for i := range cells {
 				if ctx.Err() != nil {
 					return nil, nil, nil, ctx.Err()
 				}
-				tc, err := m.measureRound(ctx, &cells[i], rd == o.rounds-1, stderr)
+				tc, err := m.measureRound(ctx, &cells[i], rd == o.Rounds-1, stderr)
 				if err != nil {
 					return nil, nil, nil, err
 				}
@@ -514,7 +439,7 @@ func (m *measurer) measureAll(ctx context.Context, stderr io.Writer) ([]row, ste
 // --trace ask for, and returns the trace's cell.
 func (m *measurer) measureRound(ctx context.Context, r *row, last bool, stderr io.Writer) (*tracedCell, error) {
 	o, sc, conc := m.o, r.sc, r.conc
-	round := o.cell / time.Duration(o.rounds)
+	round := o.Cell / time.Duration(o.Rounds)
 	server := m.servers[sc.server]
 	var before redisStats
 	var serverBefore, clientBefore float64
@@ -524,14 +449,14 @@ func (m *measurer) measureRound(ctx context.Context, r *row, last bool, stderr i
 	atWindow := func() {
 		before, rerr = readAllRedisStats(ctx, m.statsOf(sc.server))
 		serverBefore, clientBefore = procCPU(server), selfCPU()
-		if o.profileDir != "" && last && conc == o.conc[len(o.conc)-1] && slices.Contains(profileScenarios, sc.id) {
-			stopProfile = startProfile(ctx, server, o.profileDir, "floodgate-"+sc.id, round)
+		if o.ProfileDir != "" && last && conc == o.Conc[len(o.Conc)-1] && slices.Contains(profileScenarios, sc.id) {
+			stopProfile = startProfile(ctx, server, o.ProfileDir, "floodgate-"+sc.id, round)
 		}
-		if o.traceDir != "" && last && slices.Contains(traceScenarios, sc.id) {
-			stopTrace = startTrace(ctx, server, o.traceDir, fmt.Sprintf("floodgate-%s-c%d", sc.id, conc), round)
+		if o.TraceDir != "" && last && slices.Contains(traceScenarios, sc.id) {
+			stopTrace = startTrace(ctx, server, o.TraceDir, fmt.Sprintf("floodgate-%s-c%d", sc.id, conc), round)
 		}
 	}
-	cl := cell{conc: conc, rate: r.rate, warmup: o.warmup, window: round, maxCount: o.maxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
+	cl := cell{conc: conc, rate: r.rate, warmup: o.Warmup, window: round, maxCount: o.MaxCount, rpcTimeout: 5 * time.Second, atWindow: atWindow}
 	var res result
 	var serverCPU, clientCPU float64
 	switch {
@@ -540,16 +465,16 @@ func (m *measurer) measureRound(ctx context.Context, r *row, last bool, stderr i
 		clientCPU = selfCPU() - clientBefore
 	case m.ghz != nil:
 		var err error
-		res, clientCPU, err = m.ghz.drive(ctx, server.addr, sc.cache(o.keys), m.work[sc.cache(o.keys)], cl)
+		res, clientCPU, err = m.ghz.drive(ctx, server.addr, sc.cache(o.Keys), m.work[sc.cache(o.Keys)], cl)
 		if err != nil {
 			return nil, fmt.Errorf("%s, concurrency %d: %w", sc.label, conc, err)
 		}
 		serverCPU = procCPU(server) - serverBefore
 	case sc.isHTTP():
-		res = m.httpClients[sc.server].drive(ctx, m.work[sc.cache(o.keys)], cl)
+		res = m.httpClients[sc.server].drive(ctx, m.work[sc.cache(o.Keys)], cl)
 		serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
 	default:
-		res = m.clients[sc.server].drive(ctx, m.work[sc.cache(o.keys)], cl)
+		res = m.clients[sc.server].drive(ctx, m.work[sc.cache(o.Keys)], cl)
 		serverCPU, clientCPU = procCPU(server)-serverBefore, selfCPU()-clientBefore
 	}
 	one := row{res: res, rerr: rerr, serverCPU: serverCPU, clientCPU: clientCPU}
@@ -880,24 +805,24 @@ func rlsRows(rows []row) [][]string {
 // printTable prints the machine, the settings and one row per cell, grouped
 // by scenario, with ratios to its baseline ((a), or (a') for (r)) at the same
 // concurrency; then, when (r) ran, floodgate against it.
-func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, rows []row) {
+func printTable(w io.Writer, o Options, mach string, steady steadiness, rows []row) {
 	fmt.Fprintf(w, "machine: %s\n", mach)
 	fmt.Fprintf(w, "steadiness: %s\n", steady)
 	requests := "pre-encoded Envoy-shaped CheckRequests (RateLimitRequests on the rate limit API)"
-	if o.client == clientProto {
+	if o.Client == ClientProto {
 		requests = "Envoy-shaped CheckRequests decoded and marshalled by protobuf on every call, answers decoded whole (--client proto)"
 	}
 	client := fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios, each after a %v warm-up (at most %d requests a round); load generator: %d gRPC connection(s), %s",
-		o.cell, o.rounds, o.warmup, o.maxCount, o.conns, requests)
-	if o.ghz != "" {
+		o.Cell, o.Rounds, o.Warmup, o.MaxCount, o.Conns, requests)
+	if o.Ghz != "" {
 		client = fmt.Sprintf("each cell %v in %d rounds taking turns with the other scenarios; load generator: %s, 1 gRPC connection, Envoy-shaped CheckRequests as binary messages, its start-up CPU taken off; gRPC status checked, not the answers",
-			o.cell, o.rounds, o.ghzVersion)
+			o.Cell, o.Rounds, o.ghzVersion)
 	}
 	fmt.Fprintf(w, "run: %s; %s, %d distinct callers; everything on 127.0.0.1\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), client, o.keys)
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), client, o.Keys)
 	fmt.Fprintf(w, "collector: floodgate and the no-op server both at %s\n", o.gcSetting())
-	if o.redisRTT > 0 {
-		fmt.Fprintf(w, "Redis a hop away: behind floodbench's delaying proxy on 127.0.0.1, %v added to every round trip of floodgate's, envoyproxy/ratelimit's, (rt)'s and (naive)'s connections (Redis' counters read directly)\n", o.redisRTT)
+	if o.RedisRTT > 0 {
+		fmt.Fprintf(w, "Redis a hop away: behind floodbench's delaying proxy on 127.0.0.1, %v added to every round trip of floodgate's, envoyproxy/ratelimit's, (rt)'s and (naive)'s connections (Redis' counters read directly)\n", o.RedisRTT)
 	}
 	fmt.Fprintln(w, "ratios divide by (a) at the same concurrency, from this run ((r)'s and (b-rls)'s by (a'): the same no-op server answering the rate-limit API; (b-http)'s by (a-http), a no-op HTTP server).")
 	fmt.Fprintln(w, "server+Redis ×(a) (the headline): the serving process' CPU plus Redis' per decision over the no-op server's CPU per Check; server ×(a): the serving process' alone.")
@@ -913,13 +838,13 @@ func printTable(w io.Writer, o benchOptions, mach string, steady steadiness, row
 			fmt.Fprintln(w, "  "+l)
 		}
 	}
-	if l := latencyRows(rows, o.redisRTT); l != nil {
+	if l := latencyRows(rows, o.RedisRTT); l != nil {
 		fmt.Fprintln(w)
 		targets := fmt.Sprintf("at concurrency 1 added p50 ≤ %.1f × (rt)'s p50 and added p99 ≤ %.1f × (rt)'s p99, at concurrency 16 added p50 ≤ %.1f × (rt)'s p50",
 			addedP50TargetConc1, addedP99TargetConc1, addedP50TargetConc16)
-		if o.redisRTT > 0 {
+		if o.RedisRTT > 0 {
 			targets = fmt.Sprintf("Redis a hop away (%v added to each round trip, (rt) through the same proxy): at concurrency 1 and 16 added p50 ≤ %.1f × (rt)'s p50 and added p99 ≤ %.1f × (rt)'s p99",
-				o.redisRTT, addedP50TargetHop, addedP99TargetHop)
+				o.RedisRTT, addedP50TargetHop, addedP99TargetHop)
 		}
 		fmt.Fprintf(w, "latency added over the baseline ((a), or (a')) at the same concurrency, and that in multiples of one Redis round trip from the load generator (rt) at the same concurrency; by round: each round's added p50 over (rt)'s p50 in the same round, lowest–highest (median); targets for Floodgate on Redis: %s\n", targets)
 		fmt.Fprintln(w)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -120,7 +120,7 @@ func startRatelimit(ctx context.Context, bin, dir, redisAddr string) (*proc, err
 		return nil, fmt.Errorf("envoyproxy/ratelimit: %w", err)
 	}
 	go p.follow(out, nil)
-	c, err := dial(p.addr, 1, clientLean)
+	c, err := dial(p.addr, 1, ClientLean)
 	if err != nil {
 		p.stop()
 		return nil, err
