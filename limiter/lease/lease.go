@@ -9,10 +9,14 @@
 // changed, Close), capped at capacity as any refund. So every request a
 // replica admits spent a token that left the shared bucket: whatever the
 // replicas hold, the requests admitted never exceed what the bucket
-// allowed. What a lease costs is the other way: tokens sitting in one
-// replica's lease can deny another replica's request early, at most the
-// leases' tokens, which follow each replica's own demand (a Length's worth,
-// and at most half the capacity).
+// allowed since it started. What a lease costs is the other way: tokens
+// sitting in one replica's lease can deny another replica's request early,
+// at most the leases' tokens, which follow each replica's own demand (a
+// Length's worth, at most half the capacity and half what the store last
+// held). And a lease's tokens left the bucket when it was taken: spent
+// later, after the bucket refilled, they can make a burst above the
+// capacity by at most the leases' tokens, never more than the bucket gave
+// out since the start.
 //
 // Denials come from the store's answer, never from a lease: a request its
 // lease cannot pay goes to the store, and a call asking for a lease that
