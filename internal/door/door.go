@@ -275,12 +275,3 @@ func Reported(doors []Door, c *Config) {
 	}
 }
 
-// Find returns the door named name among doors, nil when there is none.
-func Find(doors []Door, name string) Door {
-	for _, d := range doors {
-		if d.Name() == name {
-			return d
-		}
-	}
-	return nil
-}

@@ -53,9 +53,9 @@ func buildDoors(t *testing.T, yaml string) ([]door.Door, *door.Config) {
 // trusted_hops.
 func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
 	doors, c := buildDoors(t, httpDoorFile)
-	d, ok := door.Find(doors, httpauthz.Name).(door.Listener)
+	d, ok := find(doors, httpauthz.Name).(door.Listener)
 	if !ok || d.Listen() != "127.0.0.1:0" || !d.On(c) || d.Handler() == nil || !slices.Equal(d.Services(), []string{httpauthz.HealthService}) {
-		t.Fatalf("the HTTP door: %#v", door.Find(doors, httpauthz.Name))
+		t.Fatalf("the HTTP door: %#v", find(doors, httpauthz.Name))
 	}
 	if got := Describe(c); !slices.Contains(got, "HTTP authorization on 127.0.0.1:0") {
 		t.Errorf("Describe: %q", got)
@@ -95,7 +95,7 @@ func TestTheHTTPDoorIsAListenerDecidingCheckPolicies(t *testing.T) {
 // NOT_SERVING, and validate does not list it.
 func TestWithoutListenHTTPTheDoorIsOff(t *testing.T) {
 	doors, c := buildDoors(t, goodPolicy)
-	d := door.Find(doors, httpauthz.Name).(door.Listener)
+	d := find(doors, httpauthz.Name).(door.Listener)
 	if d.Listen() != "" || d.On(c) || d.Handler() != nil || httpServer(doors) != nil {
 		t.Errorf("off: listen %q on %v handler %v", d.Listen(), d.On(c), d.Handler())
 	}
@@ -121,13 +121,13 @@ func checkReq(source string) *authv3.CheckRequest {
 // checkServer is the ext_authz server the Check door of doors registers.
 func checkServer(doors []door.Door) *extauthz.Server {
 	var r registrar
-	door.Find(doors, check.Name).Register(&r)
+	find(doors, check.Name).Register(&r)
 	return r.impl.(*extauthz.Server)
 }
 
 // httpServer is the HTTP door's server among doors (nil when it is off).
 func httpServer(doors []door.Door) *extauthz.HTTPServer {
-	h, _ := door.Find(doors, httpauthz.Name).(door.Listener).Handler().(*extauthz.HTTPServer)
+	h, _ := find(doors, httpauthz.Name).(door.Listener).Handler().(*extauthz.HTTPServer)
 	return h
 }
 
@@ -135,3 +135,13 @@ func httpServer(doors []door.Door) *extauthz.HTTPServer {
 type registrar struct{ impl any }
 
 func (r *registrar) RegisterService(_ *grpc.ServiceDesc, impl any) { r.impl = impl }
+
+// find is the door named name among doors, nil when there is none.
+func find(doors []door.Door, name string) door.Door {
+	for _, d := range doors {
+		if d.Name() == name {
+			return d
+		}
+	}
+	return nil
+}

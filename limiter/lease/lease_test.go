@@ -275,3 +275,31 @@ func TestReplicasOnRedisNeverAdmitMoreThanTheBucket(t *testing.T) {
 		t.Errorf("%d admitted in %v, the bucket allowed %d", n, elapsed, allowed)
 	}
 }
+
+// TestAChangedLimitEndsTheLease: a request under another limit (a reload
+// changed the policy) is not paid from the lease taken under the old one:
+// the lease goes back and the store decides.
+func TestAChangedLimitEndsTheLease(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_700_000_000, 0))
+	reg := prometheus.NewRegistry()
+	s := lease.New(storetest.Memory(clock), lease.Options{Clock: clock, Hot: 1, Registerer: reg})
+	old, changed := limitOf(t, 100, 1), limitOf(t, 50, 1)
+	for range 3 {
+		take(s, old, "k", 1)
+	}
+	served := counter(t, reg, "floodgate_lease_decisions_total")
+	if served == 0 {
+		t.Fatal("no decision served from a lease under the old limit")
+	}
+	_, r, err := take(s, changed, "k", 1)
+	if err != nil || r.Limit != 50 {
+		t.Fatalf("under the new limit: %+v %v", r, err)
+	}
+	s.Wait()
+	if n := counter(t, reg, "floodgate_lease_tokens_returned_total"); n == 0 {
+		t.Error("the old limit's lease was not given back")
+	}
+	if n := counter(t, reg, "floodgate_lease_decisions_total"); n != served {
+		t.Errorf("%v decisions served from leases, %v before the limit changed: the old lease paid for the new limit", n, served)
+	}
+}
