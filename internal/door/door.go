@@ -274,4 +274,3 @@ func Reported(doors []Door, c *Config) {
 		}
 	}
 }
-
