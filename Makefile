@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/door/check:FuzzCheck ./internal/door/check:FuzzDecoder ./internal/door/ratelimit:FuzzRateLimitDecoder ./internal/door:FuzzParse ./extauthz:FuzzHTTPDoor
 
-.PHONY: all build image run run-redis try-nginx try-haproxy try-caddy test e2e chaos lint bench bench-hop bench-instructions bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind traefik-harness clean
+.PHONY: all build image run run-redis try-nginx try-haproxy try-caddy test e2e chaos lint bench bench-hop bench-instructions bench-global bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind traefik-harness clean
 
 all: lint test
 
@@ -118,7 +118,7 @@ bench-hop: build redis
 	  bin/floodbench run --floodgate $(BIN) --redis-rtt $$rtt $(BENCHFLAGS) || exit 1; done
 
 ## bench-instructions: instructions per decision, which do not move with the machine's load as CPU time does:
-## floodgate's (b) Redis, (e) in-memory and (b-rls) rate limit service, and the no-op server's ((a), (a')),
+## floodgate's (b) Redis, (c-lease) one hot key leased, (e) in-memory and (b-rls) rate limit service, and the no-op server's ((a), (a')),
 ## each server (and Redis) run under valgrind's callgrind and sent the same fixed sequence of requests, one
 ## at a time, counted between callgrind_control --zero and --dump (a few minutes; needs valgrind).
 ## INSTRFLAGS go to `floodbench instructions` (e.g. INSTRFLAGS="--requests 5000 --conc 1,16 --out bin/callgrind").
@@ -127,6 +127,15 @@ bench-instructions: build redis
 	@command -v valgrind >/dev/null 2>&1 || { echo "bench-instructions needs valgrind (callgrind): apt-get install valgrind" >&2; exit 1; }
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench instructions --floodgate $(BIN) $(INSTRFLAGS)
+
+## bench-global: one global limit (capacity 1,000, 5,000/s) shared by three in-process replicas on one
+## redis-server, offered twice its rate for 30 s, without leases and with them: admitted against what the
+## bucket allowed at every second and in all, Redis CPU and script calls per decision. GLOBALFLAGS go to
+## `floodbench global` (e.g. GLOBALFLAGS="--offered 0.8" for demand below the limit, where leases pay).
+GLOBALFLAGS ?=
+bench-global: redis
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	bin/floodbench global $(GLOBALFLAGS)
 
 ## bench-ghz: the table again with ghz, the load generator of the reference figures (docs/performance.md), instead of the
 ## in-process client, at concurrency 50: (a), (b), (e), (f), and (r) envoyproxy/ratelimit on the same

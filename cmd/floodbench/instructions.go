@@ -21,7 +21,7 @@ func runInstructions(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&o.Floodgate, "floodgate", "bin/floodgate", "the floodgate binary (make bench-instructions builds it)")
 	fs.StringVar(&o.RedisServer, "redis-server", "redis-server", "the redis-server binary")
 	fs.StringVar(&o.Valgrind, "valgrind", "valgrind", "the valgrind binary (callgrind_control is looked for beside it, then on PATH)")
-	scen := fs.String("scenarios", "a,b,e,b-rls", "scenarios to count, from "+strings.Join(bench.InstructionScenarios, " ")+"; (a) always, and (a') with (b-rls), as their baselines")
+	scen := fs.String("scenarios", "a,b,c-lease,e,b-rls", "scenarios to count, from "+strings.Join(bench.InstructionScenarios, " ")+"; (a) always, and (a') with (b-rls), as their baselines")
 	conc := fs.String("conc", "1", "concurrencies (requests in flight); 1 sends the same sequence in the same order every run")
 	fs.IntVar(&o.Requests, "requests", 2000, "requests counted per round")
 	fs.IntVar(&o.Warmup, "warmup", 200, "requests sent before each scenario's first round, not counted")

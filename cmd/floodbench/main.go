@@ -20,7 +20,8 @@
 //	floodbench noop-http [--listen 127.0.0.1:0]
 //	floodbench load --target HOST:PORT [--scenario b] [--conc 64] [--duration 10s]
 //	floodbench wakeups TRACE...
-//	floodbench instructions [--floodgate bin/floodgate] [--scenarios a,b,e,b-rls] [--requests 2000] ...
+//	floodbench instructions [--floodgate bin/floodgate] [--scenarios a,b,c-lease,e,b-rls] [--requests 2000] ...
+//	floodbench global [--duration 30s] [--replicas 3] [--capacity 1000] [--rate 5000] [--offered 2]
 //
 // Every load loop is bounded in count and in time, and every address it
 // dials or binds is on loopback.
@@ -44,6 +45,7 @@ Usage:
   floodbench load [flags]   drive one server with one scenario's requests
   floodbench wakeups TRACE...  what each gRPC call wakes in Go execution traces (run --trace writes them)
   floodbench instructions [flags]  instructions per decision under valgrind's callgrind, floodgate against the no-op server
+  floodbench global [flags]  one global limit shared by replicas, with leases and without: admitted against allowed, Redis CPU
 
 Run 'floodbench CMD -h' for the flags of CMD.
 `
@@ -72,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runWakeups(args[1:], stdout, stderr)
 	case "instructions":
 		return runInstructions(ctx, args[1:], stdout, stderr)
+	case "global":
+		return runGlobal(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

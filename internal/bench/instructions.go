@@ -57,7 +57,7 @@ type InstructionOptions struct {
 // measure: those a server answers ((rt), (naive) and (r) have none of
 // floodbench's to run under callgrind, and (g) would need a cluster under
 // it).
-var InstructionScenarios = []string{"a", "b", "b0", "b2", "c", "d", "e", "f", "a'", "b-rls"}
+var InstructionScenarios = []string{"a", "b", "b0", "b2", "c", "c-lease", "d", "e", "f", "a'", "b-rls"}
 
 // instructionRow is one scenario at one concurrency: the instructions per
 // decision of the serving process and of Redis, round by round.

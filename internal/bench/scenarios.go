@@ -35,6 +35,10 @@ var scenarios = []scenario{
 		work: func(k int) workload { return distinct("/b/", k) }, cache: distinctCache("/b/")},
 	{id: "c", label: "(c) Redis, one hot key", server: "redis",
 		work: func(int) workload { return single("/c/", "k_live_hot", true) }, cache: constCache("hot")},
+	// (c-lease) is (c) with the policy's lease: auto: the hot key decided
+	// from leases of its tokens (limiter/lease), not a script call each.
+	{id: "c-lease", label: "(c-lease) Redis, one hot key, lease: auto", server: "redis",
+		work: func(int) workload { return single("/cl/", "k_live_hot", true) }, cache: constCache("hot-lease")},
 	{id: "d", label: "(d) over-limit flood, one key", server: "redis",
 		work: func(int) workload { return single("/d/", "k_live_flood", false) }, cache: constCache("flood")},
 	{id: "e", label: "(e) in-memory store", server: "memory",
@@ -105,6 +109,12 @@ const policiesYAML = `policies:
     key: [header:x-api-key]
     capacity: 1000000000
     refill_per_second: 1000000
+  - name: c-lease-hot-key
+    match: {path_prefix: /cl/}
+    key: [header:x-api-key]
+    capacity: 1000000000
+    refill_per_second: 1000000
+    lease: auto
   - name: d-flood
     match: {path_prefix: /d/}
     key: [header:x-api-key]
