@@ -238,6 +238,9 @@ func (s *Store) settle(reqs []limiter.Request, res []limiter.Result, p plan, sen
 		res[i] = got[j]
 		if b := s.buckets[key{reqs[i].Name, reqs[i].ID}]; b != nil && reqs[i].Lease {
 			b.known = got[j].Remaining
+			if !got[j].Allowed {
+				s.metrics.denied.Inc()
+			}
 		}
 		k := p.surplus[i]
 		if k == 0 || !allowed {
@@ -423,7 +426,7 @@ func contains(s []int, v int) bool {
 }
 
 type metrics struct {
-	taken, served, returned, lost prometheus.Counter
+	taken, served, returned, lost, denied prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -436,9 +439,11 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Tokens given back to the store when a lease ended unspent."}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_lease_tokens_lost_total",
 			Help: "Tokens a lease could not give back (the store was unreachable): lost to their bucket until it refills."}),
+		denied: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_lease_denied_total",
+			Help: "Leased buckets' requests the store denied: the early denials are among them, while tokens sat in other replicas' leases (a replica cannot tell which)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.taken, m.served, m.returned, m.lost)
+		reg.MustRegister(m.taken, m.served, m.returned, m.lost, m.denied)
 	}
 	return m
 }

@@ -303,3 +303,39 @@ func TestAChangedLimitEndsTheLease(t *testing.T) {
 		t.Errorf("%v decisions served from leases, %v before the limit changed: the old lease paid for the new limit", n, served)
 	}
 }
+
+// TestAReplicaKilledHoldingALeaseLosesAtMostTheLease: a replica that ends
+// without giving its lease back (killed) costs the bucket at most what the
+// lease held, never more admitted than allowed; and the bucket refills as
+// any bucket does.
+func TestAReplicaKilledHoldingALeaseLosesAtMostTheLease(t *testing.T) {
+	clock := limiter.NewManualClock(time.Unix(1_700_000_000, 0))
+	base := storetest.Memory(clock)
+	l := limitOf(t, 100, 10)
+	killed := lease.New(base, lease.Options{Clock: clock, Hot: 1})
+	for range 5 {
+		if ok, _, _ := take(killed, l, "k", 1); !ok {
+			t.Fatal("denied")
+		}
+	}
+	// killed is dropped here, never closed: its lease stays out.
+	held := 100 - 5 - look(t, base, l)
+	if held <= 0 || held > 50 {
+		t.Fatalf("the killed replica's lease holds %d tokens, want some and at most half the capacity", held)
+	}
+	other := lease.New(base, lease.Options{Clock: clock, Hot: 1})
+	admitted := int64(0)
+	for range 200 {
+		if ok, _, _ := take(other, l, "k", 1); ok {
+			admitted++
+		}
+	}
+	if admitted != 100-5-held {
+		t.Errorf("the other replica admitted %d, want what the bucket held besides the lost lease (%d)", admitted, 100-5-held)
+	}
+	other.Close()
+	clock.Advance(10 * time.Second) // the refill window: 100 tokens at 10 a second
+	if n := look(t, base, l); n != 100 {
+		t.Errorf("after a refill window the bucket holds %d, want it full (100)", n)
+	}
+}
