@@ -202,7 +202,12 @@ func (s *Store) reserve(reqs []limiter.Request, res []limiter.Result, now time.T
 		}
 		all = false
 		if b.hot(s.o.Hot) {
-			p.surplus[i] = min(b.size(r, now, s.o.Length), (b.known-r.Cost)/2)
+			// A lease smaller than a hot bucket's few decisions is not
+			// worth the call it may cost (a drained bucket denies it, and
+			// the request is asked again without it).
+			if k := min(b.size(r, now, s.o.Length), (b.known-r.Cost)/2); k >= int64(s.o.Hot) {
+				p.surplus[i] = k
+			}
 		}
 	}
 	for _, i := range p.local {
