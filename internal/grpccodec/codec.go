@@ -88,15 +88,21 @@ func (c *fastCodec) Marshal(v any) (mem.BufferSlice, error) {
 // Unmarshal decodes a door's request with its Decode, from one contiguous
 // buffer, and any other message with protobuf-go.
 func (c *fastCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return unmarshal(c.decode, c.base, data, v)
+}
+
+// unmarshal decodes data into v with the first of decode that takes v,
+// from one contiguous buffer, or with base when none does.
+func unmarshal(decode []func(b []byte, v any) (bool, error), base encoding.CodecV2, data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	b := buf.ReadOnlyData()
-	for _, decode := range c.decode {
-		if ok, err := decode(b, v); ok {
+	for _, d := range decode {
+		if ok, err := d(b, v); ok {
 			return err
 		}
 	}
-	return c.base.Unmarshal(data, v)
+	return base.Unmarshal(data, v)
 }
 
 // Protobuf is the codec of listen.decoder: protobuf: protobuf-go reads and
@@ -119,15 +125,7 @@ func (c *protobufCodec) Name() string                           { return "proto"
 func (c *protobufCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
 
 func (c *protobufCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	b := buf.ReadOnlyData()
-	for _, decode := range c.decode {
-		if ok, err := decode(b, v); ok {
-			return err
-		}
-	}
-	return c.base.Unmarshal(data, v)
+	return unmarshal(c.decode, c.base, data, v)
 }
 
 // lenient decodes the messages of request's type with DecodeLenient.
