@@ -89,7 +89,7 @@ func BenchmarkCheckDirect(b *testing.B) {
 
 // BenchmarkCheckGRPC calls Check through a real gRPC connection on loopback
 // (client and server in this process), 64 calls in flight, with gRPC's own
-// protobuf codec (internal/grpccodec's BenchmarkCheckGRPC sets it beside
+// protobuf codec (internal/door/check's BenchmarkCheckGRPC sets it beside
 // the codec floodgate serve runs).
 func BenchmarkCheckGRPC(b *testing.B) {
 	client := authv3.NewAuthorizationClient(extauthztest.Serve(b, benchServer(b, benchPerKey)))

@@ -44,7 +44,7 @@ func newRig(t *testing.T, policies []PolicySpec, opts Options, store limiter.Sto
 	}
 	so.Registerer = r.reg
 	r.server = NewServer(eng, store, so)
-	// gRPC's own codec: floodgate serve's (internal/grpccodec) is tested
+	// gRPC's own codec: floodgate serve's (internal/grpccodec, with internal/door/check's messages) is tested
 	// with this handler there, on every kind of response it builds.
 	r.client = authv3.NewAuthorizationClient(extauthztest.Serve(t, r.server))
 	return r

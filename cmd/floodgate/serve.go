@@ -196,7 +196,7 @@ func grpcServerOptions(cfg *door.Config, log *zap.Logger) ([]grpc.ServerOption, 
 	}
 	if cfg.Listen.Decoder == "fast" {
 		// Protobuf, with CheckRequests decoded without protobuf-go's
-		// reflection over the headers map (internal/grpccodec/decode.go).
+		// reflection over the headers map (internal/door/check/decode.go).
 		serverOpts = append(serverOpts, grpc.ForceServerCodecV2(grpccodec.Fast(doors.Codecs()...)))
 	} else {
 		// protobuf-go for every message; CheckRequests still decoded

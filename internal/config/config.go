@@ -171,7 +171,7 @@ type Listen struct {
 	// says why; every shipped config beside an Envoy one sets it).
 	DrainDelay Duration `yaml:"drain_delay"`
 	// Decoder reads CheckRequests and writes CheckResponses: fast (default;
-	// internal/grpccodec's decode.go and encode.go, which hand anything unusual to
+	// internal/door/check's decode.go and encode.go, which hand anything unusual to
 	// protobuf-go) or protobuf (protobuf-go for every message: the way back
 	// should the fast ones ever misread or miswrite one).
 	Decoder string `yaml:"decoder"`
