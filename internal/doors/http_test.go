@@ -19,6 +19,7 @@ import (
 	"github.com/floodgate/floodgate/internal/door/check"
 	"github.com/floodgate/floodgate/internal/door/httpauthz"
 	"github.com/floodgate/floodgate/internal/store"
+	"github.com/floodgate/floodgate/limiter/lease"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -144,4 +145,61 @@ func find(doors []door.Door, name string) door.Door {
 		}
 	}
 	return nil
+}
+
+// TestTheHTTPDoorDecidesFromLeases: a policy with lease: auto is leased
+// through the HTTP door as through Check (they share its requests): one
+// caller's 50 requests all pass, most of them from a lease, and the
+// bucket is charged for exactly what was admitted once the lease goes back.
+func TestTheHTTPDoorDecidesFromLeases(t *testing.T) {
+	c, err := Parse("http.yaml", []byte(`listen: {grpc: "127.0.0.1:0", http: "127.0.0.1:0"}
+policies:
+  - {name: global, key: [client_ip], capacity: 1000, refill_per_second: 1/3600, lease: auto}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := storetest.Memory(nil)
+	reg := prometheus.NewRegistry()
+	leases := lease.New(base, lease.Options{Registerer: reg})
+	ds := Build(c, door.Env{Store: &store.Stores{Main: leases, Shadow: base}, Log: zap.NewNop(), Registerer: prometheus.NewRegistry()})
+	h := find(ds, httpauthz.Name).(door.Listener).Handler()
+	for i := range 50 {
+		r := httptest.NewRequest(http.MethodGet, "/x", nil)
+		r.Header.Set("X-Forwarded-For", "198.51.100.3")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			t.Fatalf("request %d: %d", i, w.Code)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "floodgate_lease_decisions_total" {
+			served = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if served < 30 {
+		t.Errorf("%v of 50 requests decided from a lease, want most", served)
+	}
+	leases.Close()
+	// The bucket, read through a Check of the same caller: 1,000 less the
+	// 50 admitted, less this one.
+	resp, _ := checkServer(ds).Check(context.Background(), checkReq("198.51.100.3"))
+	if resp.GetStatus().GetCode() != 0 {
+		t.Fatalf("the Check after the HTTP requests was denied: %v", resp)
+	}
+	remaining := ""
+	for _, h := range resp.GetOkResponse().GetResponseHeadersToAdd() {
+		if h.GetHeader().GetKey() == "ratelimit-remaining" {
+			remaining = h.GetHeader().GetValue()
+		}
+	}
+	if remaining != "949" {
+		t.Errorf("ratelimit-remaining %q after 51 requests of 1,000, want 949", remaining)
+	}
 }
