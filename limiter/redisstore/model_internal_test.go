@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/lease"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
@@ -303,5 +304,25 @@ func TestThePreviousEncodingIsReadOnce(t *testing.T) {
 	}
 	if v := c.Get(ctx, key).Val(); len(v) != 40 {
 		t.Errorf("the key was not rewritten in the current encoding: %x", v)
+	}
+}
+
+// TestLeasedReplicasNeverAdmitMoreThanTheBucketInRedis is the conformance
+// suite's invariant of leases (storetest.RunReplicas) through the real
+// script on an injected clock: three replicas leasing one bucket never
+// admit more than it allows, and not less than 97% of what the same
+// callers get without leases.
+func TestLeasedReplicasNeverAdmitMoreThanTheBucketInRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	run := func(prefix string, replica storetest.Replica) int64 {
+		return storetest.RunReplicas(t, modelTake(t, New(srv.Client(), prefix)), replica)
+	}
+	leased := run("leased:", func(base limiter.Store, clock limiter.Clock, _ int) limiter.Store {
+		return lease.New(base, lease.Options{Clock: clock})
+	})
+	exact := run("exact:", func(base limiter.Store, _ limiter.Clock, _ int) limiter.Store { return base })
+	t.Logf("%d admitted with leases, %d without", leased, exact)
+	if leased < exact*97/100 {
+		t.Errorf("%d admitted with leases, %d without", leased, exact)
 	}
 }
