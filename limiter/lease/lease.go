@@ -79,6 +79,7 @@ type key struct{ name, id string }
 // bucket is what a replica knows of one leased bucket: its demand and its
 // lease.
 type bucket struct {
+	key   key
 	limit limiter.Limit
 	// Demand: decisions and tokens asked in the current window (a Length
 	// from start) and the one before.
@@ -116,13 +117,13 @@ func New(base limiter.Store, o Options) *Store {
 	return &Store{base: base, o: o, metrics: newMetrics(o.Registerer), buckets: map[key]*bucket{}}
 }
 
-// Base is the store the leases are taken from.
-func (s *Store) Base() limiter.Store { return s.base }
-
-// plan is one decision's leased requests: how each is decided.
+// plan is one decision's leased requests, by index: each one's bucket
+// (nil: not leased), whether its lease pays it, and the lease asked for
+// beside it (0: none).
 type plan struct {
-	local   []int   // indexes served from their lease
-	surplus []int64 // by index: the lease asked for beside the request (0: none)
+	bucket  []*bucket
+	local   []bool
+	surplus []int64
 }
 
 // Take decides reqs all or nothing, as limiter.Store says: from their
@@ -147,7 +148,7 @@ func (s *Store) Take(ctx context.Context, reqs []limiter.Request, res []limiter.
 	var at []int
 	asked := false
 	for i := range reqs {
-		if contains(p.local, i) {
+		if p.local[i] {
 			continue
 		}
 		r := reqs[i]
@@ -171,7 +172,7 @@ func (s *Store) Take(ctx context.Context, reqs []limiter.Request, res []limiter.
 			allowed, err = s.base.Take(ctx, sent, got)
 		}
 	}
-	s.settle(reqs, res, p, sent, got, at, allowed && err == nil, now)
+	s.settle(reqs, res, p, got, at, allowed && err == nil, now)
 	if err != nil {
 		clear(res)
 		return false, err
@@ -187,17 +188,19 @@ func (s *Store) reserve(reqs []limiter.Request, res []limiter.Result, now time.T
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep(now)
-	p.surplus = make([]int64, len(reqs))
+	p = plan{bucket: make([]*bucket, len(reqs)), local: make([]bool, len(reqs)), surplus: make([]int64, len(reqs))}
 	all := true
 	for i := range reqs {
 		r := &reqs[i]
 		b := s.follow(r, now)
+		p.bucket[i] = b
 		if b == nil || r.Kind != limiter.Take {
 			all = false
 			continue
 		}
 		if b.leased(now) && b.left >= max(r.Cost, 1) && r.Cost <= r.Limit.Capacity {
-			p.local = append(p.local, i)
+			p.local[i] = true
+			b.left -= r.Cost
 			continue
 		}
 		all = false
@@ -210,58 +213,62 @@ func (s *Store) reserve(reqs []limiter.Request, res []limiter.Result, now time.T
 			}
 		}
 	}
-	for _, i := range p.local {
-		b := s.buckets[key{reqs[i].Name, reqs[i].ID}]
-		b.left -= reqs[i].Cost
-	}
 	if all {
-		for _, i := range p.local {
-			res[i] = s.buckets[key{reqs[i].Name, reqs[i].ID}].result(&reqs[i])
+		for i := range reqs {
+			res[i] = p.bucket[i].result(&reqs[i])
 		}
-		s.metrics.served.Add(float64(len(p.local)))
+		s.metrics.served.Add(float64(len(reqs)))
 	}
 	return p, all
 }
 
-// settle applies the store's answer: the reserved tokens spent when it
-// allowed and given back to their leases when not, the leases it granted
-// kept, every result written.
-func (s *Store) settle(reqs []limiter.Request, res []limiter.Result, p plan, sent []limiter.Request, got []limiter.Result, at []int, allowed bool, now time.Time) {
+// settle applies the store's answer (got, for the requests at): the
+// reserved tokens spent when it allowed and given back to their leases
+// when not, the leases it granted kept, every result written.
+func (s *Store) settle(reqs []limiter.Request, res []limiter.Result, p plan, got []limiter.Result, at []int, allowed bool, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, i := range p.local {
-		b := s.buckets[key{reqs[i].Name, reqs[i].ID}]
+	served := 0
+	for i, b := range p.bucket {
+		if !p.local[i] {
+			continue
+		}
+		served++
 		if !allowed {
 			b.left += reqs[i].Cost
+			if !b.leased(now) {
+				s.end(b) // it ended meanwhile: what came back goes back too
+			}
 		}
 		res[i] = b.result(&reqs[i])
 	}
 	if allowed {
-		s.metrics.served.Add(float64(len(p.local)))
+		s.metrics.served.Add(float64(served))
 	}
 	for j, i := range at {
 		res[i] = got[j]
-		if b := s.buckets[key{reqs[i].Name, reqs[i].ID}]; b != nil && reqs[i].Lease {
-			b.known = got[j].Remaining
-			if !got[j].Allowed {
-				s.metrics.denied.Inc()
-			}
+		r, b := &reqs[i], p.bucket[i]
+		if b == nil {
+			continue
+		}
+		b.known = got[j].Remaining
+		if !got[j].Allowed {
+			s.metrics.denied.Inc()
 		}
 		k := p.surplus[i]
 		if k == 0 || !allowed {
 			continue
 		}
-		r := &reqs[i]
-		b := s.buckets[key{r.Name, r.ID}]
-		if b == nil || got[j].Degraded {
+		if got[j].Degraded || s.buckets[b.key] != b {
 			// Decided by the per-replica fallback, or no longer followed:
 			// no lease from it; its tokens go back.
-			s.giveBack(r.Name, r.ID, r.Limit, k)
+			s.giveBack(b.key, r.Limit, k)
 			continue
 		}
-		// A lease renewed before its end keeps what it had left.
+		// A lease renewed before its end keeps what it had left; one
+		// over gives back what it had first.
 		if !b.leased(now) {
-			b.left = 0
+			s.end(b)
 		}
 		b.left, b.remaining, b.end = b.left+k, got[j].Remaining, now.Add(s.o.Length)
 		s.metrics.taken.Inc()
@@ -282,11 +289,11 @@ func (s *Store) follow(r *limiter.Request, now time.Time) *bucket {
 		if len(s.buckets) >= s.o.MaxBuckets {
 			return nil
 		}
-		b = &bucket{limit: r.Limit, start: now, known: r.Limit.Capacity}
+		b = &bucket{key: k, limit: r.Limit, start: now, known: r.Limit.Capacity}
 		s.buckets[k] = b
 	}
 	if b.limit != r.Limit {
-		s.end(k, b)
+		s.end(b)
 		b.limit = r.Limit
 	}
 	if now.Sub(b.start) >= s.o.Length {
@@ -340,7 +347,7 @@ func (s *Store) sweep(now time.Time) {
 	s.lastSweep = now
 	for k, b := range s.buckets {
 		if !b.leased(now) {
-			s.end(k, b)
+			s.end(b)
 			if now.Sub(b.start) >= 2*s.o.Length {
 				delete(s.buckets, k)
 			}
@@ -349,9 +356,9 @@ func (s *Store) sweep(now time.Time) {
 }
 
 // end ends b's lease, giving back what is left of it.
-func (s *Store) end(k key, b *bucket) {
+func (s *Store) end(b *bucket) {
 	if b.left > 0 {
-		s.giveBack(k.name, k.id, b.limit, b.left)
+		s.giveBack(b.key, b.limit, b.left)
 	}
 	b.left, b.end = 0, time.Time{}
 }
@@ -359,14 +366,14 @@ func (s *Store) end(k key, b *bucket) {
 // giveBack refunds n tokens of a bucket to the store, on a goroutine of
 // its own so no decision waits for it. A give-back that fails loses its
 // tokens until the bucket refills: counted.
-func (s *Store) giveBack(name, id string, limit limiter.Limit, n int64) {
+func (s *Store) giveBack(k key, limit limiter.Limit, n int64) {
 	s.returns.Add(1)
 	go func() {
 		defer s.returns.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.o.GiveBackTimeout)
 		defer cancel()
 		res := make([]limiter.Result, 1)
-		if _, err := s.base.Take(ctx, []limiter.Request{{Name: name, ID: id, Limit: limit, Cost: n, Kind: limiter.Refund}}, res); err != nil {
+		if _, err := s.base.Take(ctx, []limiter.Request{{Name: k.name, ID: k.id, Limit: limit, Cost: n, Kind: limiter.Refund}}, res); err != nil {
 			s.metrics.lost.Add(float64(n))
 			return
 		}
@@ -402,8 +409,8 @@ func (s *Store) Run(ctx context.Context) {
 // by GiveBackTimeout).
 func (s *Store) Close() {
 	s.mu.Lock()
-	for k, b := range s.buckets {
-		s.end(k, b)
+	for _, b := range s.buckets {
+		s.end(b)
 	}
 	s.mu.Unlock()
 	s.returns.Wait()
@@ -415,15 +422,6 @@ func (s *Store) Wait() { s.returns.Wait() }
 func anyLeased(reqs []limiter.Request) bool {
 	for i := range reqs {
 		if reqs[i].Lease {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
 			return true
 		}
 	}
