@@ -62,10 +62,6 @@ type Outcome struct {
 	RetryAfter time.Duration
 }
 
-// Admitted reports whether the request passes: allowed, or denied and
-// admitted by a shadow mode.
-func (o Outcome) Admitted() bool { return o.Answer != Deny && o.Answer != Error }
-
 // Denied reports whether the decision was a denial before a shadow mode
 // admitted it: what a door's request counter counts.
 func (o Outcome) Denied() bool { return o.Answer == Deny || o.Shadowed }
@@ -116,9 +112,6 @@ func New(o Options) *Pipeline {
 	}
 	return &Pipeline{o: o}
 }
-
-// OnFailure is the pipeline's failure mode.
-func (p *Pipeline) OnFailure() decide.OnFailure { return p.o.OnFailure }
 
 // Failure is the outcome of a request the store could not decide, or the
 // door could not read or plan: the failure mode's answer, marked
@@ -181,9 +174,6 @@ func (p *Pipeline) inc(c prometheus.Counter) {
 		c.Inc()
 	}
 }
-
-// Logger is the pipeline's log, for a door's own lines.
-func (p *Pipeline) Logger() *zap.Logger { return p.o.Logger }
 
 // WithShadowMode is p with rls.shadow_mode as on says, sharing the rest.
 func (p *Pipeline) WithShadowMode(on bool) *Pipeline {

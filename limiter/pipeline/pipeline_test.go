@@ -133,7 +133,7 @@ func TestDecideWithShadowModeAdmitsADenial(t *testing.T) {
 		r := ClassifyBucket(plan[0], &res[0], &dec)
 		fam.Count(r, time.Time{}, "a", nil)
 		got = append(got, r.String())
-		if !out.Admitted() {
+		if out.Answer != Allow {
 			t.Errorf("shadow mode refused a request: %+v", out)
 		}
 	}
