@@ -84,12 +84,11 @@ func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipe
 	if out.Degraded {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(respond.HeaderDegraded, "true"))
 	}
-	switch {
-	case out.Answer == pipeline.Deny:
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, retryAfter, never, out.Degraded)
-	case out.Shadowed && !never:
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(respond.HeaderRetryAfter, strconv.FormatInt(respond.RetryAfter(retryAfter), 10)))
+	if out.Denied() {
+		if !out.Shadowed {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, retryAfter, never, out.Degraded, out.Shadowed)
 	}
 	return resp
 }
@@ -126,11 +125,16 @@ func (p *Plan) outcome(it *Item, res []limiter.Result) (over, cannot bool, wait 
 
 // denial adds to hs what a denied answer carries, and returns its body:
 // Retry-After unless the request can never pass, the JSON content-type, and
-// the JSON body a denied Check has (limiter/respond).
-func denial(hs []*corev3.HeaderValue, retryAfter time.Duration, never, degraded bool) ([]*corev3.HeaderValue, []byte) {
+// the JSON body a denied Check has (limiter/respond). A denial a shadow
+// mode admits keeps Retry-After only: Envoy would add the rest to the
+// upstream's response.
+func denial(hs []*corev3.HeaderValue, retryAfter time.Duration, never, degraded, shadowed bool) ([]*corev3.HeaderValue, []byte) {
 	body := respond.Body{RetryAfter: respond.RetryAfter(retryAfter), Never: never, Degraded: degraded}
 	if !never {
 		hs = append(hs, header(respond.HeaderRetryAfter, strconv.FormatInt(body.RetryAfter, 10)))
+	}
+	if shadowed {
+		return hs, nil
 	}
 	hs = append(hs, header("content-type", respond.ContentTypeJSON))
 	return hs, respond.AppendBody(nil, body)

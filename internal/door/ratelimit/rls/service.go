@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -190,13 +189,10 @@ func (s *Service) failed(pl *pipeline.Pipeline, n int) (*rlsv3.RateLimitResponse
 			ResponseHeadersToAdd: []*corev3.HeaderValue{degraded}}, nil
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: allStatuses(n, rlsv3.RateLimitResponse_OVER_LIMIT, out.RetryAfter)}
-	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{degraded}
 	if out.Shadowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, header(respond.HeaderRetryAfter, strconv.FormatInt(respond.RetryAfter(out.RetryAfter), 10)))
-		return resp, nil
 	}
-	resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, out.RetryAfter, false, true)
+	resp.ResponseHeadersToAdd, resp.RawBody = denial([]*corev3.HeaderValue{degraded}, out.RetryAfter, false, true, out.Shadowed)
 	return resp, nil
 }
 
