@@ -185,9 +185,7 @@ func TestRedisClusterSlotMoves(t *testing.T) {
 					}
 				}
 				m := r.cluster.StartMigration(h.slot, from, to)
-				for m.MoveKeys(2) > 0 {
-					time.Sleep(20 * time.Millisecond) // decisions meanwhile, some answered by ASK
-				}
+				m.MoveAll(2, 20*time.Millisecond) // decisions meanwhile, some answered by ASK
 				time.Sleep(50 * time.Millisecond)
 				m.Finish()
 				t.Logf("slot %d (%s's bucket) moved from %s to %s", h.slot, h.id, from.Addr, to.Addr)

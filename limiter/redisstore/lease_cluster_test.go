@@ -87,15 +87,7 @@ func TestLeasesWhileTheirSlotMoves(t *testing.T) {
 		return nil
 	})
 	mig := cl.StartMigration(slot, from, to)
-	moved := 0
-	for {
-		n := mig.MoveKeys(1)
-		if n == 0 {
-			break
-		}
-		moved += n
-		time.Sleep(5 * time.Millisecond) // decisions meanwhile, some answered by ASK
-	}
+	moved := mig.MoveAll(1, 5*time.Millisecond) // decisions meanwhile, some answered by ASK
 	mig.Finish()
 	close(done)
 	wg.Wait()

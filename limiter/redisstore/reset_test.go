@@ -310,15 +310,7 @@ func TestASlotMovingWhileItsKeysAreDecided(t *testing.T) {
 		}()
 	}
 	mig := cl.StartMigration(slot, from, to)
-	moved := 0
-	for {
-		n := mig.MoveKeys(7)
-		if n == 0 {
-			break
-		}
-		moved += n
-		time.Sleep(5 * time.Millisecond) // decisions meanwhile, some answered by ASK
-	}
+	moved := mig.MoveAll(7, 5*time.Millisecond) // decisions meanwhile, some answered by ASK
 	mig.Finish()
 	// Decisions after the move, on the target, until every hot caller has
 	// asked twice its capacity (bounded).

@@ -498,6 +498,23 @@ func (m *Migration) MoveKeys(n int) int {
 	return len(keys)
 }
 
+// MoveAll moves the slot's keys n at a time, pausing between batches so
+// that the decisions under test meet the slot half moved (ASK
+// redirections for the keys already on the target), and returns how many
+// it moved.
+func (m *Migration) MoveAll(n int, pause time.Duration) int {
+	m.c.t.Helper()
+	moved := 0
+	for {
+		k := m.MoveKeys(n)
+		if k == 0 {
+			return moved
+		}
+		moved += k
+		time.Sleep(pause)
+	}
+}
+
 // Finish moves the keys left and gives the slot to the target on every
 // running master, target and source first, as redis-cli does.
 func (m *Migration) Finish() {
