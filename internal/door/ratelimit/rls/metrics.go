@@ -56,10 +56,15 @@ func newMetrics(reg prometheus.Registerer) metrics {
 // store failed. Descriptors that meet no limit, or an unlimited one, are
 // not counted.
 func (p *Plan) classify(res []limiter.Result, d *decide.Decision, results []pipeline.Result) (denied bool) {
+	// First whether each counted descriptor is over (kept in results as
+	// Denied for now) and so whether the answer denies; then each one's
+	// result, which depends on it.
 	for i := range p.Items {
-		if it := &p.Items[i]; !it.Shadow && (it.Meets == Bucketed || it.Meets == Never) {
-			over, _, _ := p.outcome(it, res)
-			denied = denied || over
+		if it := &p.Items[i]; it.Meets == Bucketed || it.Meets == Never {
+			if over, _, _ := p.outcome(it, res); over {
+				results[i] = pipeline.Denied
+				denied = denied || !it.Shadow
+			}
 		}
 	}
 	for i := range p.Items {
@@ -67,8 +72,8 @@ func (p *Plan) classify(res []limiter.Result, d *decide.Decision, results []pipe
 		if it.Meets != Bucketed && it.Meets != Never {
 			continue
 		}
-		over, _, _ := p.outcome(it, res)
-		u := pipeline.Unit{Shadow: it.Shadow, Failed: it.Shadow && it.Meets == Bucketed && d.ShadowErr != nil, Over: over, Kind: p.requestOf(it)}
+		u := pipeline.Unit{Shadow: it.Shadow, Failed: it.Shadow && it.Meets == Bucketed && d.ShadowErr != nil,
+			Over: results[i] == pipeline.Denied, Kind: p.requestOf(it)}
 		results[i] = pipeline.Classify(u, denied)
 	}
 	return denied
