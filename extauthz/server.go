@@ -246,7 +246,7 @@ func (s *Server) decide(ctx context.Context, st *serverState, pl *pipeline.Pipel
 		return out, outcome{grpc: v.GRPC}
 	}
 	o.allowed = out.Answer == pipeline.Allow
-	if i := respond.Denying(o.results); !o.allowed && i >= 0 {
+	if i := respond.Denying(o.results); !o.allowed && i >= 0 && pl.Debugging() {
 		pl.LogDenied(st.families[o.policies[i]], identityOf(plan, o.policies[i]), limiter.RetryAfter(o.results), zap.String("path", v.Path))
 	}
 	return out, o

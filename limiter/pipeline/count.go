@@ -167,12 +167,14 @@ func (p *Pipeline) LogShadowDenied(f *Family, id string, retryAfter time.Duratio
 		zap.String("identity", id), zap.Duration("retry_after", retryAfter), about)
 }
 
+// Debugging reports whether the log takes debug lines, so that a door
+// gathers what LogDenied says only when it is read.
+func (p *Pipeline) Debugging() bool { return p.o.Logger.Core().Enabled(zap.DebugLevel) }
+
 // LogDenied logs, at debug level, the denial unit f made.
 func (p *Pipeline) LogDenied(f *Family, id string, retryAfter time.Duration, about zap.Field) {
-	if p.o.Logger.Core().Enabled(zap.DebugLevel) {
-		p.o.Logger.Debug("denied", zap.String("policy", f.Name), zap.String("identity", id),
-			zap.Duration("retry_after", retryAfter), about)
-	}
+	p.o.Logger.Debug("denied", zap.String("policy", f.Name), zap.String("identity", id),
+		zap.Duration("retry_after", retryAfter), about)
 }
 
 // Outcomes are a door's requests metric's series, by what its requests
