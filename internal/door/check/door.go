@@ -15,6 +15,7 @@ import (
 // Name names Envoy's ext_authz door.
 const Name = "ext_authz"
 
+// Spec is the Check door as the list of doors registers it.
 var Spec = door.Spec{
 	Name: Name,
 	On:   func(c *door.Config) bool { return len(c.Policies) > 0 },

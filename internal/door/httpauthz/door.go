@@ -21,6 +21,7 @@ const Name = "http_authz"
 // is no gRPC service: the door's requests come to listen.http.
 const HealthService = "floodgate.http_authz"
 
+// Spec is the HTTP authorization door as the list of doors registers it.
 var Spec = door.Spec{
 	Name:    Name,
 	On:      func(c *door.Config) bool { return c.Listen.HTTP != "" && len(c.Policies) > 0 },

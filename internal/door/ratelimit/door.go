@@ -27,6 +27,7 @@ import (
 // Name names Envoy's rate limit service door.
 const Name = "ratelimit"
 
+// Spec is the rate limit door as the list of doors registers it.
 var Spec = door.Spec{
 	Name: Name,
 	On:   func(c *door.Config) bool { return c.RLS.Limits() },
@@ -34,7 +35,7 @@ var Spec = door.Spec{
 		if x := c.RLS.XDS; x != nil {
 			return fmt.Sprintf("rate limit domains pushed by xds %s (node %s)", x.Server, x.NodeID)
 		}
-		ds := limits(c).Domains()
+		ds := Limits(c).Domains()
 		return fmt.Sprintf("rate limit %s %s", fielderr.Plural(len(ds), "domain", "domains"), strings.Join(ds, " "))
 	},
 	Read:  readLimits,
@@ -98,7 +99,7 @@ func newDoor(c *door.Config, env door.Env, feed limitFeed) door.Door {
 		env.Registerer.MustRegister(d.removed)
 	}
 	d.Reload(c)
-	d.domains = limits(c).Domains()
+	d.domains = Limits(c).Domains()
 	d.src.onChange(func() {
 		d.mu.Lock()
 		d.serve()
@@ -110,14 +111,6 @@ func newDoor(c *door.Config, env door.Env, feed limitFeed) door.Door {
 		}
 	})
 	return d
-}
-
-// limits are c's rate limits: none when they were not read.
-func limits(c *door.Config) *rls.Limits {
-	if l, ok := c.Part(Name).(*rls.Limits); ok {
-		return l
-	}
-	return rls.Empty()
 }
 
 func (d *rateLimitDoor) Name() string { return Name }
@@ -219,7 +212,7 @@ func (d *rateLimitDoor) Pages() map[string]http.Handler {
 
 // Fields name the domains c's files hold.
 func (d *rateLimitDoor) Fields(c *door.Config) []zap.Field {
-	return []zap.Field{zap.Strings("rls_domains", limits(c).Domains())}
+	return []zap.Field{zap.Strings("rls_domains", Limits(c).Domains())}
 }
 
 // Files is rls.config.
@@ -235,7 +228,7 @@ func (d *rateLimitDoor) DigestLabel() (label, help string) {
 // Reported counts and says the domains a reload to c removed: their
 // descriptors meet no limit from then on.
 func (d *rateLimitDoor) Reported(c *door.Config) {
-	domains := limits(c).Domains()
+	domains := Limits(c).Domains()
 	if gone := removedFrom(d.domains, domains); len(gone) > 0 {
 		d.removed.Add(float64(len(gone)))
 		d.root.Warn("rate limit domains removed: their descriptors meet no limit now", zap.Strings("removed", gone), zap.Strings("rls_domains", domains))

@@ -27,7 +27,7 @@ type provider interface {
 // files provides the limits c's files hold (Limits).
 type files struct{}
 
-func (files) limits(c *door.Config) (*rls.Limits, bool) { return limits(c), true }
+func (files) limits(c *door.Config) (*rls.Limits, bool) { return Limits(c), true }
 func (files) onChange(func())                           {}
 
 // fed provides the limits a feed pushed last, with c's bursts.

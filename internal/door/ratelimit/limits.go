@@ -13,7 +13,12 @@ import (
 // applied): empty without rls.config, or before they were read
 // (doors.ReadFiles). Limits rls.xds pushes reach the door through its
 // feed.
-func Limits(c *door.Config) *rls.Limits { return limits(c) }
+func Limits(c *door.Config) *rls.Limits {
+	if l, ok := c.Part(Name).(*rls.Limits); ok {
+		return l
+	}
+	return rls.Empty()
+}
 
 // readLimits reads the limits rls.config names and applies rls.burst to
 // them (none without rls.config: limits pushed by rls.xds reach the door
