@@ -18,6 +18,12 @@
 // capacity by at most the leases' tokens, never more than the bucket gave
 // out since the start.
 //
+// A call asking for a lease whose reply never came in time (Redis slow)
+// may have taken the lease's tokens nonetheless: nobody holds them, so they
+// are lost to the bucket until it refills, one lease a replica each time
+// Redis turns slow (the replica then asks for none until Redis answers),
+// and counted.
+//
 // Denials come from the store's answer, never from a lease: a request its
 // lease cannot pay goes to the store, and a call asking for a lease that
 // the store denies is asked again without it. Only Takes of requests
@@ -27,6 +33,9 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -174,6 +183,16 @@ func (s *Store) Take(ctx context.Context, reqs []limiter.Request, res []limiter.
 	}
 	s.settle(reqs, res, p, got, at, allowed && err == nil, now)
 	if err != nil {
+		if asked && unanswered(err) {
+			// The call may have run in Redis, its reply late or lost: the
+			// leases it asked for may have left the bucket, and nobody
+			// holds them. settle forgot what the bucket held (known 0), so
+			// the next calls ask for none until Redis answers again: at
+			// most one lease a replica is lost so each time Redis is slow.
+			for i := range p.surplus {
+				s.metrics.unanswered.Add(float64(p.surplus[i]))
+			}
+		}
 		clear(res)
 		return false, err
 	}
@@ -428,8 +447,18 @@ func anyLeased(reqs []limiter.Request) bool {
 	return false
 }
 
+// unanswered reports whether err is a call's want of a reply in time (a
+// deadline, a read timing out), after which Redis may still have run it;
+// not a refusal before anything was sent (a breaker open, a connection
+// refused).
+func unanswered(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
 type metrics struct {
-	taken, served, returned, lost, denied prometheus.Counter
+	taken, served, returned, lost, unanswered, denied prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) metrics {
@@ -442,11 +471,13 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Help: "Tokens given back to the store when a lease ended unspent."}),
 		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_lease_tokens_lost_total",
 			Help: "Tokens a lease could not give back (the store was unreachable): lost to their bucket until it refills."}),
+		unanswered: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_lease_tokens_unanswered_total",
+			Help: "Tokens asked for as leases in calls whose reply never came in time: Redis may have taken them (a script started in time, its reply late), lost to their bucket until it refills."}),
 		denied: prometheus.NewCounter(prometheus.CounterOpts{Name: "floodgate_lease_denied_total",
 			Help: "Leased buckets' requests the store denied: the early denials are among them, while tokens sat in other replicas' leases (a replica cannot tell which)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.taken, m.served, m.returned, m.lost, m.denied)
+		reg.MustRegister(m.taken, m.served, m.returned, m.lost, m.unanswered, m.denied)
 	}
 	return m
 }
