@@ -128,13 +128,16 @@ bench-instructions: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench instructions --floodgate $(BIN) $(INSTRFLAGS)
 
-## bench-global: one global limit (capacity 1,000, 5,000/s) shared by three in-process replicas on one
-## redis-server, offered twice its rate for 30 s, without leases and with them: admitted against what the
-## bucket allowed at every second and in all, Redis CPU and script calls per decision. GLOBALFLAGS go to
-## `floodbench global` (e.g. GLOBALFLAGS="--offered 0.8" for demand below the limit, where leases pay).
+## bench-global: one global limit (capacity 1,000, 5,000/s) shared by three replicas on one redis-server,
+## offered twice its rate for 30 s, without leases and with them: admitted against what the bucket allowed
+## at every second and in all, Redis CPU and script calls per decision; first with three floodgate serve
+## processes (the limit a policy, decided over gRPC Check), then with three in-process replicas (the
+## stores alone). GLOBALFLAGS go to each `floodbench global` (e.g. GLOBALFLAGS="--offered 0.8" for demand
+## below the limit, where leases pay).
 GLOBALFLAGS ?=
-bench-global: redis
+bench-global: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
+	bin/floodbench global --floodgate $(BIN) $(GLOBALFLAGS)
 	bin/floodbench global $(GLOBALFLAGS)
 
 ## bench-ghz: the table again with ghz, the load generator of the reference figures (docs/performance.md), instead of the

@@ -20,6 +20,7 @@ func runGlobal(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.IntVar(&o.Replicas, "replicas", o.Replicas, "replicas sharing the bucket")
 	fs.Int64Var(&o.Capacity, "capacity", o.Capacity, "the bucket's capacity")
 	fs.Int64Var(&o.Rate, "rate", o.Rate, "the bucket's refill, tokens a second")
+	fs.StringVar(&o.Floodgate, "floodgate", "", "the floodgate binary: each replica a floodgate serve process (a policy, decided over gRPC Check) instead of a store in floodbench's process")
 	fs.Float64Var(&o.Offered, "offered", o.Offered, "requests a second across the replicas, as a multiple of --rate")
 	if err := fs.Parse(args); err != nil {
 		return 2
