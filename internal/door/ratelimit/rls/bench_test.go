@@ -43,3 +43,26 @@ func BenchmarkDeniedWithRecorder(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllowed measures an allowed ShouldRateLimit of one descriptor
+// (in process, on the in-memory store), a fresh caller each time as
+// (b-rls) sends: what the door adds to the decision.
+func BenchmarkAllowed(b *testing.B) {
+	cfg, err := Parse([]string{"b.yaml"}, map[string][]byte{"b.yaml": []byte("domain: edge\ndescriptors:\n  - key: api_key\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := NewService(cfg, ServiceOptions{Hash: digest, Store: storetest.Memory(limiter.NewManualClock(time.Unix(1_000_000, 0)))})
+	reqs := make([]*rlsv3.RateLimitRequest, 4096)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 1, Descriptors: []*rlcommon.RateLimitDescriptor{{
+			Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "api_key", Value: "k_live_" + strconv.Itoa(10_000_000+i)}}}}}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if r, _ := s.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			b.Fatal("not allowed")
+		}
+	}
+}

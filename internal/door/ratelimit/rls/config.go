@@ -92,6 +92,9 @@ type Limit struct {
 	// limit is loaded (and again when a burst changes it); zero for an
 	// unlimited limit and a limit of 0, which no bucket holds.
 	bucket limiter.Limit
+	// bucketName names the limit's buckets in the store (Plan), made once
+	// with the bucket.
+	bucketName string
 }
 
 // Quoted is the limit's name in a form no other place in the tree can
@@ -129,6 +132,9 @@ func (l *Limit) Bucket() limiter.Limit { return l.bucket }
 // exactly.
 func (l *Limit) build() error {
 	l.bucket = limiter.Limit{}
+	if len(l.levels) > 0 {
+		l.bucketName = bucketPrefix + l.levels[0] + "/" + l.Key
+	}
 	if l.Unlimited || l.RequestsPerUnit == 0 {
 		return nil
 	}
@@ -171,6 +177,7 @@ type Limits struct {
 type level struct {
 	next      map[string]*node // by "key" or "key_value", as ratelimit keys them
 	wildcards []wildcard       // the entries of next holding a `*`, in file order
+	tag       string           // a domain's top level: the tag its identities are hashed under
 }
 
 // wildcard is an entry of a level whose name holds a `*`, split at each
@@ -444,7 +451,7 @@ func (l *loader) document(root *yaml.Node) {
 		return
 	}
 	l.domainAt[domain] = &fielderr.Error{File: l.current, Line: fields["domain"].Line}
-	top := &level{next: map[string]*node{}}
+	top := &level{next: map[string]*node{}, tag: "rls:" + domain}
 	l.cfg.domains[domain] = top
 	l.domain = domain
 	l.descriptors(fields["descriptors"], top, domain, []string{domain}, nil)

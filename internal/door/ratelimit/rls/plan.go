@@ -141,7 +141,8 @@ func (c *Limits) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
 		p.Entries[i] = all[start:len(all):len(all)]
 	}
 	domain := req.GetDomain()
-	if !c.HasDomain(domain) {
+	top := c.domains[domain]
+	if top == nil {
 		return p, nil // ratelimit applies no limit, override or not, in an unknown domain
 	}
 	selected, unlimited := c.selectAll(domain, p.Entries, func(i int) bool { return ds[i].GetLimit() != nil })
@@ -175,12 +176,12 @@ func (c *Limits) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
 		case selected[i] != nil:
 			lim := selected[i]
 			it.Limit, it.RequestsPerUnit, it.Unit, it.Name, it.Shadow = lim, lim.RequestsPerUnit, lim.Unit, lim.Name, lim.ShadowMode
-			bucket, name = lim.bucket, bucketPrefix+domain+"/"+lim.Key
+			bucket, name = lim.bucket, lim.bucketName
 		default:
 			continue
 		}
 		it.Request, it.Cost = kindAndCost(d, reqCost)
-		it.ID = hash("rls:"+domain, descriptorText(p.Entries[i]))
+		it.ID = hash(top.tag, descriptorText(p.Entries[i]))
 		if it.RequestsPerUnit == 0 {
 			it.Meets = Never
 			never = never || (!it.Shadow && it.Request != limiter.Refund && it.Cost > 0)

@@ -43,15 +43,15 @@ type ResponseOptions struct {
 // OK, its statuses still over their limits, without the body and
 // content-type only a denial carries.
 func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipeline.Outcome, o ResponseOptions) *rlsv3.RateLimitResponse {
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Items)),
-	}
+	a := newAnswer(len(p.Items))
+	resp := a.resp
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
 	var retryAfter time.Duration
 	never := false
 	for i := range p.Items {
 		it := &p.Items[i]
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &a.statuses[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		switch it.Meets {
 		case NoLimit:
@@ -60,17 +60,17 @@ func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipe
 			st.LimitRemaining = math.MaxUint32
 			continue
 		}
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-			Name:            it.Name,
-			RequestsPerUnit: it.RequestsPerUnit,
-			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[it.Unit.Name]),
-		}
+		lim := &a.limits[i]
+		lim.Name, lim.RequestsPerUnit, lim.Unit = it.Name, it.RequestsPerUnit, it.Unit.enum()
+		st.CurrentLimit = lim
 		over, cannot, wait := p.outcome(it, res)
 		if !over && it.Meets == Bucketed {
 			st.LimitRemaining = uint32(min(max(res[it.Bucket].Remaining, 0), math.MaxUint32))
 		}
 		if !cannot {
-			st.DurationUntilReset = &durationpb.Duration{Seconds: respond.Seconds(wait)}
+			d := &a.durations[i]
+			d.Seconds = respond.Seconds(wait)
+			st.DurationUntilReset = d
 		}
 		if results[i] == pipeline.Denied {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -91,6 +91,64 @@ func (p *Plan) Respond(res []limiter.Result, results []pipeline.Result, out pipe
 		resp.ResponseHeadersToAdd, resp.RawBody = denial(resp.ResponseHeadersToAdd, retryAfter, never, out.Degraded, out.Shadowed)
 	}
 	return resp
+}
+
+// answer is one response's messages, allocated together: a status, a
+// limit and a duration for each descriptor, the response pointing into
+// them.
+type answer struct {
+	resp      *rlsv3.RateLimitResponse
+	statuses  []rlsv3.RateLimitResponse_DescriptorStatus
+	limits    []rlsv3.RateLimitResponse_RateLimit
+	durations []durationpb.Duration
+}
+
+// oneAnswer is the answer to a request of one descriptor, the usual one,
+// in a single allocation.
+type oneAnswer struct {
+	resp      rlsv3.RateLimitResponse
+	pointer   [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	statuses  [1]rlsv3.RateLimitResponse_DescriptorStatus
+	limits    [1]rlsv3.RateLimitResponse_RateLimit
+	durations [1]durationpb.Duration
+}
+
+// newAnswer returns empty messages for an answer of n descriptors: one
+// allocation for one descriptor, five for any number, where a message
+// each would take three a descriptor.
+func newAnswer(n int) answer {
+	if n == 1 {
+		o := new(oneAnswer)
+		o.resp.Statuses = o.pointer[:]
+		return answer{resp: &o.resp, statuses: o.statuses[:], limits: o.limits[:], durations: o.durations[:]}
+	}
+	return answer{
+		resp:      &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)},
+		statuses:  make([]rlsv3.RateLimitResponse_DescriptorStatus, n),
+		limits:    make([]rlsv3.RateLimitResponse_RateLimit, n),
+		durations: make([]durationpb.Duration, n),
+	}
+}
+
+// enum is u as Envoy's RateLimitResponse.RateLimit.Unit names it.
+func (u Unit) enum() rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch u.Name {
+	case "SECOND":
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case "MINUTE":
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case "HOUR":
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case "DAY":
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case "WEEK":
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	case "MONTH":
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case "YEAR":
+		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	}
+	return rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[u.Name])
 }
 
 // outcome is how a counted descriptor fared: over its limit or not, never
