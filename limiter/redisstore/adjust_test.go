@@ -1,0 +1,40 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/storetest"
+)
+
+func TestAdjustConformance(t *testing.T) {
+	eachStore(t, func(t *testing.T, _ *redistest.Server, c *redis.Client, s *redisstore.Store) {
+		storetest.RunAdjust(t, harness(s, c, func(t *testing.T, d time.Duration) { advance(t, c, "", d) }))
+	})
+}
+
+func TestAdjustReadWritesNothingEvenForAChangedLimit(t *testing.T) {
+	eachStore(t, func(t *testing.T, _ *redistest.Server, c *redis.Client, s *redisstore.Store) {
+		ctx := context.Background()
+		old := limiter.MustLimit(10, "1/3600")
+		take(t, s, limiter.Request{Name: "p", ID: "a", Limit: old, Cost: 4})
+		before, err := c.Get(ctx, s.Key("p", "a")).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Adjust(ctx, limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(5, "1/3600")}, limiter.Adjustment{Op: limiter.Read})
+		if err != nil || b.Remaining != 5 {
+			t.Fatalf("read under the new limit: %+v, %v", b, err)
+		}
+		after, err := c.Get(ctx, s.Key("p", "a")).Bytes()
+		if err != nil || string(after) != string(before) {
+			t.Fatalf("the read rewrote the key (%v)", err)
+		}
+	})
+}
