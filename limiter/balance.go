@@ -102,6 +102,10 @@ type Balance struct {
 	// Debt is the whole tokens it owes (rounded up), 0 unless a Charge or
 	// a negative Add took it below empty.
 	Debt int64
+	// Missing is the exact state: the units missing from full (see Limit;
+	// above CapacityUnits in debt), from which Limit.Result says what a
+	// request of any cost would meet.
+	Missing int64
 	// Local marks a store that keeps this replica's buckets only (the
 	// in-memory store): another replica's bucket for the same caller is
 	// another bucket.
@@ -111,7 +115,7 @@ type Balance struct {
 // Balance is the Balance of a bucket of l missing m units now.
 func (l Limit) Balance(m int64) Balance {
 	r := l.Result(m, Take, 0, true)
-	b := Balance{Limit: l.Capacity, Remaining: r.Remaining, ResetAfter: r.ResetAfter}
+	b := Balance{Limit: l.Capacity, Remaining: r.Remaining, ResetAfter: r.ResetAfter, Missing: m}
 	if full := l.CapacityUnits(); m > full {
 		b.Debt = ceilDiv(m-full, l.k)
 	}
