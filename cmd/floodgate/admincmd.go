@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/floodgate/floodgate/internal/adminapi"
@@ -147,6 +148,6 @@ func explainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "floodgate explain:", err)
 		return 1
 	}
-	af.print(stdout, e, e.Text())
+	af.print(stdout, e, strings.TrimSuffix(e.Text(), "\n"))
 	return 0
 }
