@@ -38,3 +38,13 @@ func TestAdjustReadWritesNothingEvenForAChangedLimit(t *testing.T) {
 		}
 	})
 }
+
+// On a Redis Cluster each adjustment is one script call routed to the
+// master of its bucket's slot: the suite passes on buckets spread over
+// three masters.
+func TestAdjustConformanceOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client()
+	const prefix = "adj:"
+	storetest.RunAdjust(t, harness(redisstore.New(cc, prefix), cc, func(t *testing.T, d time.Duration) { advanceCluster(t, cc, prefix, d) }))
+}
