@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/floodgate/floodgate/limiter/redistest"
 )
@@ -157,5 +159,31 @@ func TestTheAdminAPIIsOffByDefault(t *testing.T) {
 		if resp.StatusCode != http.StatusNotFound {
 			t.Errorf("%s: %d", path, resp.StatusCode)
 		}
+	}
+}
+
+// The API follows reloads: a policy a reload adds is there to read, and a
+// reload that adds admin_api turns the API on.
+func TestTheAdminAPIFollowsAReload(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin-token")
+	os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600)
+	cfgPath := filepath.Join(dir, "floodgate.yaml")
+	base := "listen: {grpc: \"127.0.0.1:0\", admin: \"127.0.0.1:0\"}\nreload: {watch: false}\n" +
+		"policies:\n  - name: a\n    key: [client_ip]\n    capacity: 3\n    refill_per_second: 1\n"
+	os.WriteFile(cfgPath, []byte(base), 0o600)
+	p := startCommand(t, "serve", "--config", cfgPath)
+	get := func(policy string) (string, error) {
+		return floodgateCmd(t, "bucket", "get", "--addr", p.Admin, "--token-file", tokenFile, "--policy", policy, "--key", "10.0.0.1")
+	}
+	if out, err := get("a"); err == nil || !strings.Contains(out, "404 Not Found: the admin API is off") {
+		t.Fatalf("before the reload: %v\n%s", err, out)
+	}
+	os.WriteFile(cfgPath, []byte(base+"  - name: b\n    key: [client_ip]\n    capacity: 7\n    refill_per_second: 1\n"+
+		"admin_api: {token_file: "+tokenFile+"}\n"), 0o600)
+	p.Cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 5*time.Second, "the reload", func() bool { _, ok := p.LogLine("reloaded"); return ok })
+	if out, err := get("b"); err != nil || !strings.Contains(out, "b ") || !strings.Contains(out, "(client_ip): 7 of 7 left, full") {
+		t.Errorf("after the reload: %v\n%s", err, out)
 	}
 }
