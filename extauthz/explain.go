@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/floodgate/floodgate/limiter"
@@ -118,4 +119,13 @@ func (e *Engine) BucketOf(p *Policy, source, value string) (limiter.Request, err
 		r.ID = e.hasher.id(k.tag, value)
 	}
 	return r, nil
+}
+
+// NewHTTPView reads r, an authorization request a proxy sent the HTTP
+// door, as the door reads it under o: what Explain takes for that door.
+func NewHTTPView(r *http.Request, o HTTPRequestOptions) *View {
+	v := &View{}
+	c := o.canonical()
+	v.resetHTTP(r, &c)
+	return v
 }

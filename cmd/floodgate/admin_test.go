@@ -87,6 +87,12 @@ func TestAnOperatorRaisesABalanceWithOneCommandAndExplainSaysWhy(t *testing.T) {
 		t.Fatalf("explain: %v\n%s", err, out)
 	}
 
+	out, err = floodgateCmd(t, "explain", "--http", "--addr", p.Admin, "--token-file", tokenFile,
+		"--path", "/v1/items", "--source", "203.0.113.9", "-H", "x-api-key: k_live_7")
+	if err != nil || !strings.HasPrefix(out, "deny (http): denied by keys\n") {
+		t.Fatalf("explain --http: %v\n%s", err, out)
+	}
+
 	out, err = floodgateCmd(t, "bucket", "get", "--addr", p.Admin, "--token-file", tokenFile, "--policy", "keys", "--key", "k_live_7")
 	if err != nil || !strings.Contains(out, "(header:x-api-key): 0 of 3 left, full in 180s") {
 		t.Fatalf("bucket get: %v\n%s", err, out)

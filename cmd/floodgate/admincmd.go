@@ -116,7 +116,10 @@ func bucketCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // explainCmd asks the admin API why a request would be limited. It takes
-// `floodgate check`'s flags, --addr being the admin address.
+// `floodgate check`'s flags, --addr being the admin address: the request
+// as Check sees it, or with --http as the HTTP door does, or with --rls
+// the rate limit service's. --count, --raw, --grpc and --timeout change
+// nothing of what is explained.
 func explainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("explain", stderr)
 	f := addCheckFlags(fs, "127.0.0.1:9192", "Floodgate's admin address (listen.admin)")
@@ -124,11 +127,11 @@ func explainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if !parseArgs(fs, args) {
 		return 2
 	}
-	if *f.httpCall {
-		fmt.Fprintln(stderr, "floodgate explain: --http: the request is explained as Envoy's Check sends it; leave out --http (the HTTP door reads X-Forwarded-For with one more trusted hop, its proxy's)")
-		return 2
-	}
 	req := adminapi.ExplainRequest{Method: *f.method, Path: *f.path, Host: *f.host, Source: *f.source, Headers: f.hdrs, Context: f.ctxExt}
+	if *f.httpCall {
+		req.Door, req.Context = "http", nil
+		req.PathPrefix, req.URIHeader, req.MethodHeader = *f.pathPrefix, *f.uriHeader, *f.methodH
+	}
 	if *f.rlsCall {
 		if *f.domain == "" {
 			fmt.Fprintln(stderr, "floodgate explain --rls: --domain is required")

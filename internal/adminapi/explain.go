@@ -2,6 +2,8 @@ package adminapi
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/floodgate/floodgate/extauthz"
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/door/check"
+	"github.com/floodgate/floodgate/internal/door/httpauthz"
 	"github.com/floodgate/floodgate/internal/door/ratelimit"
 	"github.com/floodgate/floodgate/internal/door/ratelimit/rls"
 	"github.com/floodgate/floodgate/limiter"
@@ -23,12 +26,22 @@ import (
 // a rate limit service request: Descriptors ("key=value[,key=value...]",
 // one descriptor each) and the request's Hits (hits_addend; 0 means 1).
 type ExplainRequest struct {
+	// Door is "check" (the default: Envoy's Check) or "http" (the HTTP
+	// authorization door, asked as `floodgate check --http` asks it from
+	// this host: Source appended to X-Forwarded-For, PathPrefix before
+	// Path, or with URIHeader and MethodHeader the original request in
+	// those headers).
+	Door    string   `json:"door,omitempty"`
 	Method  string   `json:"method,omitempty"`
 	Path    string   `json:"path,omitempty"`
 	Host    string   `json:"host,omitempty"`
 	Source  string   `json:"source,omitempty"`
 	Headers []string `json:"headers,omitempty"`
 	Context []string `json:"context,omitempty"`
+
+	PathPrefix   string `json:"path_prefix,omitempty"`
+	URIHeader    string `json:"uri_header,omitempty"`
+	MethodHeader string `json:"method_header,omitempty"`
 
 	Domain      string   `json:"domain,omitempty"`
 	Descriptors []string `json:"descriptors,omitempty"`
@@ -38,7 +51,7 @@ type ExplainRequest struct {
 // Explanation is the answer of /v1/explain: what the door would decide,
 // which buckets would deny, and every policy (or descriptor) on the way.
 type Explanation struct {
-	Door string `json:"door"` // check (the policies) or ratelimit
+	Door string `json:"door"` // check, http or ratelimit
 	// Decision is "allow" or "deny", as the store holds the buckets now
 	// (no over-limit cache, no lease, no failure mode: see docs/support.md).
 	Decision    string                `json:"decision"`
@@ -139,12 +152,32 @@ func (a *API) explainCheck(ctx context.Context, cfg *door.Config, req ExplainReq
 		}
 		return s
 	}
-	creq, err := check.Request(def(req.Method, "GET"), def(req.Host, "localhost"), def(req.Path, "/"), def(req.Source, "127.0.0.1"), req.Headers, req.Context, false)
-	if err != nil {
-		return Explanation{}, badRequest{err}
-	}
 	out := Explanation{Door: "check", Decision: "allow"}
-	for _, x := range cfg.Engine.Explain(extauthz.NewView(creq)) {
+	var explained []extauthz.Explained
+	switch req.Door {
+	case "", "check":
+		creq, err := check.Request(def(req.Method, "GET"), def(req.Host, "localhost"), def(req.Path, "/"), def(req.Source, "127.0.0.1"), req.Headers, req.Context, false)
+		if err != nil {
+			return Explanation{}, badRequest{err}
+		}
+		explained = cfg.Engine.Explain(extauthz.NewView(creq))
+	case "http":
+		if (req.URIHeader == "") != (req.MethodHeader == "") {
+			return Explanation{}, badRequest{errors.New("give uri_header and method_header together (http_authz.original_uri_header and original_method_header)")}
+		}
+		hreq, err := httpauthz.Request(ctx, httpauthz.ClientArgs{Addr: "127.0.0.1", Method: def(req.Method, "GET"), Host: def(req.Host, "localhost"),
+			Path: def(req.Path, "/"), Source: def(req.Source, "127.0.0.1"), Prefix: req.PathPrefix, URIHeader: req.URIHeader,
+			MethodHeader: req.MethodHeader, Headers: req.Headers})
+		if err != nil {
+			return Explanation{}, badRequest{err}
+		}
+		hreq.RemoteAddr = "127.0.0.1:40000" // the proxy: floodgate check --http on this host
+		out.Door = "http"
+		explained = httpauthz.Engine(cfg).Explain(extauthz.NewHTTPView(hreq, httpauthz.RequestOptions(cfg)))
+	default:
+		return Explanation{}, badRequest{fmt.Errorf("door %q: want check or http (or a domain, for the rate limit service)", req.Door)}
+	}
+	for _, x := range explained {
 		pe := PolicyExplained{Policy: x.Policy.Name, Mode: "enforce", Matched: x.Matched, Reason: x.Failed}
 		if x.Policy.Shadow {
 			pe.Mode = "shadow"
