@@ -11,36 +11,36 @@ import (
 type Op uint8
 
 const (
-	// Read reads the bucket and changes nothing.
-	Read Op = iota
-	// Add gives N tokens to the bucket, capped at its capacity as a Refund
+	// OpRead reads the bucket and changes nothing.
+	OpRead Op = iota
+	// OpAdd gives N tokens to the bucket, capped at its capacity as a Refund
 	// is (a bucket holds no more than full); a negative N takes |N| tokens
 	// whatever the bucket holds, into a debt of at most one capacity, as a
 	// Charge does.
-	Add
-	// Set makes the bucket hold exactly N tokens, N in [-capacity,
+	OpAdd
+	// OpSet makes the bucket hold exactly N tokens, N in [-capacity,
 	// capacity] (below 0: a debt of |N|).
-	Set
-	// Reset makes the bucket full: a bucket never seen.
-	Reset
+	OpSet
+	// OpReset makes the bucket full: a bucket never seen.
+	OpReset
 )
 
 // String names the operation as the admin API spells it.
 func (o Op) String() string {
 	switch o {
-	case Read:
+	case OpRead:
 		return "read"
-	case Add:
+	case OpAdd:
 		return "add"
-	case Set:
+	case OpSet:
 		return "set"
-	case Reset:
+	case OpReset:
 		return "reset"
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
 
-// Adjustment is an operator's change to one bucket (or, with Op Read, a
+// Adjustment is an operator's change to one bucket (or, with OpRead, a
 // look at it) made outside any decision: nothing is spent, no request is
 // counted.
 type Adjustment struct {
@@ -57,12 +57,12 @@ var ErrAdjustment = errors.New("limiter: adjustment out of range")
 // int64, an unknown Op.
 func (a Adjustment) Check(l Limit) error {
 	switch a.Op {
-	case Read, Reset, Add:
-		if a.Op == Add && a.N == -1<<63 {
+	case OpRead, OpReset, OpAdd:
+		if a.Op == OpAdd && a.N == -1<<63 {
 			return fmt.Errorf("%w: add %d", ErrAdjustment, a.N)
 		}
 		return nil
-	case Set:
+	case OpSet:
 		if a.N > l.Capacity || a.N < -l.Capacity {
 			return fmt.Errorf("%w: set %d is outside [-%d, %d] (the capacity, and a debt of at most one capacity)", ErrAdjustment, a.N, l.Capacity, l.Capacity)
 		}
@@ -77,14 +77,14 @@ func (a Adjustment) Check(l Limit) error {
 // arithmetic. It never overflows for an a that Check accepts.
 func (l Limit) Missing(m int64, a Adjustment) int64 {
 	switch a.Op {
-	case Add:
+	case OpAdd:
 		if a.N >= 0 {
 			return l.Apply(m, Refund, a.N)
 		}
 		return l.Apply(m, Charge, -a.N)
-	case Set:
+	case OpSet:
 		return (l.Capacity - a.N) * l.k
-	case Reset:
+	case OpReset:
 		return 0
 	}
 	return m

@@ -49,13 +49,13 @@ func (c Change) adjustment() (limiter.Adjustment, bool) {
 	n := 0
 	var a limiter.Adjustment
 	if c.Add != nil {
-		n, a = n+1, limiter.Adjustment{Op: limiter.Add, N: *c.Add}
+		n, a = n+1, limiter.Adjustment{Op: limiter.OpAdd, N: *c.Add}
 	}
 	if c.Set != nil {
-		n, a = n+1, limiter.Adjustment{Op: limiter.Set, N: *c.Set}
+		n, a = n+1, limiter.Adjustment{Op: limiter.OpSet, N: *c.Set}
 	}
 	if c.Reset {
-		n, a = n+1, limiter.Adjustment{Op: limiter.Reset}
+		n, a = n+1, limiter.Adjustment{Op: limiter.OpReset}
 	}
 	return a, n == 1
 }
@@ -63,7 +63,7 @@ func (c Change) adjustment() (limiter.Adjustment, bool) {
 const replicaNote = "the memory store keeps this replica's buckets only: each replica holds its own bucket for this caller"
 
 func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, who, name string) {
-	adj := limiter.Adjustment{Op: limiter.Read}
+	adj := limiter.Adjustment{Op: limiter.OpRead}
 	switch r.Method {
 	case http.MethodGet:
 	case http.MethodPost:
@@ -116,7 +116,7 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 	}
 	bal, err := a.o.Balances.Adjust(r.Context(), req, adj)
 	if err != nil {
-		if adj.Op != limiter.Read {
+		if adj.Op != limiter.OpRead {
 			a.o.Log.Warn("admin API: bucket adjustment failed", zap.String("by", who), zap.String("policy", p.Name),
 				zap.String("identity", req.ID), zap.String("op", adj.Op.String()), zap.Int64("n", adj.N), zap.Error(err))
 		}
@@ -124,12 +124,12 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 		return
 	}
 	out := bucketOf(p.Name, source, req.ID, bal)
-	if adj.Op == limiter.Read {
+	if adj.Op == limiter.OpRead {
 		a.reads.Inc()
 	} else {
 		a.adjustments.WithLabelValues(p.Name, adj.Op.String()).Inc()
 		out.Op, out.By = adj.Op.String(), who
-		if adj.Op != limiter.Reset {
+		if adj.Op != limiter.OpReset {
 			n := adj.N
 			out.N = &n
 		}

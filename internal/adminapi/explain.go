@@ -187,7 +187,7 @@ func (a *API) explainCheck(ctx context.Context, cfg *door.Config, req ExplainReq
 			if pe.KeySource == "" {
 				pe.KeySource = "shared"
 			}
-			b, err := a.o.Balances.Adjust(ctx, x.Request, limiter.Adjustment{Op: limiter.Read})
+			b, err := a.o.Balances.Adjust(ctx, x.Request, limiter.Adjustment{Op: limiter.OpRead})
 			if err != nil {
 				return Explanation{}, err
 			}
@@ -232,7 +232,7 @@ func (a *API) explainRLS(ctx context.Context, cfg *door.Config, req ExplainReque
 			de.Asks, de.Cost, de.Identity = asks(b.Kind, b.Cost), b.Cost, b.ID
 			bal, ok := read[it.Bucket]
 			if !ok {
-				if bal, err = a.o.Balances.Adjust(ctx, b, limiter.Adjustment{Op: limiter.Read}); err != nil {
+				if bal, err = a.o.Balances.Adjust(ctx, b, limiter.Adjustment{Op: limiter.OpRead}); err != nil {
 					return Explanation{}, err
 				}
 				read[it.Bucket] = bal

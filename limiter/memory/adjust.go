@@ -32,7 +32,7 @@ func (s *Store) Adjust(_ context.Context, req limiter.Request, a limiter.Adjustm
 			m = l.Convert(old, old.Refilled(b.missing, b.at(old), now))
 		}
 	}
-	if a.Op != limiter.Read {
+	if a.Op != limiter.OpRead {
 		m = l.Missing(m, a)
 		switch {
 		case m == 0 && slot >= 0:

@@ -22,7 +22,7 @@ func TestAdjustConformance(t *testing.T) {
 
 func TestAdjustSaysTheBalanceIsThisReplicasOnly(t *testing.T) {
 	s := storetest.Memory(limiter.NewManualClock(time.Unix(1_800_000_000, 0)))
-	b, err := s.Adjust(context.Background(), limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(3, "1")}, limiter.Adjustment{Op: limiter.Read})
+	b, err := s.Adjust(context.Background(), limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(3, "1")}, limiter.Adjustment{Op: limiter.OpRead})
 	if err != nil || !b.Local || b.Remaining != 3 {
 		t.Fatalf("got %+v, %v; want 3 left, marked Local", b, err)
 	}
@@ -32,7 +32,7 @@ func TestAdjustedBucketRefillsOnTheStoresClock(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_800_000_000, 0))
 	s := storetest.Memory(clock)
 	req := limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(10, "1")}
-	b, err := s.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.Set, N: 2})
+	b, err := s.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.OpSet, N: 2})
 	if err != nil || b.Remaining != 2 || b.ResetAfter != 8*time.Second {
 		t.Fatalf("set 2: %+v, %v; want 2 left, full in 8s", b, err)
 	}

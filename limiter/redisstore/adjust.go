@@ -28,7 +28,7 @@ func (s *Store) Adjust(ctx context.Context, req limiter.Request, a limiter.Adjus
 	}
 	l := limitArgsOf(req.Limit)
 	n := a.N
-	if a.Op == limiter.Add {
+	if a.Op == limiter.OpAdd {
 		// Beyond two capacities an add changes nothing more (full, or the
 		// debt's bound), and n·K stays exact in the script's doubles.
 		n = max(min(n, 2*l.c), -2*l.c)

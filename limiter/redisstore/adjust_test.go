@@ -28,7 +28,7 @@ func TestAdjustReadWritesNothingEvenForAChangedLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := s.Adjust(ctx, limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(5, "1/3600")}, limiter.Adjustment{Op: limiter.Read})
+		b, err := s.Adjust(ctx, limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(5, "1/3600")}, limiter.Adjustment{Op: limiter.OpRead})
 		if err != nil || b.Remaining != 5 {
 			t.Fatalf("read under the new limit: %+v, %v", b, err)
 		}

@@ -43,7 +43,7 @@ func (s *Store) Adjust(ctx context.Context, req limiter.Request, a limiter.Adjus
 		}
 		return limiter.Balance{}, fmt.Errorf("%w: %w", limiter.ErrUnavailable, err)
 	}
-	if a.Op != limiter.Read && s.cache != nil {
+	if a.Op != limiter.OpRead && s.cache != nil {
 		r := req
 		r.Kind = limiter.Refund
 		s.cache.learn([]limiter.Request{r}, []limiter.Result{{Allowed: true}}, sent, true, true)

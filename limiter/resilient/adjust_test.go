@@ -29,7 +29,7 @@ func TestAnAddReachesTheNextDecisionPastTheOverLimitCache(t *testing.T) {
 	if res[0].Allowed {
 		t.Fatal("setup: the third request of two was allowed")
 	}
-	b, err := rs.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.Add, N: 1})
+	b, err := rs.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.OpAdd, N: 1})
 	if err != nil || b.Remaining != 1 {
 		t.Fatalf("add 1: %+v, %v", b, err)
 	}
@@ -56,7 +56,7 @@ func TestAnAdjustmentWithRedisDownFailsInTimeWithoutTheFallback(t *testing.T) {
 	srv.Pause()
 	defer srv.Resume()
 	start := time.Now()
-	_, err = rs.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.Set, N: 0})
+	_, err = rs.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.OpSet, N: 0})
 	if !errors.Is(err, limiter.ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
 	}

@@ -47,7 +47,7 @@ func RunAdjust(t *testing.T, h Harness) {
 			t.Fatalf("%s: got %+v, want remaining %d, debt %d of %d", what, b, remaining, debt, l.Capacity)
 		}
 	}
-	read := limiter.Adjustment{Op: limiter.Read}
+	read := limiter.Adjustment{Op: limiter.OpRead}
 
 	t.Run("a read of a bucket never seen is full and creates nothing", func(t *testing.T) {
 		b := do(t, "unseen", read, l)
@@ -76,36 +76,36 @@ func RunAdjust(t *testing.T, h Harness) {
 		if take(t, "a", 1) {
 			t.Fatal("an empty bucket allowed a take")
 		}
-		want(t, "add 4", do(t, "a", limiter.Adjustment{Op: limiter.Add, N: 4}, l), 4, 0)
+		want(t, "add 4", do(t, "a", limiter.Adjustment{Op: limiter.OpAdd, N: 4}, l), 4, 0)
 		if !take(t, "a", 4) {
 			t.Fatal("the 4 tokens added did not pay a take of 4")
 		}
-		want(t, "add 1000", do(t, "a", limiter.Adjustment{Op: limiter.Add, N: 1000}, l), 10, 0)
+		want(t, "add 1000", do(t, "a", limiter.Adjustment{Op: limiter.OpAdd, N: 1000}, l), 10, 0)
 		if h.Exists(t, "adjust", "a") {
 			t.Fatal("a bucket filled by an add is still held")
 		}
-		want(t, "add max", do(t, "a", limiter.Adjustment{Op: limiter.Add, N: 1<<63 - 1}, l), 10, 0)
+		want(t, "add max", do(t, "a", limiter.Adjustment{Op: limiter.OpAdd, N: 1<<63 - 1}, l), 10, 0)
 	})
 	t.Run("a negative add takes tokens into a bounded debt, as a charge", func(t *testing.T) {
-		want(t, "add -4", do(t, "n", limiter.Adjustment{Op: limiter.Add, N: -4}, l), 6, 0)
-		want(t, "add -11", do(t, "n", limiter.Adjustment{Op: limiter.Add, N: -11}, l), 0, 5)
+		want(t, "add -4", do(t, "n", limiter.Adjustment{Op: limiter.OpAdd, N: -4}, l), 6, 0)
+		want(t, "add -11", do(t, "n", limiter.Adjustment{Op: limiter.OpAdd, N: -11}, l), 0, 5)
 		if take(t, "n", 0) {
 			t.Fatal("a look passed on a bucket in debt")
 		}
-		want(t, "add -1e18", do(t, "n", limiter.Adjustment{Op: limiter.Add, N: -1e18}, l), 0, 10)
-		want(t, "add 12", do(t, "n", limiter.Adjustment{Op: limiter.Add, N: 12}, l), 2, 0)
+		want(t, "add -1e18", do(t, "n", limiter.Adjustment{Op: limiter.OpAdd, N: -1e18}, l), 0, 10)
+		want(t, "add 12", do(t, "n", limiter.Adjustment{Op: limiter.OpAdd, N: 12}, l), 2, 0)
 	})
 	t.Run("a set holds exactly its tokens", func(t *testing.T) {
-		want(t, "set 0", do(t, "s", limiter.Adjustment{Op: limiter.Set, N: 0}, l), 0, 0)
+		want(t, "set 0", do(t, "s", limiter.Adjustment{Op: limiter.OpSet, N: 0}, l), 0, 0)
 		if take(t, "s", 1) {
 			t.Fatal("a bucket set to 0 allowed a take")
 		}
-		want(t, "set 4", do(t, "s", limiter.Adjustment{Op: limiter.Set, N: 4}, l), 4, 0)
+		want(t, "set 4", do(t, "s", limiter.Adjustment{Op: limiter.OpSet, N: 4}, l), 4, 0)
 		if !take(t, "s", 4) || take(t, "s", 1) {
 			t.Fatal("a bucket set to 4 did not pay exactly 4")
 		}
-		want(t, "set -3", do(t, "s", limiter.Adjustment{Op: limiter.Set, N: -3}, l), 0, 3)
-		want(t, "set 10", do(t, "s", limiter.Adjustment{Op: limiter.Set, N: 10}, l), 10, 0)
+		want(t, "set -3", do(t, "s", limiter.Adjustment{Op: limiter.OpSet, N: -3}, l), 0, 3)
+		want(t, "set 10", do(t, "s", limiter.Adjustment{Op: limiter.OpSet, N: 10}, l), 10, 0)
 		if h.Exists(t, "adjust", "s") {
 			t.Fatal("a bucket set to its capacity is still held")
 		}
@@ -113,7 +113,7 @@ func RunAdjust(t *testing.T, h Harness) {
 	t.Run("a set beyond the capacity or the debt's bound is refused and changes nothing", func(t *testing.T) {
 		take(t, "x", 2)
 		for _, n := range []int64{11, -11} {
-			_, err := adj.Adjust(ctx, limiter.Request{Name: "adjust", ID: "x", Limit: l}, limiter.Adjustment{Op: limiter.Set, N: n})
+			_, err := adj.Adjust(ctx, limiter.Request{Name: "adjust", ID: "x", Limit: l}, limiter.Adjustment{Op: limiter.OpSet, N: n})
 			if !errors.Is(err, limiter.ErrAdjustment) {
 				t.Fatalf("set %d: got %v, want ErrAdjustment", n, err)
 			}
@@ -122,7 +122,7 @@ func RunAdjust(t *testing.T, h Harness) {
 	})
 	t.Run("a reset makes the bucket full and holds nothing", func(t *testing.T) {
 		take(t, "z", 9)
-		want(t, "reset", do(t, "z", limiter.Adjustment{Op: limiter.Reset}, l), 10, 0)
+		want(t, "reset", do(t, "z", limiter.Adjustment{Op: limiter.OpReset}, l), 10, 0)
 		if h.Exists(t, "adjust", "z") {
 			t.Fatal("a reset bucket is still held")
 		}
