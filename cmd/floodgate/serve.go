@@ -264,7 +264,7 @@ func (s *server) listen() error {
 		// The admin API answers its tokens' holders from any peer (404
 		// without admin_api), not under listen.admin_debug's rules.
 		mux.Handle(adminapi.Prefix, adminapi.New(adminapi.Options{Config: s.current.Load, Balances: s.store.Balances,
-			Log: s.log, Registerer: s.reg}))
+			Doors: s.doors, Log: s.log, Registerer: s.reg}))
 		for pattern, h := range door.Pages(s.doors) {
 			mux.Handle(pattern, debug(h))
 		}

@@ -44,7 +44,10 @@ type Options struct {
 	// A Balance marked Local (the memory store's) is answered as this
 	// replica's alone.
 	Balances limiter.Adjuster
-	Log      *zap.Logger
+	// Doors are the running doors (nil: none), whose limits in use an
+	// explained rate limit request is planned against (a feed's pushes).
+	Doors []door.Door
+	Log   *zap.Logger
 	// Registerer receives the API's metrics (nil: none).
 	Registerer prometheus.Registerer
 }

@@ -159,6 +159,13 @@ func (e Explanation) Text() string {
 	} else {
 		fmt.Fprintf(&s, "allow (%s)\n", e.Door)
 	}
+	if e.Note != "" {
+		fmt.Fprintf(&s, "  note: %s", e.Note)
+		if e.Decision != "deny" && len(e.DeniedBy) > 0 {
+			fmt.Fprintf(&s, " (%s)", strings.Join(e.DeniedBy, ", "))
+		}
+		s.WriteString("\n")
+	}
 	for _, p := range e.Policies {
 		fmt.Fprintf(&s, "  %s (%s): ", p.Policy, p.Mode)
 		switch {

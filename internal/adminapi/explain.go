@@ -58,6 +58,7 @@ type Explanation struct {
 	DeniedBy    []string              `json:"denied_by,omitempty"`
 	Policies    []PolicyExplained     `json:"policies,omitempty"`
 	Descriptors []DescriptorExplained `json:"descriptors,omitempty"`
+	Note        string                `json:"note,omitempty"`
 }
 
 // PolicyExplained is one policy's part in an explained request.
@@ -208,7 +209,7 @@ func (a *API) explainRLS(ctx context.Context, cfg *door.Config, req ExplainReque
 	if err != nil {
 		return Explanation{}, badRequest{err}
 	}
-	plan, err := ratelimit.Explain(cfg, rreq)
+	plan, err := ratelimit.Explain(a.o.Doors, cfg, rreq)
 	if err != nil {
 		return Explanation{}, badRequest{err}
 	}
@@ -269,6 +270,9 @@ func (a *API) explainRLS(ctx context.Context, cfg *door.Config, req ExplainReque
 			}
 		}
 		out.Descriptors = append(out.Descriptors, de)
+	}
+	if cfg.RLS.ShadowMode && out.Decision == "deny" {
+		out.Decision, out.Note = "allow", "rls.shadow_mode: the service answers every request OK; denied_by is what would deny"
 	}
 	return out, nil
 }

@@ -116,3 +116,18 @@ func TestExplainNamesEachDescriptorsLimit(t *testing.T) {
 		}
 	}
 }
+
+// Under rls.shadow_mode the service answers OK: explain says allow, and
+// what would deny.
+func TestExplainUnderShadowModeSaysAllowAndWhatWouldDeny(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "edge.yaml"), []byte(edgeLimits), 0o600)
+	f := newFixture(t, storetest.Memory(nil), "rls: {config: "+dir+", shadow_mode: true}\n", false)
+	e, err := f.client.Explain(context.Background(), adminapi.ExplainRequest{Domain: "edge", Descriptors: []string{"blocked=b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Decision != "allow" || strings.Join(e.DeniedBy, ",") != "edge.blocked" || !strings.Contains(e.Text(), "note: rls.shadow_mode: the service answers every request OK; denied_by is what would deny (edge.blocked)") {
+		t.Errorf("%+v\n%s", e, e.Text())
+	}
+}

@@ -14,10 +14,17 @@ func Request(domain string, descriptors []string, hits uint64) (*rlsv3.RateLimit
 	return buildRLSRequest(domain, descriptors, hits)
 }
 
-// Explain plans req against c's limits (rls.config's files) exactly as
-// the door plans it, identities hashed as the door hashes them, deciding
-// nothing: what each descriptor meets and the bucket it draws from. Limits
-// that rls.xds pushes live in the running door's feed, not in c.
-func Explain(c *door.Config, req *rlsv3.RateLimitRequest) (rls.Plan, error) {
-	return Limits(c).Plan(req, c.Engine.HashIdentity)
+// Explain plans req exactly as the door plans it, identities hashed as the
+// door hashes them, deciding nothing: what each descriptor meets and the
+// bucket it draws from. The limits are those the running door among
+// doors serves (rls.config's files, or rls.xds's last push), else c's
+// files'.
+func Explain(doors []door.Door, c *door.Config, req *rlsv3.RateLimitRequest) (rls.Plan, error) {
+	limits := Limits(c)
+	for _, d := range doors {
+		if rd, ok := d.(*rateLimitDoor); ok && rd.ready.Load() {
+			limits = rd.s.Limits()
+		}
+	}
+	return limits.Plan(req, c.Engine.HashIdentity)
 }
