@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate/floodgate/limiter"
 )
 
@@ -33,11 +35,21 @@ func (s *Store) Adjust(ctx context.Context, req limiter.Request, a limiter.Adjus
 		// debt's bound), and n·K stays exact in the script's doubles.
 		n = max(min(n, 2*l.c), -2*l.c)
 	}
-	sc := &scriptCall{script: adjustScript, keys: []string{s.Key(req.Name, req.ID)},
-		args: []any{l.c, l.k, l.g, int64(l.j), int64(a.Op), n}, want: 1}
-	s.exec(ctx, sc)
-	if sc.err != nil {
-		return limiter.Balance{}, fmt.Errorf("redis: adjustment script: %w", sc.err)
+	sc := &scriptCall{keys: []string{s.Key(req.Name, req.ID)}, args: []any{l.c, l.k, l.g, int64(l.j), int64(a.Op), n}}
+	// Sent apart from exec: the decision scripts' metrics do not count it,
+	// and like them it is sent once (an add sent twice would add twice).
+	cmd := sc.cmd(ctx, "evalsha", adjustScript.sha, nil)
+	_ = s.client.Process(ctx, sendOnce{cmd})
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = sc.cmd(ctx, "eval", adjustScript.src, nil)
+		_ = s.client.Process(ctx, sendOnce{cmd})
 	}
-	return req.Limit.Balance(sc.reply[0]), nil
+	reply, err := cmd.Result()
+	if err == nil && len(reply) != 1 {
+		err = fmt.Errorf("script returned %d values, 1 expected", len(reply))
+	}
+	if err != nil {
+		return limiter.Balance{}, fmt.Errorf("redis: adjustment script: %w", explain(err))
+	}
+	return req.Limit.Balance(reply[0]), nil
 }

@@ -48,3 +48,27 @@ func TestAdjustConformanceOnACluster(t *testing.T) {
 	const prefix = "adj:"
 	storetest.RunAdjust(t, harness(redisstore.New(cc, prefix), cc, func(t *testing.T, d time.Duration) { advanceCluster(t, cc, prefix, d) }))
 }
+
+// An adjustment loads its script when Redis lost it (SCRIPT FLUSH, a
+// restart), and the decision scripts' observer does not hear of it.
+func TestAdjustReloadsItsScriptAndIsNoDecisionScriptCall(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := redisstore.New(c, "")
+	calls := 0
+	s.ObserveScripts(func(n int, _ time.Duration) { calls += n })
+	ctx := context.Background()
+	req := limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(10, "1/3600")}
+	for i := 0; i < 2; i++ {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Adjust(ctx, req, limiter.Adjustment{Op: limiter.OpAdd, N: -3})
+		if err != nil || b.Remaining != 7-int64(3*i) {
+			t.Fatalf("adjustment %d after SCRIPT FLUSH: %+v, %v", i+1, b, err)
+		}
+	}
+	if calls != 0 {
+		t.Errorf("the decision scripts' observer heard of %d calls", calls)
+	}
+}
