@@ -2,6 +2,8 @@ package adminapi
 
 import (
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
@@ -99,6 +101,10 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 		fail(w, http.StatusBadRequest, "give ?key=VALUE (what the caller sends for the policy's key source; ?source=SOURCE picks another of its sources) or ?id=IDENTITY (a hashed identity, as floodgate explain shows it)")
 		return
 	case id != "":
+		if !identity(id, p.KeySources()) {
+			fail(w, http.StatusBadRequest, "id "+strconv.Quote(id)+" is no identity of policy "+p.Name+": 22 characters of base64url as floodgate explain shows them, - for the shared bucket, or + and a header source for the bucket of repeated headers")
+			return
+		}
 		req = limiter.Request{Name: p.Name, ID: id, Limit: p.Limit}
 	default:
 		var err error
@@ -138,6 +144,29 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 			zap.Int64("remaining", bal.Remaining), zap.Int64("debt", bal.Debt), zap.String("scope", out.Scope))
 	}
 	reply(w, http.StatusOK, out)
+}
+
+// identity reports whether id is an identity a decision under a policy
+// with key sources sources can draw: a hashed one (22 characters of
+// base64url), the shared bucket's "-", or "+" and a header source for
+// requests that repeat it. Anything else would name a bucket no request
+// draws from.
+func identity(id string, sources []string) bool {
+	if id == "-" {
+		return true
+	}
+	if tag, ok := strings.CutPrefix(id, "+"); ok {
+		return strings.HasPrefix(tag, "header:") && slices.Contains(sources, tag)
+	}
+	if len(id) != 22 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // bucketOf is the answer for a bucket's balance.
