@@ -94,21 +94,28 @@ const repeatedPrefix = "+"
 // identity returns the bucket identity of the request under p, or
 // ok = false when p does not apply (no value and on_missing_key: skip).
 func (e *Engine) identity(p *Policy, v *View) (string, bool) {
+	id, _, ok := e.identityFrom(p, v)
+	return id, ok
+}
+
+// identityFrom is identity and the index of the key source that gave it
+// (-1 for the shared bucket, or when p does not apply): Explain names it.
+func (e *Engine) identityFrom(p *Policy, v *View) (id string, src int, ok bool) {
 	for i := range p.keys {
 		k := &p.keys[i]
 		switch val, ip := e.keyValue(p, k, v); {
 		case ip.IsValid():
-			return e.hasher.idPrefix(k.tag, ip), true
+			return e.hasher.idPrefix(k.tag, ip), i, true
 		case val == repeatedValue:
-			return k.repeatedID, true
+			return k.repeatedID, i, true
 		case val != "":
-			return e.hasher.id(k.tag, val), true
+			return e.hasher.id(k.tag, val), i, true
 		}
 	}
 	if p.skipMissed {
-		return "", false
+		return "", -1, false
 	}
-	return sharedID, true
+	return sharedID, -1, true
 }
 
 // repeatedValue is what keyValue reads for a header sent more than once

@@ -2,6 +2,7 @@ package extauthz
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -162,18 +163,42 @@ func compileHeaders(list []HeaderMatchSpec, at string, el *errorList) []headerMa
 }
 
 // matches reports whether the request in v fits.
-func (m *matcher) matches(v *View) bool {
+func (m *matcher) matches(v *View) bool { return m.miss(v).cond == fits }
+
+// condition names the first condition of a match that a request fails
+// (fits: none), for Explain; i is the index of the header or context entry.
+type condition struct {
+	cond uint8
+	i    int
+}
+
+// The conditions of a match, in the order miss checks them.
+const (
+	fits = iota
+	failProtocol
+	failPath
+	failMethod
+	failHost
+	failHeader
+	failContext
+	failPrincipal
+	failNotPrincipal
+)
+
+// miss is the first condition of m the request in v fails: matches and
+// Explain both read it, so an explanation cannot drift from a decision.
+func (m *matcher) miss(v *View) condition {
 	if m.tcp != !v.HTTP {
-		return false
+		return condition{cond: failProtocol}
 	}
 	if (m.pathPrefix != "" || m.path != "") && !m.pathMatches(v.MatchPaths()) {
-		return false
+		return condition{cond: failPath}
 	}
 	if len(m.methods) > 0 && !contains(m.methods, v.Method) {
-		return false
+		return condition{cond: failMethod}
 	}
 	if len(m.hosts) > 0 && !m.hostMatches(v.Host) {
-		return false
+		return condition{cond: failHost}
 	}
 	for i := range m.headers {
 		h := &m.headers[i]
@@ -181,25 +206,75 @@ func (m *matcher) matches(v *View) bool {
 		switch {
 		case h.absent:
 			if ok {
-				return false
+				return condition{failHeader, i}
 			}
 		case !ok:
-			return false
+			return condition{failHeader, i}
 		case h.value != "" && val != h.value:
-			return false
+			return condition{failHeader, i}
 		case h.prefix != "" && !strings.HasPrefix(val, h.prefix):
-			return false
+			return condition{failHeader, i}
 		}
 	}
-	for _, kv := range m.context {
+	for i, kv := range m.context {
 		if val, ok := v.Context(kv[0]); !ok || val != kv[1] {
-			return false
+			return condition{failContext, i}
 		}
 	}
 	if len(m.principals) > 0 && !anyPrincipal(m.principals, v.Principal) {
-		return false
+		return condition{cond: failPrincipal}
 	}
-	return !anyPrincipal(m.notPrincipals, v.Principal)
+	if anyPrincipal(m.notPrincipals, v.Principal) {
+		return condition{cond: failNotPrincipal}
+	}
+	return condition{}
+}
+
+// describe says, for an operator, which condition of m the request in v
+// failed (c from miss), with what the request carried: "" when it fits.
+func (m *matcher) describe(c condition, v *View) string {
+	switch c.cond {
+	case failProtocol:
+		if m.tcp {
+			return "match.protocol: the policy is tcp, the request is HTTP"
+		}
+		return "match.protocol: the policy is http, the request is a TCP connection"
+	case failPath:
+		switch {
+		case m.path != "" && m.pathPrefix != "":
+			return fmt.Sprintf("match.path: the request's path %q is not %q under path_prefix %q", v.Path, m.path, m.pathPrefix)
+		case m.path != "":
+			return fmt.Sprintf("match.path: the request's path %q is not %q", v.Path, m.path)
+		}
+		return fmt.Sprintf("match.path_prefix: the request's path %q does not start with %q", v.Path, m.pathPrefix)
+	case failMethod:
+		return "match.methods: " + strconv.Quote(v.Method) + " is not one of " + strings.Join(m.methods, ", ")
+	case failHost:
+		return "match.hosts: " + strconv.Quote(v.Host) + " is not one of the policy's hosts"
+	case failHeader:
+		h := m.headers[c.i]
+		val, ok := v.Header(h.name)
+		switch {
+		case h.absent:
+			return fmt.Sprintf("match.headers[%d]: %s must be absent, and the request sends it", c.i, h.name)
+		case !ok:
+			return fmt.Sprintf("match.headers[%d]: the request does not send %s", c.i, h.name)
+		case h.value != "":
+			return fmt.Sprintf("match.headers[%d]: %s is %q, not %q", c.i, h.name, val, h.value)
+		}
+		return fmt.Sprintf("match.headers[%d]: %s %q does not start with %q", c.i, h.name, val, h.prefix)
+	case failContext:
+		kv := m.context[c.i]
+		if val, ok := v.Context(kv[0]); ok {
+			return fmt.Sprintf("match.context: %s is %q, not %q", kv[0], val, kv[1])
+		}
+		return fmt.Sprintf("match.context: the request has no context extension %s (want %q)", kv[0], kv[1])
+	case failPrincipal:
+		return "match.principals: the peer's principal " + strconv.Quote(v.Principal) + " is not one of the policy's"
+	case failNotPrincipal:
+		return "match.not_principals: the peer's principal " + strconv.Quote(v.Principal) + " is excluded"
+	}
+	return ""
 }
 
 func anyPrincipal(list []principalMatch, principal string) bool {

@@ -19,49 +19,68 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ", ") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// checkFlags are `floodgate check`'s flags, which `floodgate explain`
+// takes too: the request, as each door's client sends it.
+type checkFlags struct {
+	addr, path, method, host, source       *string
+	count                                  *int
+	raw, grpcCaller, rlsCall, httpCall     *bool
+	timeout                                *time.Duration
+	hdrs, ctxExt, descs                    listFlag
+	domain, pathPrefix, uriHeader, methodH *string
+	hits                                   *uint64
+}
+
+// addCheckFlags registers check's flags on fs, --addr with its default
+// and help.
+func addCheckFlags(fs *flag.FlagSet, addr, addrHelp string) *checkFlags {
+	f := &checkFlags{}
+	f.addr = fs.String("addr", addr, addrHelp)
+	f.path = fs.String("path", "/", "request path (with query string, as Envoy sends it)")
+	f.method = fs.String("method", "GET", "request method")
+	f.host = fs.String("host", "localhost", "request host (:authority)")
+	f.source = fs.String("source", "127.0.0.1", "the connection's source address")
+	f.count = fs.Int("count", 1, "how many requests to send")
+	f.raw = fs.Bool("raw", false, "send headers in header_map, as Envoy does with encode_raw_headers")
+	f.grpcCaller = fs.Bool("grpc", false, "play a gRPC client behind Envoy: send content-type application/grpc and print the gRPC status and trailers Envoy would answer with")
+	f.timeout = fs.Duration("timeout", time.Second, "deadline of each Check (Envoy's ext_authz timeout)")
+	fs.Var(&f.hdrs, "H", "request header 'name: value' (repeatable)")
+	fs.Var(&f.ctxExt, "context", "context extension key=value, as a route's check_settings sets (repeatable)")
+	f.rlsCall = fs.Bool("rls", false, "play Envoy's rate limit filter instead: send ShouldRateLimit with --domain and --descriptor")
+	f.domain = fs.String("domain", "", "with --rls: the rate limit domain")
+	fs.Var(&f.descs, "descriptor", "with --rls: a descriptor's entries key=value[,key=value...] (repeatable: one descriptor each)")
+	f.hits = fs.Uint64("hits", 0, "with --rls: the request's hits_addend (0 means 1)")
+	f.httpCall = fs.Bool("http", false, "play a proxy asking the HTTP authorization door (listen.http; --addr defaults to "+httpauthz.DefaultAddr+"): the client address goes in X-Forwarded-For")
+	f.pathPrefix = fs.String("path-prefix", "", "with --http: Envoy's http_service path_prefix, sent before --path (http_authz.path_prefix)")
+	f.uriHeader = fs.String("uri-header", "", "with --http: ask /_floodgate, carrying --path in this header and --method in --method-header, as nginx's recipe does (X-Original-URI)")
+	f.methodH = fs.String("method-header", "", "with --http and --uri-header: the header that carries --method (X-Original-Method)")
+	return f
+}
+
 // check sends Envoy-shaped CheckRequests and prints each decision.
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr)
-	addr := fs.String("addr", "127.0.0.1:9191", "Floodgate's gRPC address")
-	path := fs.String("path", "/", "request path (with query string, as Envoy sends it)")
-	method := fs.String("method", "GET", "request method")
-	host := fs.String("host", "localhost", "request host (:authority)")
-	source := fs.String("source", "127.0.0.1", "the connection's source address")
-	count := fs.Int("count", 1, "how many requests to send")
-	raw := fs.Bool("raw", false, "send headers in header_map, as Envoy does with encode_raw_headers")
-	grpcCaller := fs.Bool("grpc", false, "play a gRPC client behind Envoy: send content-type application/grpc and print the gRPC status and trailers Envoy would answer with")
-	timeout := fs.Duration("timeout", time.Second, "deadline of each Check (Envoy's ext_authz timeout)")
-	var hdrs, ctxExt, descs listFlag
-	fs.Var(&hdrs, "H", "request header 'name: value' (repeatable)")
-	fs.Var(&ctxExt, "context", "context extension key=value, as a route's check_settings sets (repeatable)")
-	rlsCall := fs.Bool("rls", false, "play Envoy's rate limit filter instead: send ShouldRateLimit with --domain and --descriptor")
-	domain := fs.String("domain", "", "with --rls: the rate limit domain")
-	fs.Var(&descs, "descriptor", "with --rls: a descriptor's entries key=value[,key=value...] (repeatable: one descriptor each)")
-	hits := fs.Uint64("hits", 0, "with --rls: the request's hits_addend (0 means 1)")
-	httpCall := fs.Bool("http", false, "play a proxy asking the HTTP authorization door (listen.http; --addr defaults to "+httpauthz.DefaultAddr+"): the client address goes in X-Forwarded-For")
-	pathPrefix := fs.String("path-prefix", "", "with --http: Envoy's http_service path_prefix, sent before --path (http_authz.path_prefix)")
-	uriHeader := fs.String("uri-header", "", "with --http: ask /_floodgate, carrying --path in this header and --method in --method-header, as nginx's recipe does (X-Original-URI)")
-	methodHeader := fs.String("method-header", "", "with --http and --uri-header: the header that carries --method (X-Original-Method)")
+	f := addCheckFlags(fs, "127.0.0.1:9191", "Floodgate's gRPC address")
 	if !parseArgs(fs, args) {
 		return 2
 	}
-	if *rlsCall {
-		return ratelimit.Play(ctx, ratelimit.ClientArgs{Addr: *addr, Domain: *domain, Descriptors: descs, Hits: *hits, Count: *count, Timeout: *timeout}, stdout, stderr)
+	if *f.rlsCall {
+		return ratelimit.Play(ctx, ratelimit.ClientArgs{Addr: *f.addr, Domain: *f.domain, Descriptors: f.descs, Hits: *f.hits, Count: *f.count, Timeout: *f.timeout}, stdout, stderr)
 	}
-	if *count < 1 || *count > 1_000_000 {
+	if *f.count < 1 || *f.count > 1_000_000 {
 		fmt.Fprintln(stderr, "floodgate check: --count must be between 1 and 1000000")
 		return 2
 	}
-	if *httpCall {
-		a := httpauthz.ClientArgs{Addr: *addr, Method: *method, Host: *host, Path: *path, Source: *source, Prefix: *pathPrefix,
-			URIHeader: *uriHeader, MethodHeader: *methodHeader, Headers: hdrs, Count: *count, Timeout: *timeout}
+	if *f.httpCall {
+		a := httpauthz.ClientArgs{Addr: *f.addr, Method: *f.method, Host: *f.host, Path: *f.path, Source: *f.source, Prefix: *f.pathPrefix,
+			URIHeader: *f.uriHeader, MethodHeader: *f.methodH, Headers: f.hdrs, Count: *f.count, Timeout: *f.timeout}
 		addrSet := false
-		fs.Visit(func(f *flag.Flag) { addrSet = addrSet || f.Name == "addr" })
+		fs.Visit(func(fl *flag.Flag) { addrSet = addrSet || fl.Name == "addr" })
 		if !addrSet {
 			a.Addr = httpauthz.DefaultAddr
 		}
 		return httpauthz.Play(ctx, a, stdout, stderr)
 	}
-	return checkdoor.Play(ctx, checkdoor.ClientArgs{Addr: *addr, Method: *method, Host: *host, Path: *path, Source: *source,
-		Headers: hdrs, Context: ctxExt, Raw: *raw, GRPC: *grpcCaller, Count: *count, Timeout: *timeout}, stdout, stderr)
+	return checkdoor.Play(ctx, checkdoor.ClientArgs{Addr: *f.addr, Method: *f.method, Host: *f.host, Path: *f.path, Source: *f.source,
+		Headers: f.hdrs, Context: f.ctxExt, Raw: *f.raw, GRPC: *f.grpcCaller, Count: *f.count, Timeout: *f.timeout}, stdout, stderr)
 }

@@ -28,6 +28,8 @@ Usage:
   floodgate replay   --config FILE --log FILE|- [--json] [--html FILE] [--set POLICY.FIELD=V]... [--compare]
                      [--top N] [--redact] [--reorder-window 60s] | --config FILE --print-log-format [--print-log-to FILE|-]
   floodgate top      [--admin HOST:PORT[,HOST:PORT...]] [--once | --json] [--rows N] [--interval 2s]
+  floodgate bucket   get|add N|set N|reset --policy P --key VALUE [--addr 127.0.0.1:9192] [--token-file FILE]
+  floodgate explain  [check's flags: --path /, -H 'name: value'..., --rls --domain D --descriptor k=v...] [--addr 127.0.0.1:9192]
   floodgate version
 
 Without --config, serve runs the embedded default: in-memory store, one sample
@@ -71,6 +73,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return replayCmd(ctx, args[1:], stdout, stderr)
 	case "top":
 		return top(ctx, args[1:], stdout, stderr)
+	case "bucket":
+		return bucketCmd(ctx, args[1:], stdout, stderr)
+	case "explain":
+		return explainCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		printVersion(stdout)
 		return 0

@@ -35,6 +35,8 @@ type reloader struct {
 	health  *health.Server
 	log     *zap.Logger
 	started *config.Config // what the restart-only sections run with
+	// applied, when set, hears of every configuration a reload applies.
+	applied func(*door.Config)
 
 	mu       sync.Mutex
 	data     []byte    // the file's content when last read
@@ -146,6 +148,9 @@ func (r *reloader) reload(force bool) {
 	}
 	for _, d := range r.doors {
 		d.Reload(cfg)
+	}
+	if r.applied != nil {
+		r.applied(cfg)
 	}
 	setDoorHealth(r.health, r.doors, cfg)
 	r.info.Reset()

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/floodgate/floodgate/internal/adminapi"
 	"github.com/floodgate/floodgate/internal/config"
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/doors"
@@ -149,6 +150,9 @@ type server struct {
 	store *store.Stores
 	doors []door.Door
 	who   *limited.Recorder // who is being limited, for /debug/limited
+	// current is the configuration in use, swapped by each reload: the
+	// admin API names its policies.
+	current atomic.Pointer[door.Config]
 
 	grpcLis   net.Listener
 	gs        *grpc.Server
@@ -175,6 +179,7 @@ func newServer(ctx context.Context, cfg *door.Config, src source, log *zap.Logge
 		return nil, err
 	}
 	s.store = st
+	s.current.Store(cfg)
 	s.who = limited.New(limited.DefaultOptions())
 	env := door.Env{Store: st, Log: log, Registerer: s.reg, Recorder: s.who,
 		// A door's own part of the configuration (a feed's) is read at
@@ -256,6 +261,10 @@ func (s *server) listen() error {
 		}
 		mux.Handle("/debug/limited", debug(limited.Handler(s.who, openAddr)))
 		mux.HandleFunc("/healthcheck", s.healthcheck)
+		// The admin API answers its tokens' holders from any peer (404
+		// without admin_api), not under listen.admin_debug's rules.
+		mux.Handle(adminapi.Prefix, adminapi.New(adminapi.Options{Config: s.current.Load, Balances: s.store.Balances,
+			Doors: s.doors, Log: s.log, Registerer: s.reg}))
 		for pattern, h := range door.Pages(s.doors) {
 			mux.Handle(pattern, debug(h))
 		}
@@ -327,6 +336,7 @@ func setDoorHealth(hs *health.Server, doors []door.Door, cfg *door.Config) {
 func (s *server) serve(ctx context.Context, hup <-chan os.Signal) error {
 	cfg := s.cfg
 	rl := newReloader(cfg, s.src, s.doors, s.hs, s.log, s.reg)
+	rl.applied = func(c *door.Config) { s.current.Store(c) }
 	if s.src.name != "" && *cfg.Reload.Watch {
 		wctx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()

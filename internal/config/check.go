@@ -29,6 +29,7 @@ func (v *validator) check(c *Config) {
 	v.checkStore(&c.Store)
 	v.checkRLS(&c.RLS)
 	v.checkHTTPAuthz(c)
+	v.checkAdminAPI(c)
 	v.oneOf("log.format", &c.Log.Format, "", "json", "console")
 	v.oneOf("log.level", &c.Log.Level, "", "debug", "info", "warn", "error")
 	if c.Runtime.GOGC == nil {

@@ -52,6 +52,9 @@ type Config struct {
 	HTTPAuthz HTTPAuthz             `yaml:"http_authz"`
 	Policies  []extauthz.PolicySpec `yaml:"policies"`
 
+	// AdminAPI turns on the admin port's /v1/ API (balances, explain).
+	AdminAPI *AdminAPI `yaml:"admin_api"`
+
 	// Source names where the configuration came from (a path, or "embedded default").
 	Source string `yaml:"-"`
 	// Digest is the SHA-256 (hex) of the bytes it was parsed from.

@@ -30,6 +30,7 @@ func (c *Config) Resolve() error {
 		v.at(secretPath("identity.hash_secret", c.Identity.HashSecretFile, c.Identity.HashSecretEnv), "%v", err)
 	}
 	c.hashSecret = hs
+	c.resolveAdminAPI(v)
 	if t := c.Listen.TLS; t != nil {
 		v.filesExist("listen.tls", map[string]string{"cert_file": t.CertFile, "key_file": t.KeyFile, "client_ca_file": t.ClientCAFile})
 	}

@@ -34,7 +34,7 @@ func TestBrokenConfigsNameFileAndLine(t *testing.T) {
 		want []string
 	}{
 		{"an unknown top-level key", "listne: {grpc: 1.2.3.4:5}\n" + goodPolicy,
-			[]string{`bad.yaml:1: unknown key "listne" in the top level (known: client_ip, headers, http_authz, identity, listen, log, policies, reload, rls, runtime, store)`}},
+			[]string{`bad.yaml:1: unknown key "listne" in the top level (known: admin_api, client_ip, headers, http_authz, identity, listen, log, policies, reload, rls, runtime, store)`}},
 		{"an unknown nested key", "store:\n  redis:\n    adresses: [a:1]\n" + goodPolicy,
 			[]string{`bad.yaml:3: unknown key "adresses" in store.redis`}},
 		{"an unknown policy key", "policies:\n  - name: a\n    key: [client_ip]\n    capacity: 1\n    refill_per_second: 1\n    burst: 5\n",

@@ -42,7 +42,11 @@ func (alwaysExact) Problem() string { return "" }
 type Stores struct {
 	Main, Shadow limiter.Store
 	Status       Status
-	close        func()
+	// Balances reads and adjusts one bucket for an operator (the admin
+	// API): the memory store itself, or the resilience layer around Redis
+	// (the shared bucket, or an error; never the local fallback).
+	Balances limiter.Adjuster
+	close    func()
 }
 
 // Close stops the store's background work and closes its connections.
@@ -55,7 +59,7 @@ func (s *Stores) Close() { s.close() }
 func Build(ctx context.Context, cfg *config.Config, log *zap.Logger, reg prometheus.Registerer, onExact func(bool)) (*Stores, error) {
 	if cfg.Store.Backend != "redis" {
 		m, stop := NewMemory(cfg.Store.Memory)
-		return &Stores{Main: m, Shadow: m, Status: alwaysExact{}, close: stop}, nil
+		return &Stores{Main: m, Shadow: m, Status: alwaysExact{}, Balances: m, close: stop}, nil
 	}
 	return buildRedis(ctx, cfg, log, reg, onExact)
 }
@@ -124,7 +128,7 @@ func buildRedis(ctx context.Context, cfg *config.Config, log *zap.Logger, reg pr
 	lctx, stopLeases := context.WithCancel(context.Background())
 	go leases.Run(lctx)
 	closers = append([]func(){stopLeases, leases.Close}, closers...)
-	return &Stores{Main: leases, Shadow: rs.Uncached(), Status: rs, close: func() {
+	return &Stores{Main: leases, Shadow: rs.Uncached(), Status: rs, Balances: rs, close: func() {
 		for _, c := range closers {
 			c()
 		}

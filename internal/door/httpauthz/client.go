@@ -35,33 +35,15 @@ func Play(ctx context.Context, a ClientArgs, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "floodgate check --http: give --uri-header and --method-header together (http_authz.original_uri_header and original_method_header)")
 		return 2
 	}
-	method, target := a.Method, a.Prefix+a.Path
-	if a.URIHeader != "" {
-		method, target = http.MethodGet, "/_floodgate"
-	}
 	// Not http.DefaultTransport: no proxy from the environment between
 	// check and the door.
 	client := &http.Client{Timeout: a.Timeout, Transport: &http.Transport{DisableCompression: true}}
 	defer client.CloseIdleConnections()
 	for i := 1; i <= a.Count; i++ {
-		req, err := http.NewRequestWithContext(ctx, method, "http://"+a.Addr+target, nil)
+		req, err := Request(ctx, a)
 		if err != nil {
 			fmt.Fprintln(stderr, "floodgate check --http:", err)
 			return 2
-		}
-		req.Host = a.Host
-		for _, h := range a.Headers {
-			name, value, ok := strings.Cut(h, ":")
-			if !ok || strings.TrimSpace(name) == "" {
-				fmt.Fprintf(stderr, "floodgate check --http: -H %q: want 'name: value'\n", h)
-				return 2
-			}
-			req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
-		}
-		req.Header.Add("X-Forwarded-For", a.Source)
-		if a.URIHeader != "" {
-			req.Header.Set(a.URIHeader, a.Path)
-			req.Header.Set(a.MethodHeader, a.Method)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -73,6 +55,36 @@ func Play(ctx context.Context, a ClientArgs, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "#%d %s\n", i, describeHTTP(resp.StatusCode, resp.Header, string(body)))
 	}
 	return 0
+}
+
+// Request is the authorization request Play sends the door at a.Addr:
+// Envoy's http_service's (the request's own method, a.Prefix then
+// a.Path), or with a.URIHeader the fixed URI nginx's recipe asks, the
+// original in headers; the client address, a.Source, appended to
+// X-Forwarded-For as the proxy appends the peer it saw.
+func Request(ctx context.Context, a ClientArgs) (*http.Request, error) {
+	method, target := a.Method, a.Prefix+a.Path
+	if a.URIHeader != "" {
+		method, target = http.MethodGet, "/_floodgate"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+a.Addr+target, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Host = a.Host
+	for _, h := range a.Headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("-H %q: want 'name: value'", h)
+		}
+		req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	req.Header.Add("X-Forwarded-For", a.Source)
+	if a.URIHeader != "" {
+		req.Header.Set(a.URIHeader, a.Path)
+		req.Header.Set(a.MethodHeader, a.Method)
+	}
+	return req, nil
 }
 
 // doorHeaders are the headers the door answers with, in the order it

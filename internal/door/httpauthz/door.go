@@ -48,7 +48,7 @@ func newDoor(c *door.Config, env door.Env) door.Door {
 	if d.addr != "" {
 		o := d.options(c)
 		o.Registerer = env.Registerer
-		d.h = extauthz.NewHTTPServer(env.PolicyServer(c), engine(c), o)
+		d.h = extauthz.NewHTTPServer(env.PolicyServer(c), Engine(c), o)
 	}
 	return d
 }
@@ -82,7 +82,7 @@ func (d *httpDoor) AnswerUnread() map[string]func(context.Context) (any, error) 
 
 func (d *httpDoor) Reload(c *door.Config) {
 	if d.h != nil {
-		d.h.SetEngine(engine(c), d.options(c))
+		d.h.SetEngine(Engine(c), d.options(c))
 	}
 }
 
@@ -105,9 +105,9 @@ func compile(c *door.Config) fielderr.List {
 	return nil
 }
 
-// engine is the policies as the door decides them: c's Engine, with the
+// Engine is the policies as the door decides them: c's Engine, with the
 // door's client address rule (http_authz.trusted_hops).
-func engine(c *door.Config) *extauthz.Engine {
+func Engine(c *door.Config) *extauthz.Engine {
 	if h := c.HTTPAuthz.TrustedHops; h != nil {
 		return c.Engine.WithTrustedHops(*h)
 	}

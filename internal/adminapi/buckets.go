@@ -1,0 +1,180 @@
+package adminapi
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/floodgate/floodgate/internal/door"
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Bucket is the answer of /v1/buckets/{policy}: one caller's bucket, after
+// the change a POST asked for.
+type Bucket struct {
+	Policy string `json:"policy"`
+	// Source is the key source the caller's value was read as ("" for an
+	// identity given as is, or the shared bucket); Identity is the bucket's
+	// identity, hashed as decisions hash it.
+	Source   string `json:"source,omitempty"`
+	Identity string `json:"identity"`
+	// Limit is the capacity, Remaining the whole tokens left, Reset the
+	// seconds until full (rounded up, as RateLimit-Reset), Debt the whole
+	// tokens owed.
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
+	Debt      int64 `json:"debt"`
+	// Scope is "shared" (the bucket every replica decides with: Redis) or
+	// "replica" (the memory store: this replica's bucket alone).
+	Scope string `json:"scope"`
+	// Op, N and By say what a POST changed, and who asked.
+	Op   string `json:"op,omitempty"`
+	N    *int64 `json:"n,omitempty"`
+	By   string `json:"by,omitempty"`
+	Note string `json:"note,omitempty"`
+}
+
+// Change is the body of a POST to /v1/buckets/{policy}: exactly one of
+// {"add": N} (N may be negative), {"set": N} or {"reset": true}.
+type Change struct {
+	Add   *int64 `json:"add,omitempty"`
+	Set   *int64 `json:"set,omitempty"`
+	Reset bool   `json:"reset,omitempty"`
+}
+
+// adjustment is c as the store takes it.
+func (c Change) adjustment() (limiter.Adjustment, bool) {
+	n := 0
+	var a limiter.Adjustment
+	if c.Add != nil {
+		n, a = n+1, limiter.Adjustment{Op: limiter.OpAdd, N: *c.Add}
+	}
+	if c.Set != nil {
+		n, a = n+1, limiter.Adjustment{Op: limiter.OpSet, N: *c.Set}
+	}
+	if c.Reset {
+		n, a = n+1, limiter.Adjustment{Op: limiter.OpReset}
+	}
+	return a, n == 1
+}
+
+const replicaNote = "the memory store keeps this replica's buckets only: each replica holds its own bucket for this caller"
+
+func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, who, name string) {
+	adj := limiter.Adjustment{Op: limiter.OpRead}
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		var c Change
+		if !decodeBody(w, r, &c) {
+			return
+		}
+		var ok bool
+		if adj, ok = c.adjustment(); !ok {
+			fail(w, http.StatusBadRequest, `give exactly one of {"add": N}, {"set": N} or {"reset": true}`)
+			return
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		fail(w, http.StatusMethodNotAllowed, "GET reads a bucket, POST adjusts it")
+		return
+	}
+	p := cfg.Engine.Policy(name)
+	if p == nil {
+		var names []string
+		for _, p := range cfg.Engine.Policies {
+			names = append(names, p.Name)
+		}
+		fail(w, http.StatusNotFound, "no policy named "+name+" (policies: "+strings.Join(names, ", ")+")")
+		return
+	}
+	q := r.URL.Query()
+	_, hasKey := q["key"]
+	id, source := q.Get("id"), q.Get("source")
+	var req limiter.Request
+	switch {
+	case hasKey == (id != ""):
+		fail(w, http.StatusBadRequest, "give ?key=VALUE (what the caller sends for the policy's key source; ?source=SOURCE picks another of its sources) or ?id=IDENTITY (a hashed identity, as floodgate explain shows it)")
+		return
+	case id != "":
+		if !identity(id, p.KeySources()) {
+			fail(w, http.StatusBadRequest, "id "+strconv.Quote(id)+" is no identity of policy "+p.Name+": 22 characters of base64url as floodgate explain shows them, - for the shared bucket, or + and a header source for the bucket of repeated headers")
+			return
+		}
+		req = limiter.Request{Name: p.Name, ID: id, Limit: p.Limit}
+	default:
+		var err error
+		if req, err = cfg.Engine.BucketOf(p, source, q.Get("key")); err != nil {
+			fail(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if source == "" && q.Get("key") != "" {
+			source = p.KeySources()[0]
+		}
+	}
+	if a.o.Balances == nil {
+		fail(w, http.StatusNotImplemented, "the store cannot read or adjust buckets")
+		return
+	}
+	bal, err := a.o.Balances.Adjust(r.Context(), req, adj)
+	if err != nil {
+		if adj.Op != limiter.OpRead {
+			a.o.Log.Warn("admin API: bucket adjustment failed", zap.String("by", who), zap.String("policy", p.Name),
+				zap.String("identity", req.ID), zap.String("op", adj.Op.String()), zap.Int64("n", adj.N), zap.Error(err))
+		}
+		storeFailed(w, err)
+		return
+	}
+	out := bucketOf(p.Name, source, req.ID, bal)
+	if adj.Op == limiter.OpRead {
+		a.reads.Inc()
+	} else {
+		a.adjustments.WithLabelValues(p.Name, adj.Op.String()).Inc()
+		out.Op, out.By = adj.Op.String(), who
+		if adj.Op != limiter.OpReset {
+			n := adj.N
+			out.N = &n
+		}
+		a.o.Log.Info("admin API: bucket adjusted", zap.String("by", who), zap.String("policy", p.Name), zap.String("source", source),
+			zap.String("identity", req.ID), zap.String("op", adj.Op.String()), zap.Int64("n", adj.N),
+			zap.Int64("remaining", bal.Remaining), zap.Int64("debt", bal.Debt), zap.String("scope", out.Scope))
+	}
+	reply(w, http.StatusOK, out)
+}
+
+// identity reports whether id is an identity a decision under a policy
+// with key sources sources can draw: a hashed one (22 characters of
+// base64url), the shared bucket's "-", or "+" and a header source for
+// requests that repeat it. Anything else would name a bucket no request
+// draws from.
+func identity(id string, sources []string) bool {
+	if id == "-" {
+		return true
+	}
+	if tag, ok := strings.CutPrefix(id, "+"); ok {
+		return strings.HasPrefix(tag, "header:") && slices.Contains(sources, tag)
+	}
+	if len(id) != 22 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// bucketOf is the answer for a bucket's balance.
+func bucketOf(policy, source, id string, b limiter.Balance) Bucket {
+	out := Bucket{Policy: policy, Source: source, Identity: id, Limit: b.Limit, Remaining: b.Remaining,
+		Reset: seconds(b.ResetAfter), Debt: b.Debt, Scope: "shared"}
+	if b.Local {
+		out.Scope, out.Note = "replica", replicaNote
+	}
+	return out
+}

@@ -1,0 +1,50 @@
+package memory
+
+import (
+	"context"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// Adjust implements limiter.Adjuster on this store's buckets alone: the
+// Balance is marked Local, since another replica's in-memory bucket for the
+// same caller is another bucket. It takes the bucket's shard lock, so it is
+// atomic with the decisions on the bucket.
+func (s *Store) Adjust(_ context.Context, req limiter.Request, a limiter.Adjustment) (limiter.Balance, error) {
+	if err := limiter.CheckAdjust(req, a); err != nil {
+		return limiter.Balance{}, err
+	}
+	now := s.clock.Now().Sub(s.epoch).Microseconds()
+	l := req.Limit
+	k := s.key(req.Name, req.ID)
+	lim := s.limits.id(l)
+	sh := &s.shards[s.shard(k)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	m, slot := int64(0), -1
+	if j, ok := sh.t.find(k); ok {
+		b := &sh.t.slots[j].b
+		slot = j
+		if b.lim == lim {
+			m = l.Refilled(b.missing, b.at(l), now)
+		} else {
+			old := s.limits.limit(b.lim)
+			m = l.Convert(old, old.Refilled(b.missing, b.at(old), now))
+		}
+	}
+	if a.Op != limiter.OpRead {
+		m = l.Missing(m, a)
+		switch {
+		case m == 0 && slot >= 0:
+			sh.t.remove(slot) // full: as a bucket never seen
+		case m == 0:
+		case slot >= 0:
+			sh.t.slots[slot].b = bucket{missing: m, full: fullAt(l, m, now), lim: lim, fam: sh.t.slots[slot].b.fam}
+		default:
+			s.insert(sh, k, bucket{missing: m, full: fullAt(l, m, now), lim: lim, fam: s.families.id(req.Name)}, now)
+		}
+	}
+	b := l.Balance(m)
+	b.Local = true
+	return b, nil
+}

@@ -1,0 +1,74 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/storetest"
+)
+
+func TestAdjustConformance(t *testing.T) {
+	eachStore(t, func(t *testing.T, _ *redistest.Server, c *redis.Client, s *redisstore.Store) {
+		storetest.RunAdjust(t, harness(s, c, func(t *testing.T, d time.Duration) { advance(t, c, "", d) }))
+	})
+}
+
+func TestAdjustReadWritesNothingEvenForAChangedLimit(t *testing.T) {
+	eachStore(t, func(t *testing.T, _ *redistest.Server, c *redis.Client, s *redisstore.Store) {
+		ctx := context.Background()
+		old := limiter.MustLimit(10, "1/3600")
+		take(t, s, limiter.Request{Name: "p", ID: "a", Limit: old, Cost: 4})
+		before, err := c.Get(ctx, s.Key("p", "a")).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Adjust(ctx, limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(5, "1/3600")}, limiter.Adjustment{Op: limiter.OpRead})
+		if err != nil || b.Remaining != 5 {
+			t.Fatalf("read under the new limit: %+v, %v", b, err)
+		}
+		after, err := c.Get(ctx, s.Key("p", "a")).Bytes()
+		if err != nil || string(after) != string(before) {
+			t.Fatalf("the read rewrote the key (%v)", err)
+		}
+	})
+}
+
+// On a Redis Cluster each adjustment is one script call routed to the
+// master of its bucket's slot: the suite passes on buckets spread over
+// three masters.
+func TestAdjustConformanceOnACluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client()
+	const prefix = "adj:"
+	storetest.RunAdjust(t, harness(redisstore.New(cc, prefix), cc, func(t *testing.T, d time.Duration) { advanceCluster(t, cc, prefix, d) }))
+}
+
+// An adjustment loads its script when Redis lost it (SCRIPT FLUSH, a
+// restart), and the decision scripts' observer does not hear of it.
+func TestAdjustReloadsItsScriptAndIsNoDecisionScriptCall(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := redisstore.New(c, "")
+	calls := 0
+	s.ObserveScripts(func(n int, _ time.Duration) { calls += n })
+	ctx := context.Background()
+	req := limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(10, "1/3600")}
+	for i := 0; i < 2; i++ {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.Adjust(ctx, req, limiter.Adjustment{Op: limiter.OpAdd, N: -3})
+		if err != nil || b.Remaining != 7-int64(3*i) {
+			t.Fatalf("adjustment %d after SCRIPT FLUSH: %+v, %v", i+1, b, err)
+		}
+	}
+	if calls != 0 {
+		t.Errorf("the decision scripts' observer heard of %d calls", calls)
+	}
+}

@@ -1,0 +1,69 @@
+package resilient_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/redisstore"
+	"github.com/floodgate/floodgate/limiter/redistest"
+	"github.com/floodgate/floodgate/limiter/resilient"
+	"github.com/floodgate/floodgate/limiter/storetest"
+)
+
+// An operator's add is seen by this replica's next decision: the over-limit
+// cache, which would deny it without asking Redis, forgets the bucket.
+func TestAnAddReachesTheNextDecisionPastTheOverLimitCache(t *testing.T) {
+	srv := redistest.Start(t)
+	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
+	defer rc.Close()
+	clock := limiter.NewManualClock(time.Now())
+	rs, _ := resilient.New(redisstore.New(rc, ""), resilient.Options{Timeout: storeTimeout, Breaker: serveBreaker, Clock: clock, OverLimitEntries: 10})
+	req := limiter.Request{Name: "p", ID: "x", Limit: limiter.MustLimit(2, "1/60"), Cost: 1}
+	res := make([]limiter.Result, 1)
+	for i := 0; i < 3; i++ {
+		rs.Take(context.Background(), []limiter.Request{req}, res)
+	}
+	if res[0].Allowed {
+		t.Fatal("setup: the third request of two was allowed")
+	}
+	b, err := rs.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.OpAdd, N: 1})
+	if err != nil || b.Remaining != 1 {
+		t.Fatalf("add 1: %+v, %v", b, err)
+	}
+	if ok, err := rs.Take(context.Background(), []limiter.Request{req}, res); !ok || err != nil {
+		t.Fatalf("the request after the add: allowed %v, %v (%+v)", ok, err, res[0])
+	}
+}
+
+// With Redis stopped, an adjustment fails within the store's deadline with
+// ErrUnavailable, and never lands in the per-replica fallback.
+func TestAnAdjustmentWithRedisDownFailsInTimeWithoutTheFallback(t *testing.T) {
+	srv := redistest.Start(t)
+	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
+	defer rc.Close()
+	fallback := storetest.Memory(nil)
+	rs, err := resilient.New(redisstore.New(rc, ""), resilient.Options{Timeout: storeTimeout, Breaker: serveBreaker, Fallback: fallback, FallbackShare: whole})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := limiter.Request{Name: "p", ID: "x", Limit: limiter.MustLimit(2, "1/60")}
+	if _, err := rs.Adjust(context.Background(), req, limiter.Adjustment{}); err != nil {
+		t.Fatalf("healthy read: %v", err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	_, err = rs.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.OpSet, N: 0})
+	if !errors.Is(err, limiter.ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the adjustment took %v with a %v store timeout", d, storeTimeout)
+	}
+	if fallback.Has("p", "x") {
+		t.Error("the adjustment landed in the per-replica fallback")
+	}
+}
