@@ -88,7 +88,7 @@ func New(period Period, loc *time.Location, anchor int) (Calendar, error) {
 	switch period {
 	case Hour, Day:
 		if anchor != 0 {
-			return Calendar{}, fmt.Errorf("an %s has no anchor day (got %d)", period, anchor)
+			return Calendar{}, fmt.Errorf("%s has no anchor day (got %d)", map[Period]string{Hour: "an hour", Day: "a day"}[period], anchor)
 		}
 	case Week:
 		if anchor == 0 {

@@ -166,3 +166,31 @@ func TestQuotaOnAForeignKeyIsAnError(t *testing.T) {
 		t.Fatalf("Take on a foreign key: %v, want a WRONGTYPE error", err)
 	}
 }
+
+// TestQuotaWithADeadlineAfterRedisClockSteps: Redis' clock steps ten days
+// ahead inside a monthly window; a decision with a deadline, converted to
+// Redis' clock through the stale offset, would look expired to the script.
+// The quota call reads the clock back, so the store sees the step and
+// decides once more instead of failing.
+func TestQuotaWithADeadlineAfterRedisClockSteps(t *testing.T) {
+	clock := redistest.NewFakeClock(t)
+	srv := redistest.StartWith(t, redistest.Config{FakeClock: clock})
+	q := berlinMonth(t)
+	loc := q.Windows.(calendar.Calendar).Location()
+	clock.Set(t, time.Date(2028, time.March, 1, 12, 0, 0, 0, loc))
+	stores := []*redisstore.Store{redisstore.New(srv.Client(), "u:"), pipelined(t, srv.Client(), "p:")}
+	for _, s := range stores {
+		res := make([]limiter.Result, 1)
+		if ok, err := s.TakeBy(context.Background(), time.Now().Add(2*time.Second), []limiter.Request{quotaRequest(q, "a", 1)}, res); !ok || err != nil {
+			t.Fatalf("before the step: %v %v", ok, err)
+		}
+	}
+	clock.Set(t, time.Date(2028, time.March, 11, 12, 0, 0, 0, loc))
+	for _, s := range stores {
+		res := make([]limiter.Result, 1)
+		ok, err := s.TakeBy(context.Background(), time.Now().Add(2*time.Second), []limiter.Request{quotaRequest(q, "a", 1)}, res)
+		if !ok || err != nil || res[0].Remaining != 1 {
+			t.Fatalf("after the step: %v %v %+v, want the window's second request", ok, err, res[0])
+		}
+	}
+}

@@ -291,14 +291,33 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 			return false, err
 		}
 	}
+	off := s.clockOff.Load()
 	allowed, err := s.takeBy(ctx, deadline, reqs, res)
-	if errors.Is(err, ErrQuotaClock) {
+	switch {
+	case errors.Is(err, ErrQuotaClock):
 		if err := s.syncClock(ctx); err != nil {
 			return false, err
 		}
 		allowed, err = s.takeBy(ctx, deadline, reqs, res)
+	case errors.Is(err, ErrExpired) && absDiff(s.clockOff.Load(), off) > clockStep:
+		// Expired by a deadline converted with an offset that the call's
+		// own reading of Redis' clock (every quota call reads it) shows
+		// stale by more than a second: Redis' clock was stepped, not late.
+		// Nothing was decided; decide once more on the new offset.
+		allowed, err = s.takeBy(ctx, deadline, reqs, res)
 	}
 	return allowed, err
+}
+
+// clockStep is how far Redis' clock must move against the last measure for
+// an expired quota decision to be retried (microseconds).
+const clockStep = 1_000_000
+
+func absDiff(a, b int64) int64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }
 
 // hasQuota reports whether a decision names a calendar quota.
