@@ -342,10 +342,9 @@ type pending struct {
 	fam       uint32 // the request's family's id
 	converted bool   // held under another limit until now
 
-	// A quota's window: its end (microseconds from the store's epoch), the
-	// time left until then and its length.
-	end          int64
-	left, length time.Duration
+	// A quota's window: its start and end, microseconds from the store's
+	// epoch.
+	start, end int64
 }
 
 // quotaLim is the lim of a quota's count, which no limit's number is: a
@@ -358,7 +357,7 @@ const quotaLim = limNumber
 // zero when the store holds none, or holds one of another window.
 func (s *Store) readQuota(r *limiter.Request, p *pending, t *table, at time.Time) {
 	start, end := r.Quota.Windows.Window(at)
-	p.end, p.left, p.length = end.Sub(s.epoch).Microseconds(), end.Sub(at), end.Sub(start)
+	p.start, p.end = start.Sub(s.epoch).Microseconds(), end.Sub(s.epoch).Microseconds()
 	if j, ok := t.find(p.k); ok {
 		p.slot = j
 		if b := &t.slots[j].b; b.lim == quotaLim && b.full == p.end {
@@ -375,10 +374,11 @@ func (s *Store) writeQuota(r *limiter.Request, p *pending, res *limiter.Result, 
 	if r.Kind != limiter.Take || allowed {
 		m = q.Apply(m, r.Kind, r.Cost)
 	}
+	left, length := time.Duration(p.end-now)*time.Microsecond, time.Duration(p.end-p.start)*time.Microsecond
 	if r.Kind == limiter.Take && !allowed {
-		*res = q.Result(m, r.Kind, r.Cost, q.Fits(m, r.Cost), p.left, p.length)
+		*res = q.Result(m, r.Kind, r.Cost, q.Fits(m, r.Cost), left, length)
 	} else {
-		*res = q.Result(m, r.Kind, r.Cost, true, p.left, p.length)
+		*res = q.Result(m, r.Kind, r.Cost, true, left, length)
 	}
 	sh := &s.shards[p.shard]
 	if p.slot >= 0 {
