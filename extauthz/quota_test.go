@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/floodgate/floodgate/limiter"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
@@ -193,5 +195,26 @@ func TestAQuotaInRedisFollowsRedisClock(t *testing.T) {
 	clock.Set(t, end)
 	if resp := r.check(t, req); !allowed(resp) || headerOf(resp, HeaderRemaining) != "2" {
 		t.Errorf("at the 15th's midnight by Redis' clock: allowed %v, remaining %s", allowed(resp), headerOf(resp, HeaderRemaining))
+	}
+}
+
+// TestAShadowQuotaCountsButNeverDenies: a shadow quota past its limit lets
+// the request through, and an enforced bucket beside it still counts.
+func TestAShadowQuotaCountsButNeverDenies(t *testing.T) {
+	clock := limiter.NewManualClock(berlin(t, "2028-06-01T10:00:00Z"))
+	trial := PolicySpec{Name: "trial", Key: []string{"client_ip"}, Mode: "shadow", Quota: &QuotaSpec{Limit: 1, Period: "day"}}
+	burst := PolicySpec{Name: "burst", Key: []string{"client_ip"}, Capacity: 10, RefillPerSecond: "1/60"}
+	r := newRig(t, []PolicySpec{trial, burst}, Options{}, storetest.Memory(clock), ServerOptions{})
+	req := checkRequest("198.51.100.8", nil)
+	for n := 1; n <= 3; n++ {
+		if resp := r.check(t, req); !allowed(resp) {
+			t.Fatalf("request %d denied by a shadow quota", n)
+		}
+	}
+	if got := headerOf(r.check(t, req), HeaderRateLimit); got != `"burst";r=6;t=240` {
+		t.Errorf("ratelimit %s, want the enforced bucket's only", got)
+	}
+	if n := testutil.ToFloat64(r.server.Metrics().Decisions.WithLabelValues("trial", "shadow_denied")); n != 3 {
+		t.Errorf("shadow_denied = %v, want 3 (one a day)", n)
 	}
 }
