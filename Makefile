@@ -185,7 +185,8 @@ fuzz:
 	  echo "fuzzing $$fn in $$pkg for $(FUZZTIME)"; \
 	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
-## redis: make sure redis-server (>= 7.0) and redis-cli are on PATH; install them with apt-get when root.
+## redis: make sure redis-server (>= 7.0) and redis-cli are on PATH, and libfaketime and cc (the quota tests fake
+## redis-server's clock); install them with apt-get when root.
 redis:
 	@if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -200,6 +201,16 @@ redis:
 	@v=$$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p'); \
 	if [ -n "$$v" ] && [ "$$v" -lt 7 ]; then \
 	  echo "redis-server $$(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p') is too old: Floodgate needs Redis >= 7.0 (PEXPIRETIME)" >&2; exit 1; fi
+	@if ! ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "libfaketime or cc not found (the quota tests fake redis-server's clock): installing faketime and gcc with apt-get"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime gcc >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime gcc >/dev/null; } || \
+	    { echo "apt-get could not install faketime and gcc; install them and re-run" >&2; exit 1; }; \
+	  else \
+	    echo "the quota tests need libfaketime and a C compiler: run 'sudo apt-get install faketime gcc' (Debian/Ubuntu) and re-run" >&2; exit 1; \
+	  fi; \
+	fi
 
 ## proxies: make sure nginx (with ngx_http_auth_request_module), haproxy (with Lua) and caddy (>= 2.5,
 ## with copy_response_headers), which the recipes' tests run, are installed; install Debian's packages

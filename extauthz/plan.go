@@ -45,5 +45,5 @@ func (e *Engine) request(p *Policy, v *View) (limiter.Request, bool) {
 	if !ok {
 		return limiter.Request{}, false
 	}
-	return limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v), Lease: p.Lease}, true
+	return limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v), Lease: p.Lease, Quota: p.Quota}, true
 }

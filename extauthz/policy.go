@@ -6,8 +6,10 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/calendar"
 	"github.com/floodgate/floodgate/limiter/respond"
 )
 
@@ -20,6 +22,10 @@ type Policy struct {
 	// Lease: the policy's buckets may be decided from a lease when hot
 	// (lease: auto); never for a shadow policy.
 	Lease bool
+	// Quota is the policy's calendar quota (quota:), nil for a token
+	// bucket; Limit is then the nominal bucket what knows no quotas reads
+	// (capacity the quota's limit).
+	Quota *limiter.Quota
 
 	match      matcher
 	keys       []keySource
@@ -50,10 +56,16 @@ func compilePolicy(s *PolicySpec, at string, el *errorList) *Policy {
 	if !policyName.MatchString(s.Name) {
 		el.add(at+".name", "must be 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit (got %q)", s.Name)
 	}
-	p.Limit = compileLimit(s, at, el)
+	capacity := s.Capacity
+	if s.Quota != nil {
+		p.Limit, p.Quota = compileQuota(s, at, el)
+		capacity = s.Quota.Limit
+	} else {
+		p.Limit = compileLimit(s, at, el)
+	}
 	p.Shadow, p.skipMissed = compileModes(s, at, el)
 	p.Lease = s.Lease == "auto" && !p.Shadow
-	p.cost, p.costHeader, p.maxCost = compileCost(s, at, el)
+	p.cost, p.costHeader, p.maxCost = compileCost(s, capacity, at, el)
 	p.match = compileMatch(&s.Match, at+".match", el)
 	p.keys, p.printHdrs = compileKeys(s, at, el)
 	if p.match.tcp {
@@ -92,6 +104,57 @@ func compileLimit(s *PolicySpec, at string, el *errorList) limiter.Limit {
 	return limiter.Limit{}
 }
 
+// compileQuota reads quota: into a Quota and its nominal Limit (zero when
+// anything is wrong).
+func compileQuota(s *PolicySpec, at string, el *errorList) (limiter.Limit, *limiter.Quota) {
+	q, qat := s.Quota, at+".quota"
+	n := len(el.errs)
+	if s.Capacity != 0 {
+		el.add(at+".capacity", "a policy with a quota has no capacity: quota.limit is its tokens per window")
+	}
+	if s.RefillPerSecond != "" {
+		el.add(at+".refill_per_second", "a policy with a quota has no refill: its count starts afresh with each window")
+	}
+	if s.Lease == "auto" {
+		el.add(at+".lease", "a quota cannot be leased (lease: auto is for token buckets): its windows are counted in the store, by the store's clock")
+	}
+	if q.Limit < 1 || q.Limit > limiter.MaxQuota {
+		el.add(qat+".limit", "must be a whole number from 1 to %d (got %d)", int64(limiter.MaxQuota), q.Limit)
+	}
+	period, err := calendar.ParsePeriod(q.Period)
+	if q.Period == "" {
+		el.add(qat+".period", "is required: hour, day, week, month or year")
+	} else if err != nil {
+		el.add(qat+".period", "%v", err)
+	}
+	loc := time.UTC
+	if q.Timezone != "" {
+		loc, err = time.LoadLocation(q.Timezone)
+		if err != nil || q.Timezone == "Local" {
+			el.add(qat+".timezone", "must be an IANA time zone such as UTC or Europe/Berlin (got %q)", q.Timezone)
+		}
+	}
+	var cal calendar.Calendar
+	if len(el.errs) == n {
+		cal, err = calendar.New(period, loc, q.AnchorDay)
+		if err != nil {
+			el.add(qat+".anchor_day", "%v", err)
+		}
+	}
+	if len(el.errs) > n {
+		return limiter.Limit{}, nil
+	}
+	// The nominal bucket: the quota's limit, at a token a second (a limit
+	// NewLimit takes for every quota's limit).
+	one, _ := limiter.PerSecond(1)
+	l, err := limiter.NewLimit(q.Limit, one)
+	if err != nil {
+		el.add(qat+".limit", "%v", err)
+		return limiter.Limit{}, nil
+	}
+	return l, &limiter.Quota{Limit: q.Limit, Windows: cal}
+}
+
 // compileModes reads mode and on_missing_key.
 func compileModes(s *PolicySpec, at string, el *errorList) (shadow, skipMissed bool) {
 	switch s.Mode {
@@ -117,21 +180,21 @@ func compileModes(s *PolicySpec, at string, el *errorList) (shadow, skipMissed b
 }
 
 // compileCost reads cost (default 1), cost_header and max_cost (default
-// the capacity).
-func compileCost(s *PolicySpec, at string, el *errorList) (cost int64, header string, maxCost int64) {
+// the capacity: the bucket's, or the quota's limit).
+func compileCost(s *PolicySpec, capacity int64, at string, el *errorList) (cost int64, header string, maxCost int64) {
 	cost, header, maxCost = s.Cost, strings.ToLower(s.CostHeader), s.MaxCost
 	if cost == 0 {
 		cost = 1
 	} else if cost < 0 {
 		el.add(at+".cost", "must be a whole number >= 1 (got %d)", s.Cost)
-	} else if s.Capacity > 0 && cost > s.Capacity {
-		el.add(at+".cost", "%d exceeds the capacity %d: no request could ever pass", s.Cost, s.Capacity)
+	} else if capacity > 0 && cost > capacity {
+		el.add(at+".cost", "%d exceeds the capacity %d: no request could ever pass", s.Cost, capacity)
 	}
 	if header != "" && !headerName.MatchString(header) {
 		el.add(at+".cost_header", "not a header name: %q", s.CostHeader)
 	}
 	if maxCost == 0 {
-		maxCost = s.Capacity
+		maxCost = capacity
 	} else if maxCost < 0 {
 		el.add(at+".max_cost", "must be >= 1 (got %d)", s.MaxCost)
 	}
@@ -181,8 +244,13 @@ func checkTCP(p *Policy, s *PolicySpec, at string, el *errorList) {
 }
 
 // render fills what the response headers repeat for p: its capacity and
-// window as text, and its RateLimit-Policy member.
+// window as text, and its RateLimit-Policy member (a quota's window changes
+// length, a month's from 28 to 31 days: its member is rendered per answer).
 func (p *Policy) render() {
+	if p.Quota != nil {
+		p.capacity = strconv.FormatInt(p.Quota.Limit, 10)
+		return
+	}
 	p.window = respond.Window(p.Limit)
 	p.capacity = strconv.FormatInt(p.Limit.Capacity, 10)
 	p.policyMember = string(respond.AppendPolicy(nil, p.Name, p.Limit.Capacity, p.window))

@@ -154,13 +154,19 @@ func (e *Engine) rateLimitHeaders(o *outcome, deny int, r *renderer) {
 		r.int(HeaderReset, respond.Seconds(res.ResetAfter))
 	}
 	if e.structured {
-		if p := o.policies[0]; len(o.policies) == 1 && o.results[0].Limit == p.Limit.Capacity {
+		if p := o.policies[0]; len(o.policies) == 1 && o.results[0].Limit == p.Limit.Capacity && p.Quota == nil {
 			r.fixed(HeaderPolicy, p.policyMember)
 		} else {
 			start := r.mark()
 			for j, p := range o.policies {
 				if j > 0 {
 					r.buf = append(r.buf, ", "...)
+				}
+				if p.Quota != nil {
+					// A quota: its limit (a degraded decision's share) over
+					// its current window.
+					r.buf = respond.AppendPolicy(r.buf, p.Name, o.results[j].Limit, respond.Seconds(o.results[j].Window))
+					continue
 				}
 				if q := o.results[j].Limit; q != p.Limit.Capacity {
 					// A degraded decision's local bucket: its capacity,

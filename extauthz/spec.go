@@ -20,6 +20,9 @@ type PolicySpec struct {
 
 	Capacity        int64  `yaml:"capacity"`
 	RefillPerSecond string `yaml:"refill_per_second"` // a decimal or a fraction: 2, 0.5, 1/60
+	// Quota, in place of Capacity and RefillPerSecond, makes the policy a
+	// calendar quota: Limit tokens in each window of the calendar.
+	Quota *QuotaSpec `yaml:"quota"`
 
 	// Cost is what one request takes (default 1). CostHeader, when set and
 	// holding a whole number, overrides it, bounded by MaxCost (default the
@@ -35,6 +38,19 @@ type PolicySpec struct {
 	// from a lease of its tokens (limiter/lease), never admitting more
 	// than the bucket allows.
 	Lease string `yaml:"lease"`
+}
+
+// QuotaSpec is a calendar quota: at most Limit tokens in each fixed window
+// of Period (hour, day, week, month or year) of the wall clock of Timezone
+// (an IANA name; UTC when empty). AnchorDay starts a week on a weekday (1 =
+// Monday … 7 = Sunday, default 1) and a month on a day of the month (1-31,
+// clamped to a short month's last day, default 1); a year starts on that
+// day of January. An hour or a day takes none.
+type QuotaSpec struct {
+	Limit     int64  `yaml:"limit"`
+	Period    string `yaml:"period"`
+	Timezone  string `yaml:"timezone"`
+	AnchorDay int    `yaml:"anchor_day"`
 }
 
 // MatchSpec selects the requests a policy applies to. Every field set must

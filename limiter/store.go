@@ -24,6 +24,12 @@ type Request struct {
 	// is hot (limiter/lease: a policy's lease: auto); a store that leases
 	// nothing ignores it.
 	Lease bool
+	// Quota, when set, makes the bucket a calendar quota's count in its
+	// current window (see Quota), decided with the decision's token
+	// buckets all or nothing; Limit must still be a valid limit, which
+	// what knows no quotas reads as the quota's rough shape (capacity the
+	// quota's limit), and the store ignores.
+	Quota *Quota
 }
 
 // Kind is what a Request does to its bucket.
@@ -85,6 +91,9 @@ type Result struct {
 	// Charge in it took more than was left (envoyproxy/ratelimit would
 	// call its counter over the limit).
 	InDebt bool
+	// Window is a quota's current window's length (zero for a token
+	// bucket): RateLimit-Policy's w.
+	Window time.Duration
 	// Degraded marks a result decided without the shared store (the
 	// per-replica fallback while Redis is unreachable): right in shape,
 	// not exact across replicas.
@@ -156,6 +165,11 @@ func Validate(reqs []Request, res []Result) error {
 		}
 		if !r.Limit.Valid() {
 			return fmt.Errorf("%w (request %d: limit not built by NewLimit)", ErrCapacity, i)
+		}
+		if r.Quota != nil {
+			if err := r.Quota.valid(); err != nil {
+				return fmt.Errorf("%w (request %d)", err, i)
+			}
 		}
 		if len(reqs) > maxPairwise {
 			continue

@@ -17,6 +17,9 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	// A quota's time zone (quota.timezone) must load where the image has
+	// no /usr/share/zoneinfo: the zone database is built in (some 450 kB).
+	_ "time/tzdata"
 )
 
 const usage = `floodgate — a distributed rate limiter for Envoy and Istio (ext_authz)

@@ -51,6 +51,12 @@ type RLS struct {
 	// (limiter/lease), never admitting more than the bucket allows, as a
 	// policy's lease: auto. Shadow limits are never leased.
 	Lease string `yaml:"lease"`
+	// Windows is how a limit counts: "token_bucket" (the default: a bucket
+	// of requests_per_unit refilled over its unit) or "fixed":
+	// envoyproxy/ratelimit's own fixed windows, aligned to the epoch (a
+	// month is 30 days, a year 365), every request counted against every
+	// descriptor, as its binary counts.
+	Windows string `yaml:"windows"`
 }
 
 // XDS is an xDS management server that pushes the rate limit service's
@@ -121,6 +127,13 @@ func (r *RLS) Limits() bool { return r.Config != "" || r.XDS != nil }
 func (v *validator) checkRLS(r *RLS) {
 	v.oneOf("rls.on_failure", &r.OnFailure, "store", "store", "error")
 	v.oneOf("rls.lease", &r.Lease, "off", "off", "auto")
+	v.oneOf("rls.windows", &r.Windows, "token_bucket", "token_bucket", "fixed")
+	if r.Windows == "fixed" && r.Lease == "auto" {
+		v.at("rls.lease", "auto leases token buckets; rls.windows: fixed counts in Redis' windows: keep one")
+	}
+	if r.Windows == "fixed" && len(r.Burst) > 0 {
+		v.at("rls.burst", "sets a token bucket's capacity; rls.windows: fixed counts requests_per_unit a window: keep one")
+	}
 	keys := make([]string, 0, len(r.Burst))
 	for k := range r.Burst {
 		keys = append(keys, k)

@@ -38,3 +38,19 @@ func TestAChangedRLSXDSWaitsForARestart(t *testing.T) {
 		t.Errorf("a burst changes %v: it applies on reload", got)
 	}
 }
+
+func TestRLSWindowsAreATokenBucketOrFixed(t *testing.T) {
+	if c := mustParse(t, "rls:\n  config: /etc/rl\n"); c.RLS.Windows != "token_bucket" {
+		t.Errorf("rls.windows defaults to %q, want token_bucket", c.RLS.Windows)
+	}
+	if c := mustParse(t, "rls:\n  config: /etc/rl\n  windows: fixed\n"); c.RLS.Windows != "fixed" {
+		t.Errorf("rls.windows: fixed reads %q", c.RLS.Windows)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"rls:\n  config: /etc/rl\n  windows: sliding\n", "bad.yaml:3: rls.windows: must be token_bucket or fixed"},
+		{"rls:\n  config: /etc/rl\n  windows: fixed\n  lease: auto\n", "bad.yaml:4: rls.lease: auto leases token buckets; rls.windows: fixed counts in Redis' windows"},
+		{"rls:\n  config: /etc/rl\n  windows: fixed\n  burst: {d.k: 3}\n", "bad.yaml:4: rls.burst: sets a token bucket's capacity"},
+	} {
+		wantProblem(t, tc.yaml, tc.want)
+	}
+}

@@ -166,3 +166,25 @@ func BenchmarkDeniedWithRecorder(b *testing.B) {
 		})
 	}
 }
+
+// TestAQuotasDenialsAreReportedAsAPolicys: a calendar quota's denials reach
+// the report (and so floodgate top) as any policy's, by caller.
+func TestAQuotasDenialsAreReportedAsAPolicys(t *testing.T) {
+	rec := limited.New(limited.DefaultOptions())
+	_, client := checkServer(t, []extauthz.PolicySpec{
+		{Name: "monthly", Key: []string{"client_ip"}, Quota: &extauthz.QuotaSpec{Limit: 2, Period: "month", Timezone: "Europe/Berlin", AnchorDay: 15}},
+	}, extauthz.Options{}, extauthz.ServerOptions{Recorder: rec})
+	for range 5 {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := client.Check(cctx, extauthztest.CheckRequest("192.0.2.9", nil))
+		cancel()
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+	}
+	got := rec.Snapshot(0)
+	want := []limited.PolicyReport{{Name: "monthly", Denied: 3, Top: []limited.Caller{{Caller: "192.0.2.9", Key: "client_ip", Denied: 3, Allowed: 2}}}}
+	if !reflect.DeepEqual(got.Policies, want) {
+		t.Fatalf("got  %+v\nwant %+v", got.Policies, want)
+	}
+}

@@ -59,7 +59,7 @@ func writeRun(b *strings.Builder, r *Result) {
 	b.WriteString("<table>\n<tr><th>policy</th><th>mode</th><th>capacity</th><th>refill/s</th><th>requests</th><th>allowed</th><th>denied</th><th>denied by other</th><th>callers</th><th>denied callers</th><th>capacity needed p50</th><th>p90</th><th>p99</th><th>max</th></tr>\n")
 	for _, p := range r.Policies {
 		fmt.Fprintf(b, "<tr><td class=\"name\">%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td><td>%d</td></tr>\n",
-			esc(p.Name), p.Mode, p.Capacity, esc(p.RefillPerSecond), p.Requests, p.Allowed, withShare(p.Denied, p.Requests), p.DeniedByOther, p.Callers,
+			esc(p.Name), p.Mode, p.Capacity, esc(p.refillColumn()), p.Requests, p.Allowed, withShare(p.Denied, p.Requests), p.DeniedByOther, p.Callers,
 			p.CallersDenied, p.CapacityNeeded.P50, p.CapacityNeeded.P90, p.CapacityNeeded.P99, p.CapacityNeeded.Max)
 	}
 	b.WriteString("</table>\n")

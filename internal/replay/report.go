@@ -88,10 +88,19 @@ func WriteComparison(w io.Writer, runs []Labeled, asJSON bool) error {
 	return tw.Flush()
 }
 
+// refillColumn is what the refill column shows: a bucket's refill per
+// second, or a quota's window ("a month from day 15, Europe/Berlin").
+func (p PolicyResult) refillColumn() string {
+	if p.Quota != "" {
+		return "a " + p.Quota
+	}
+	return p.RefillPerSecond
+}
+
 // policyColumns are a policy's columns after its name (and set), tab
 // separated, as both tables print them.
 func policyColumns(p PolicyResult) string {
-	return fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d/%d/%d/%d", p.Mode, p.Capacity, p.RefillPerSecond,
+	return fmt.Sprintf("%s\t%d\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d/%d/%d/%d", p.Mode, p.Capacity, p.refillColumn(),
 		p.Requests, p.Allowed, withShare(p.Denied, p.Requests), p.DeniedByOther, p.Callers, p.CallersDenied,
 		p.CapacityNeeded.P50, p.CapacityNeeded.P90, p.CapacityNeeded.P99, p.CapacityNeeded.Max)
 }

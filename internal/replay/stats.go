@@ -73,11 +73,17 @@ type callerStats struct {
 	// backlog is the caller's peak-backlog recurrence in the limit's units:
 	// B ← max(0, B − G·Δt) + cost·K at each request (Δt in the limit's
 	// steps, on Redis' grid from the Unix epoch); peak is its maximum.
+	// Under a quota, backlog is the tokens asked in the current window, last
+	// that window's end (microseconds), peak the most asked in any window:
+	// the limit the caller would have needed.
 	backlog, last, peak int64
 }
 
 func newPolicyStats(p *extauthz.Policy) *policyStats {
 	k, _ := p.Limit.Units()
+	if p.Quota != nil {
+		k = 1 // a quota counts tokens
+	}
 	return &policyStats{p: p, collateral: p.KeyedByClientIP(), unitsPerToken: k}
 }
 
@@ -104,6 +110,15 @@ func (s *policyStats) record(e *entry, i int, g int32, allowed, short bool) {
 	c.requests++
 	if short {
 		c.denied++
+	}
+	if q := s.p.Quota; q != nil {
+		if e.at >= c.last { // a new window (a new caller's last is its first line's time)
+			_, end := q.Windows.Window(time.UnixMicro(e.at))
+			c.backlog, c.last = 0, end.UnixMicro()
+		}
+		c.backlog = satAdd(c.backlog, e.plan.Buckets[i].Request.Cost)
+		c.peak = max(c.peak, c.backlog)
+		return
 	}
 	// Exact, as the store's own arithmetic: units and microseconds.
 	c.backlog = s.p.Limit.Refilled(c.backlog, c.last, e.at)
@@ -262,6 +277,11 @@ type PolicyResult struct {
 	Mode            string `json:"mode"`
 	Capacity        int64  `json:"capacity"`
 	RefillPerSecond string `json:"refill_per_second"`
+	// Quota, for a policy with a quota, is its calendar ("month from day
+	// 15, Europe/Berlin"); Capacity is then its limit a window,
+	// RefillPerSecond empty and capacity_needed the most tokens a caller
+	// asked in one window.
+	Quota string `json:"quota,omitempty"`
 	// Requests matched the policy (and found a key, or fell back to its
 	// shared bucket). Allowed passed; Denied found this policy's bucket
 	// short; DeniedByOther were denied by another enforced policy's bucket
@@ -334,6 +354,9 @@ func (r *Result) Report(o ReportOptions) *Result {
 		pr := PolicyResult{Name: s.p.Name, Mode: "enforce", Capacity: s.p.Limit.Capacity, RefillPerSecond: s.p.Limit.Rate.String(),
 			Requests: s.requests, Allowed: s.allowed, Denied: s.denied, DeniedByOther: s.requests - s.allowed - s.denied,
 			Callers: int64(len(s.callers)), TopDenied: []TopCaller{}, series: s.series}
+		if q := s.p.Quota; q != nil {
+			pr.Capacity, pr.RefillPerSecond, pr.Quota = q.Limit, "", fmt.Sprint(q.Windows)
+		}
 		if s.p.Shadow {
 			pr.Mode = "shadow"
 		}

@@ -299,7 +299,7 @@ func (s *Store) settle(reqs []limiter.Request, res []limiter.Result, p plan, got
 // or too many buckets are followed. A lease taken under another limit (a
 // reload changed it) ends here.
 func (s *Store) follow(r *limiter.Request, now time.Time) *bucket {
-	if !r.Lease {
+	if !r.Lease || r.Quota != nil { // a quota is never leased: its window is the store's clock's
 		return nil
 	}
 	k := key{r.Name, r.ID}

@@ -137,11 +137,17 @@ func (ls *limits) limit(id uint32) limiter.Limit {
 // with probability about n²/2⁶⁵ (3·10⁻⁸ for a million).
 type key uint64
 
-func (s *Store) key(name, id string) key {
+func (s *Store) key(name, id string) key { return s.keyOf(name, id, 0) }
+
+// quotaKey identifies a calendar quota's count: never a token bucket's key,
+// so a policy that turns from one into the other starts afresh.
+func (s *Store) quotaKey(name, id string) key { return s.keyOf(name, id, 1) }
+
+func (s *Store) keyOf(name, id string, sep byte) key {
 	var h maphash.Hash
 	h.SetSeed(s.seed)
 	h.WriteString(name)
-	h.WriteByte(0)
+	h.WriteByte(sep)
 	h.WriteString(id)
 	if k := key(h.Sum64()); k != 0 {
 		return k
@@ -239,7 +245,8 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 	if err := limiter.Validate(reqs, res); err != nil {
 		return false, err
 	}
-	now := s.clock.Now().Sub(s.epoch).Microseconds()
+	at := s.clock.Now()
+	now := at.Sub(s.epoch).Microseconds()
 
 	var pendBuf [maxInline]pending
 	var idxBuf, orderBuf [maxInline]int
@@ -248,8 +255,14 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 		pend, idx, order = make([]pending, 0, len(reqs)), make([]int, 0, len(reqs)), make([]int, 0, len(reqs))
 	}
 	for i := range reqs {
-		k := s.key(reqs[i].Name, reqs[i].ID)
-		p := pending{k: k, shard: s.shard(k), slot: -1, lim: s.limits.id(reqs[i].Limit), fam: s.families.id(reqs[i].Name)}
+		var p pending
+		if reqs[i].Quota == nil {
+			k := s.key(reqs[i].Name, reqs[i].ID)
+			p = pending{k: k, shard: s.shard(k), slot: -1, lim: s.limits.id(reqs[i].Limit), fam: s.families.id(reqs[i].Name)}
+		} else {
+			k := s.quotaKey(reqs[i].Name, reqs[i].ID)
+			p = pending{k: k, shard: s.shard(k), slot: -1, lim: quotaLim, fam: s.families.id(reqs[i].Name)}
+		}
 		pend, idx = append(pend, p), append(idx, p.shard)
 	}
 	order = s.locked(idx, order)
@@ -258,6 +271,13 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 	for i := range reqs {
 		r, p := &reqs[i], &pend[i]
 		t := &s.shards[p.shard].t
+		if r.Quota != nil {
+			s.readQuota(r, p, t, at)
+			if r.Kind == limiter.Take {
+				allowed = allowed && r.Quota.Fits(p.missing, r.Cost)
+			}
+			continue
+		}
 		if j, ok := t.find(p.k); ok {
 			b := &t.slots[j].b
 			p.slot = j
@@ -282,6 +302,10 @@ func (s *Store) Take(_ context.Context, reqs []limiter.Request, res []limiter.Re
 		for i := range reqs {
 			r, p := &reqs[i], &pend[i]
 			if (pass == 0) != (p.slot >= 0) {
+				continue
+			}
+			if r.Quota != nil {
+				s.writeQuota(r, p, &res[i], allowed, now)
 				continue
 			}
 			m := p.missing
@@ -317,6 +341,55 @@ type pending struct {
 	lim       uint32 // the request's limit's id
 	fam       uint32 // the request's family's id
 	converted bool   // held under another limit until now
+
+	// A quota's window: its start and end, microseconds from the store's
+	// epoch.
+	start, end int64
+}
+
+// quotaLim is the lim of a quota's count, which no limit's number is: a
+// quota's entry holds its count as missing and its window's end as full
+// (a resolution of one microsecond), so a sweep forgets it when its window
+// is over.
+const quotaLim = limNumber
+
+// readQuota reads into p the count of r's quota in the window holding at:
+// zero when the store holds none, or holds one of another window.
+func (s *Store) readQuota(r *limiter.Request, p *pending, t *table, at time.Time) {
+	start, end := r.Quota.Windows.Window(at)
+	p.start, p.end = start.Sub(s.epoch).Microseconds(), end.Sub(s.epoch).Microseconds()
+	if j, ok := t.find(p.k); ok {
+		p.slot = j
+		if b := &t.slots[j].b; b.lim == quotaLim && b.full == p.end {
+			p.missing = b.missing
+		}
+	}
+}
+
+// writeQuota applies r to its quota's count, read into p, fills its
+// result and writes the count back.
+func (s *Store) writeQuota(r *limiter.Request, p *pending, res *limiter.Result, allowed bool, now int64) {
+	q := r.Quota
+	m := p.missing
+	if r.Kind != limiter.Take || allowed {
+		m = q.Apply(m, r.Kind, r.Cost)
+	}
+	left, length := time.Duration(p.end-now)*time.Microsecond, time.Duration(p.end-p.start)*time.Microsecond
+	if r.Kind == limiter.Take && !allowed {
+		*res = q.Result(m, r.Kind, r.Cost, q.Fits(m, r.Cost), left, length)
+	} else {
+		*res = q.Result(m, r.Kind, r.Cost, true, left, length)
+	}
+	sh := &s.shards[p.shard]
+	if p.slot >= 0 {
+		if b := &sh.t.slots[p.slot].b; b.lim != quotaLim || b.full != p.end || b.missing != m {
+			*b = bucket{missing: m, full: p.end, lim: quotaLim, fam: p.fam}
+		}
+		return
+	}
+	if m > 0 {
+		s.insert(sh, p.k, bucket{missing: m, full: p.end, lim: quotaLim, fam: p.fam}, now)
+	}
 }
 
 // Len returns the number of buckets held (for tests and metrics).

@@ -172,3 +172,11 @@ func TestADecisionOfTwentyThousandBuckets(t *testing.T) {
 		t.Fatalf("every bucket empty: %v %v %+v", ok, err, res[0])
 	}
 }
+
+// TestQuota runs the calendar quota cases on an injected clock.
+func TestQuota(t *testing.T) {
+	storetest.RunQuota(t, storetest.QuotaHarness{Start: func(t *testing.T, at time.Time) (limiter.Store, func(time.Time)) {
+		clock := limiter.NewManualClock(at)
+		return storetest.Memory(clock), func(to time.Time) { clock.Advance(to.Sub(clock.Now())) }
+	}})
+}

@@ -65,9 +65,9 @@ func readArgv(t *testing.T, blob []byte) []int64 {
 // distinct limit once, in order of first use, and every bucket by its
 // limit's position, its kind and its cost.
 func TestTakeArgvSendsEachLimitOnce(t *testing.T) {
-	a := limitArgs{100, 10000, 1, 0}
-	b := limitArgs{5, 1000000, 3, 0}
-	c := limitArgs{1001, 259200000000, 1001, 1} // 1001 a month: steps of 10 µs
+	a := limitArgs{100, 10000, 1, 0, nil}
+	b := limitArgs{5, 1000000, 3, 0, nil}
+	c := limitArgs{1001, 259200000000, 1001, 1, nil} // 1001 a month: steps of 10 µs
 	decisions := [][]bucketArgs{
 		{{a, limiter.Take, 1}},
 		{{b, limiter.Take, 2}, {a, limiter.Charge, 1}},
@@ -89,7 +89,7 @@ func TestTakeArgvSendsEachLimitOnce(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("takeArgv = %v\nwant        %v", got, want)
 	}
-	if r := refundArgv(decisions[1]); fmt.Sprint(r) != fmt.Sprint([]any{int64(5), int64(1000000), int64(3), int64(0), int64(2), int64(100), int64(10000), int64(1), int64(0), int64(1)}) {
+	if r := refundArgv(decisions[1], nil); fmt.Sprint(r) != fmt.Sprint([]any{int64(5), int64(1000000), int64(3), int64(0), int64(2), int64(100), int64(10000), int64(1), int64(0), int64(1)}) {
 		t.Errorf("refundArgv = %v", r)
 	}
 }
@@ -107,7 +107,7 @@ func TestLimitArgsCarryTheResolution(t *testing.T) {
 		{limiter.MustLimit(1<<32, "4294967291/31536000"), 9},
 	} {
 		k, g := tc.l.Units()
-		if got := limitArgsOf(tc.l); got != (limitArgs{tc.l.Capacity, k, g, tc.j}) {
+		if got := limitArgsOf(tc.l); got != (limitArgs{tc.l.Capacity, k, g, tc.j, nil}) {
 			t.Errorf("%v (step %v): limitArgs %+v, want j = %d", tc.l, tc.l.Resolution(), got, tc.j)
 		}
 	}

@@ -53,6 +53,21 @@
 -- Within one script call, each bucket is read at most once and written at
 -- most once (flush, at the end): decisions on one bucket that share a call
 -- are decided in turn on the state held here.
+--
+-- Calendar quotas. A limit of resolution QUOTA (255) is a quota's: C its
+-- limit, K = G = 1, so that a quota's "units missing" are its count in the
+-- current window and the take, charge and refund arithmetic is the
+-- bucket's (a charge stops at twice the limit, as a debt stops at twice
+-- the capacity). Its windows come with it (qw: the previous window's
+-- start, the current one's start and end and the next one's end, in
+-- microseconds since the epoch), cut by the replica from the calendar
+-- around its estimate of Redis' clock, and TIME picks the one it is in:
+-- time zones and calendars stay in Go, the choice of window in Redis. A
+-- TIME outside all three (the estimate off by more than a window) is an
+-- error (QUOTA_CLOCK), never a count in the wrong window. A quota's key
+-- (named apart from any bucket's by the store) holds struct '<dd', 16
+-- bytes: the start of the window it counts and the count, and expires at
+-- that window's end; a count of another window is a count of zero.
 
 local function floordiv(a, b)
   local q = math.floor(a / b)
@@ -137,11 +152,49 @@ end
 -- they are counted in, and whether the state must be written.
 local M, L, dirty = {}, {}, {}
 
+-- QUOTA marks a quota's limit (res); qw holds each quota limit's windows
+-- {s0, s1, e1, e2} (see Calendar quotas above); QS, QE and QI hold each
+-- quota key's window: its start, its end and which of the three it is (0
+-- the previous, 1 the current, 2 the next).
+local QUOTA = 255
+local QUOTA_CLOCK = 'QUOTA_CLOCK'
+local now_us = tonumber(t[1]) * 1000000 + us
+local qw, QS, QE, QI = {}, {}, {}, {}
+
+-- quota_now returns the count at key in the window of quota limit l that
+-- TIME is in.
+local function quota_now(key, l)
+  local w = qw[l]
+  local s, e, i
+  if now_us >= w[2] and now_us < w[3] then
+    s, e, i = w[2], w[3], 1
+  elseif now_us >= w[3] and now_us < w[4] then
+    s, e, i = w[3], w[4], 2
+  elseif now_us >= w[1] and now_us < w[2] then
+    s, e, i = w[1], w[2], 0
+  else
+    error(string.format('%s Redis clock %d us is outside the quota windows the replica sent, %d to %d', QUOTA_CLOCK, now_us, w[1], w[4]))
+  end
+  local m = 0
+  local v = redis.call('GET', key)
+  if v then
+    if #v ~= 16 then
+      error('WRONGTYPE the key ' .. key .. ' holds ' .. #v .. ' bytes that are not a Floodgate quota')
+    end
+    local ws, n = unpack('<dd', v)
+    if ws == s then m = n end
+  end
+  M[key], L[key], QS[key], QE[key], QI[key] = m, l, s, e, i
+  return m
+end
+
 -- missing_now returns the units missing from the bucket at key now, counted
--- in limit l (0 = full; above full in debt, at most twice full).
+-- in limit l (0 = full; above full in debt, at most twice full); for a
+-- quota, its count.
 local function missing_now(key, l)
   local m = M[key]
   if m == nil then
+    if res[l] == QUOTA then return quota_now(key, l) end
     local s = redis.call('GET', key)
     if not s then
       M[key], L[key] = 0, l
@@ -176,7 +229,9 @@ local function missing_now(key, l)
     L[key] = limit_index(oc, ok, og, oj)
   end
   local ol = L[key]
-  if ol ~= l then
+  if ol ~= l and QI[key] then -- a quota whose limit changed within the call: its count stands
+    L[key] = l
+  elseif ol ~= l then
     if m > full[ol] then -- a debt: kept, rounded up, at most a capacity
       m = full[l] + muldiv(m - full[ol], per[l], per[ol], full[l], true)
     elseif m > 0 then
@@ -200,7 +255,13 @@ local function flush()
   local pxat = {}
   for key in pairs(dirty) do
     local m, l = M[key], L[key]
-    if m <= 0 then
+    if QI[key] then
+      if m <= 0 then
+        redis.call('DEL', key)
+      else
+        redis.call('SET', key, pack('<dd', QS[key], m), 'PXAT', string.format('%d', math.ceil(QE[key] / 1000)))
+      end
+    elseif m <= 0 then
       redis.call('DEL', key)
     else
       local g, j = gain[l], res[l]

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/calendar"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/storetest"
@@ -289,6 +290,39 @@ func TestCluster(t *testing.T) {
 	})
 
 	// Last: it kills a node.
+	t.Run("a quota across slots is all or nothing, its take refunded in its window", func(t *testing.T) {
+		s := redisstore.New(cc, "qx:")
+		ids := idsOnNodes(t, cl, s, "plan")
+		day, err := calendar.New(calendar.Day, time.UTC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := &limiter.Quota{Limit: 2, Windows: day}
+		quota := limiter.Request{Name: "plan", ID: ids[0], Limit: limiter.MustLimit(2, "1"), Cost: 1, Quota: q}
+		one := limiter.Request{Name: "plan", ID: ids[1], Limit: limiter.MustLimit(1, "1/3600"), Cost: 1}
+		if ok, res := take(t, s, quota, one); !ok || res[0].Remaining != 1 || res[1].Remaining != 0 {
+			t.Fatalf("first: %v %+v", ok, res)
+		}
+		ok, res := take(t, s, quota, one)
+		if ok || res[0].Remaining != 1 || !res[0].Allowed || res[1].Allowed {
+			t.Fatalf("the bucket empty: %v %+v, want denied, the quota as before", ok, res)
+		}
+		midnight := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+		if left := time.Until(midnight); res[0].ResetAfter > left+quotaSlack || res[0].ResetAfter < left-quotaSlack {
+			t.Errorf("the quota resets after %v, want about %v (UTC midnight)", res[0].ResetAfter, left)
+		}
+		if ok, res := take(t, s, quota); !ok || res[0].Remaining != 0 {
+			t.Fatalf("the quota's second token (the denied take refunded): %v %+v", ok, res)
+		}
+		five := limiter.Request{Name: "plan", ID: ids[2], Limit: limiter.MustLimit(5, "1/3600"), Cost: 1}
+		if ok, res := take(t, s, quota, five); ok || res[0].Allowed || res[1].Remaining != 5 {
+			t.Fatalf("the quota spent: %v %+v, want denied, the bucket untouched", ok, res)
+		}
+		if ok, res := take(t, s, five); !ok || res[0].Remaining != 4 {
+			t.Fatalf("the bucket alone: %v %+v, want 4 left (refunded)", ok, res)
+		}
+	})
+
 	t.Run("a node lost mid-decision: an error, and the other buckets refunded", func(t *testing.T) {
 		client, err := redisstore.Dial(redisstore.Options{Addresses: cl.Addrs(), Timeout: 500 * time.Millisecond, DialTimeout: 2 * time.Second})
 		if err != nil {

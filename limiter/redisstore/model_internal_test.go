@@ -208,7 +208,7 @@ func TestRefundUndoesACharge(t *testing.T) {
 	ctx := context.Background()
 	var at time.Duration
 	refund := func(key string, l limiter.Limit, cost int64) *scriptCall {
-		sc := &scriptCall{script: s.refund, keys: []string{key}, args: refundArgv([]bucketArgs{{limitArgsOf(l), limiter.Take, cost}}), want: 1}
+		sc := &scriptCall{script: s.refund, keys: []string{key}, args: refundArgv([]bucketArgs{{limitArgsOf(l), limiter.Take, cost}}, nil), want: 1}
 		s.exec(ctx, sc)
 		return sc
 	}

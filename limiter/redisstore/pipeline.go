@@ -701,13 +701,14 @@ func (s *Store) refundLeft(calls []*call) {
 		}
 		var keys []string
 		var buckets []bucketArgs
+		var values []int64
 		for i, b := range cl.buckets {
 			if b.kind == limiter.Take && b.cost > 0 {
-				keys, buckets = append(keys, cl.keys[i]), append(buckets, b)
+				keys, buckets, values = append(keys, cl.keys[i]), append(buckets, b), append(values, cl.reply[i+1])
 			}
 		}
 		if len(keys) > 0 {
-			refunds = append(refunds, &scriptCall{script: s.refund, keys: keys, args: refundArgv(buckets), want: len(keys)})
+			refunds = append(refunds, &scriptCall{script: s.refund, keys: keys, args: refundArgv(buckets, values), want: len(keys)})
 			decided = append(decided, 1)
 		}
 	}
@@ -886,8 +887,8 @@ func (p batchPart) script(s *Store) *scriptCall {
 
 // deliver hands each decision its part of the script call's reply: allowed
 // and one value per bucket (exec checked the length). An error goes to
-// every decision; a decision that failed alone in a shared call (allowed =
-// -1) gets ErrKeyType.
+// every decision; a decision that failed alone in a shared call gets
+// ErrKeyType (allowed = -1), or ErrQuotaClock (-3).
 func (p batchPart) deliver(reply []int64, err error) {
 	pos := 0
 	for _, cl := range p {
@@ -900,6 +901,8 @@ func (p batchPart) deliver(reply []int64, err error) {
 		switch {
 		case cl.reply[0] == expired:
 			cl.reply, cl.err = nil, ErrExpired
+		case cl.reply[0] == quotaClock:
+			cl.reply, cl.err = nil, ErrQuotaClock
 		case cl.reply[0] < 0:
 			cl.reply, cl.err = nil, ErrKeyType
 		}

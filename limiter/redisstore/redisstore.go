@@ -197,6 +197,71 @@ func (s *Store) Key(name, id string) string {
 	return s.prefix + name + ":{" + id + "}"
 }
 
+// QuotaKey returns the Redis key of the calendar quota (name, id): named
+// apart from any bucket's, so that a policy turned from one into the other
+// starts afresh, and in the same slot as the identity's buckets.
+func (s *Store) QuotaKey(name, id string) string {
+	return s.prefix + name + ":quota:{" + id + "}"
+}
+
+// ErrQuotaClock reports a decision over a calendar quota that Redis' clock
+// (TIME) placed outside the windows this replica cut around its estimate of
+// that clock: the estimate is off by more than a window (Redis' clock was
+// stepped, or the first estimate is not in yet). Nothing was counted; Take
+// measures the clock again and decides once more before returning it.
+var ErrQuotaClock = errors.New("redis: Redis' clock (TIME) is outside the quota windows this replica cut around its estimate of it; nothing was counted, and the clock is measured again")
+
+// quotaClock is the allowed tokenbucket.lua reports for a decision that
+// failed on ErrQuotaClock in a shared call.
+const quotaClock = -3
+
+// quotaClockMark is what the script's error says on ErrQuotaClock.
+const quotaClockMark = "QUOTA_CLOCK"
+
+// redisNow is this replica's estimate of Redis' clock: its own, moved by the
+// offset last measured (none until one is).
+func (s *Store) redisNow() time.Time {
+	now := time.Now()
+	if s.clockAt.Load() != 0 {
+		now = now.Add(time.Duration(s.clockOff.Load()) * time.Microsecond)
+	}
+	return now
+}
+
+// syncClock measures the offset of Redis' clock with a TIME command, for a
+// decision over a quota that finds none measured.
+func (s *Store) syncClock(ctx context.Context) error {
+	cmd := redis.NewTimeCmd(ctx, "time")
+	sent := time.Now()
+	if err := s.client.Process(ctx, cmd); err != nil {
+		return fmt.Errorf("redis: reading Redis' clock (TIME) for a quota: %w", explain(err))
+	}
+	t := cmd.Val()
+	s.readClock(t.Unix(), int64(t.Nanosecond()/1000), sent, time.Now())
+	return nil
+}
+
+// resultOf is bucket r's result from m, its value in the script's reply
+// (q: its quota's windows, nil for a bucket): allowed, or, when not, whether
+// its Take could have paid alone; uncharged reports a charged Take as it
+// was before its charge.
+func (s *Store) resultOf(r *limiter.Request, q *quotaArgs, m int64, allowed, uncharged bool) limiter.Result {
+	if q == nil {
+		if uncharged {
+			k, _ := r.Limit.Units()
+			m -= r.Cost * k
+		}
+		return r.Limit.Result(m, r.Kind, r.Cost, allowed || r.Limit.Fits(m, r.Cost))
+	}
+	used, w := quotaValue(m)
+	if uncharged {
+		used -= r.Cost
+	}
+	start, end := q.window(w)
+	left := time.Duration(end-s.redisNow().UnixMicro()) * time.Microsecond
+	return r.Quota.Result(used, r.Kind, r.Cost, allowed || r.Quota.Fits(used, r.Cost), max(left, 0), time.Duration(end-start)*time.Microsecond)
+}
+
 // Take implements limiter.Store. Buckets that share a Redis Cluster slot
 // (always, outside a Cluster; within one, all buckets of one identity) are
 // decided by one script call: one round trip, atomic. On a Cluster, a
@@ -215,6 +280,58 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	if err := limiter.Validate(reqs, res); err != nil {
 		return false, err
 	}
+	if !hasQuota(reqs) {
+		return s.takeBy(ctx, deadline, reqs, res)
+	}
+	// A quota's windows are cut around Redis' clock as this replica
+	// estimates it: measured first if it never was, and again when the
+	// script found the estimate off by more than a window.
+	if s.clockAt.Load() == 0 {
+		if err := s.syncClock(ctx); err != nil {
+			return false, err
+		}
+	}
+	off := s.clockOff.Load()
+	allowed, err := s.takeBy(ctx, deadline, reqs, res)
+	switch {
+	case errors.Is(err, ErrQuotaClock):
+		if err := s.syncClock(ctx); err != nil {
+			return false, err
+		}
+		allowed, err = s.takeBy(ctx, deadline, reqs, res)
+	case errors.Is(err, ErrExpired) && absDiff(s.clockOff.Load(), off) > clockStep:
+		// Expired by a deadline converted with an offset that the call's
+		// own reading of Redis' clock (every quota call reads it) shows
+		// stale by more than a second: Redis' clock was stepped, not late.
+		// Nothing was decided; decide once more on the new offset.
+		allowed, err = s.takeBy(ctx, deadline, reqs, res)
+	}
+	return allowed, err
+}
+
+// clockStep is how far Redis' clock must move against the last measure for
+// an expired quota decision to be retried (microseconds).
+const clockStep = 1_000_000
+
+func absDiff(a, b int64) int64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+// hasQuota reports whether a decision names a calendar quota.
+func hasQuota(reqs []limiter.Request) bool {
+	for i := range reqs {
+		if reqs[i].Quota != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// takeBy is TakeBy on valid input.
+func (s *Store) takeBy(ctx context.Context, deadline time.Time, reqs []limiter.Request, res []limiter.Result) (bool, error) {
 	if len(reqs) > maxBuckets {
 		return false, fmt.Errorf("redis: a decision over %d buckets, above the script's %d", len(reqs), maxBuckets)
 	}
@@ -246,6 +363,16 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	if acrossSlots {
 		return s.takeAcrossSlots(ctx, reqs, res, keys, buckets)
 	}
+	// A quota's windows outlive the pooled call that carries them.
+	var quotas []*quotaArgs
+	for i := range buckets {
+		if buckets[i].q != nil {
+			if quotas == nil {
+				quotas = make([]*quotaArgs, len(buckets))
+			}
+			quotas[i] = buckets[i].q
+		}
+	}
 	var reply []int64
 	var err error
 	if s.pipe != nil {
@@ -257,6 +384,9 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 		}
 		// Built here rather than by takeCall, so that it stays on the stack.
 		arg, extra := s.callDeadline(dl)
+		if quotas != nil {
+			extra = quotaClockReply
+		}
 		sc := &scriptCall{script: s.take, keys: keys, args: takeArgvBy(1, arg, func(int) []bucketArgs { return buckets }), want: 1 + len(keys) + extra, clock: extra > 0}
 		s.exec(ctx, sc)
 		reply, err = sc.reply, sc.err
@@ -266,6 +396,9 @@ func (s *Store) TakeBy(ctx context.Context, deadline time.Time, reqs []limiter.R
 	}
 	if err != nil {
 		return false, fmt.Errorf("redis: token-bucket script: %w", err)
+	}
+	if quotas != nil {
+		return s.quotaResults(reqs, res, reply, quotas), nil
 	}
 	return results(reqs, res, reply), nil
 }
@@ -291,12 +424,31 @@ func (s *Store) prepare(reqs []limiter.Request) ([]string, []bucketArgs) {
 
 // prepareInto is prepare appending to keys and buckets.
 func (s *Store) prepareInto(reqs []limiter.Request, keys []string, buckets []bucketArgs) ([]string, []bucketArgs) {
+	var now time.Time // Redis' clock as estimated, for quotas
 	for i := range reqs {
 		r := &reqs[i]
+		if r.Quota != nil {
+			if now.IsZero() {
+				now = s.redisNow()
+			}
+			keys = append(keys, s.QuotaKey(r.Name, r.ID))
+			buckets = append(buckets, bucketArgs{limitArgs{c: r.Quota.Limit, k: 1, g: 1, j: quotaRes, q: quotaArgsOf(r.Quota, now)}, r.Kind, r.Cost})
+			continue
+		}
 		keys = append(keys, s.Key(r.Name, r.ID))
 		buckets = append(buckets, bucketArgs{limitArgsOf(r.Limit), r.Kind, r.Cost})
 	}
 	return keys, buckets
+}
+
+// quotaResults is results for a decision naming quotas, quotas[i] bucket
+// i's windows (nil for a bucket).
+func (s *Store) quotaResults(reqs []limiter.Request, res []limiter.Result, reply []int64, quotas []*quotaArgs) bool {
+	allowed := reply[0] == 1
+	for i := range reqs {
+		res[i] = s.resultOf(&reqs[i], quotas[i], reply[i+1], allowed, false)
+	}
+	return allowed
 }
 
 // results fills res from one decision's part of the script's reply
@@ -340,7 +492,28 @@ type scriptCall struct {
 // decide nothing if Redis starts it after deadline (zero: none).
 func (s *Store) takeCall(keys []string, n int, deadline time.Time, buckets func(j int) []bucketArgs) *scriptCall {
 	dl, extra := s.callDeadline(deadline)
+	if extra == 0 && anyQuota(n, buckets) {
+		extra = quotaClockReply
+	}
 	return &scriptCall{script: s.take, keys: keys, args: takeArgvBy(n, dl, buckets), want: n + len(keys) + extra, clock: extra > 0}
+}
+
+// quotaClockReply: a script call over a quota ends its reply with Redis'
+// clock, as one asking for it does (see callDeadline), so that the quota's
+// time left to its window's end is counted from an offset measured on that
+// very call, even just after Redis' clock was stepped.
+const quotaClockReply = 2
+
+// anyQuota reports whether any of n decisions' buckets is a quota's.
+func anyQuota(n int, buckets func(j int) []bucketArgs) bool {
+	for j := 0; j < n; j++ {
+		for _, b := range buckets(j) {
+			if b.q != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // callDeadline is the deadline argument of a call ending at deadline and
@@ -411,6 +584,9 @@ func (s *Store) exec(ctx context.Context, calls ...*scriptCall) {
 				}
 			}
 			sc.err = explain(sc.err) // on every path: alone, pipelined, slot by slot
+			if strings.Contains(sc.err.Error(), quotaClockMark) {
+				sc.err = fmt.Errorf("%w (%v)", ErrQuotaClock, sc.err)
+			}
 		} else if len(sc.reply) != sc.want {
 			sc.err = fmt.Errorf("script returned %d values, %d expected", len(sc.reply), sc.want)
 		} else if sc.clock {
@@ -623,8 +799,7 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 	if allowed {
 		for g, idx := range groups {
 			for j, i := range idx {
-				r := &reqs[i]
-				res[i] = r.Limit.Result(takes[g].reply[j+1], r.Kind, r.Cost, true)
+				res[i] = s.resultOf(&reqs[i], gbuckets[g][j].q, takes[g].reply[j+1], true, false)
 			}
 		}
 		return true, nil
@@ -644,13 +819,14 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 		}
 		var rkeys []string
 		var rbuckets []bucketArgs
+		var rvalues []int64
 		for j, b := range gbuckets[g] {
 			if b.kind == limiter.Take && b.cost > 0 {
-				rkeys, rbuckets = append(rkeys, gkeys[g][j]), append(rbuckets, b)
+				rkeys, rbuckets, rvalues = append(rkeys, gkeys[g][j]), append(rbuckets, b), append(rvalues, sc.reply[j+1])
 			}
 		}
 		if len(rkeys) > 0 {
-			refunds = append(refunds, &scriptCall{script: s.refund, keys: rkeys, args: refundArgv(rbuckets), want: len(rkeys)})
+			refunds = append(refunds, &scriptCall{script: s.refund, keys: rkeys, args: refundArgv(rbuckets, rvalues), want: len(rkeys)})
 			refunded = append(refunded, g)
 		}
 	}
@@ -670,17 +846,16 @@ func (s *Store) takeAcrossSlots(ctx context.Context, reqs []limiter.Request, res
 	for g, idx := range groups {
 		wasCharged := takes[g].reply[0] == 1
 		for j, i := range idx {
-			r := &reqs[i]
+			r, q := &reqs[i], gbuckets[g][j].q
 			m := takes[g].reply[j+1]
 			switch {
 			case r.Kind != limiter.Take:
-				res[i] = r.Limit.Result(m, r.Kind, r.Cost, true)
+				res[i] = s.resultOf(r, q, m, true, false)
 			case wasCharged:
 				// Report the bucket as it was before the charge.
-				k, _ := r.Limit.Units()
-				res[i] = r.Limit.Result(m-r.Cost*k, r.Kind, r.Cost, true)
+				res[i] = s.resultOf(r, q, m, true, true)
 			default:
-				res[i] = r.Limit.Result(m, r.Kind, r.Cost, r.Limit.Fits(m, r.Cost))
+				res[i] = s.resultOf(r, q, m, false, false)
 			}
 		}
 	}

@@ -10,6 +10,10 @@
 -- they are never sent here.
 --
 -- KEYS[i]  the Redis key of bucket i.
+--          A quota's (j = 255) sends its limit, 1, the start of the window
+--          its take was counted in, 255 and its cost: the count is given
+--          back in that window only (a window over since has been
+--          forgotten, and the next one counts from zero).
 -- ARGV     five integers per bucket, in KEYS order: capacity C (tokens),
 --          K (units per token), G (units gained per step), the resolution
 --          j (a step is 10^j µs) and the cost n to give back.
@@ -27,10 +31,27 @@ local out = {}
 for i = 1, #KEYS do
   local a = (i - 1) * 5
   local c, k, g, j, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local m = missing_now(KEYS[i], limit_index(c, k, g, j)) - cost * k
-  if m < 0 then m = 0 end
-  store(KEYS[i], m)
-  out[i] = m
+  if j == QUOTA then
+    local n = 0
+    local v = redis.call('GET', KEYS[i])
+    if v and #v == 16 then
+      local ws, m = unpack('<dd', v)
+      if ws == g then
+        n = math.max(m - cost, 0)
+        if n > 0 then
+          redis.call('SET', KEYS[i], pack('<dd', ws, n), 'KEEPTTL')
+        else
+          redis.call('DEL', KEYS[i])
+        end
+      end
+    end
+    out[i] = n
+  else
+    local m = missing_now(KEYS[i], limit_index(c, k, g, j)) - cost * k
+    if m < 0 then m = 0 end
+    store(KEYS[i], m)
+    out[i] = m
+  end
 end
 flush()
 return out

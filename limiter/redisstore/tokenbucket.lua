@@ -14,19 +14,23 @@
 --          uint16 ('<HH'), the number of decisions and of distinct limits;
 --          then each limit's capacity C (tokens), K (units per token) and
 --          G (units gained per step) as doubles and its resolution j (a
---          step is 10^j µs) as a uint8 ('<dddB'); then, decision after
+--          step is 10^j µs) as a uint8 ('<dddB'), and for a quota's
+--          limit (j = 255, see bucket.lua) its windows s0, s1, e1, e2
+--          ('<dddd', microseconds since the epoch); then, decision after
 --          decision, its number of buckets n_j (uint16) followed by a
 --          triple per bucket, in KEYS order: the bucket's limit (1..L,
 --          uint16), its kind (uint8: 0 take, 1 charge, 2 refund) and its
 --          cost (double); last, the call's deadline (double): microseconds
 --          since the Unix epoch by Redis' clock (TIME), 0 for none, -1
 --          for none and Redis' clock appended to the reply (seconds, then
---          microseconds).
+--          microseconds). A call over a quota always appends the clock.
 --          Arguments after ARGV[1] are ignored.
 -- Returns  for each decision in turn: allowed, then m_1, ..., m_nj. allowed
 --          is 1 when every take could pay and all were charged, 0 when
 --          none was; m_i is the number of units missing from bucket i after
---          the decision (0 = full; above C·K in debt). A call that starts
+--          the decision (0 = full; above C·K in debt); for a quota, its
+--          count times 4 plus the window TIME chose (0 the previous, 1
+--          the current, 2 the next). A call that starts
 --          after its deadline decides nothing: every allowed is -2, every
 --          m_i 0, and no bucket is read or written (the caller has already
 --          answered that the store failed; see docs/failure-modes.md).
@@ -53,7 +57,9 @@
 -- slot, each runs
 -- protected: one that fails reports allowed = -1 (and zeros), charges
 -- nothing (reads come before writes, and writes wait for the end), and the
--- others are decided as usual; the store reports ErrKeyType for it.
+-- others are decided as usual; the store reports ErrKeyType for it, or, for
+-- a quota's clock (QUOTA_CLOCK in bucket.lua), allowed = -3 and
+-- ErrQuotaClock.
 
 local args = ARGV[1]
 
@@ -66,8 +72,12 @@ local d, nl, pos = unpack('<HH', args)
 -- asks for the clock instead: the reply ends with TIME's seconds and
 -- microseconds, which the store reads to turn its deadlines into Redis'.
 local deadline = unpack('<d', args, #args - 7)
+local anyq = false -- a quota among the limits: its values carry their window, the reply the clock
 if deadline > 0 and tonumber(t[1]) * 1000000 + us > deadline then
-  for l = 1, nl do pos = pos + 25 end -- '<dddB' each
+  for l = 1, nl do -- '<dddB' each, and a quota's windows
+    if unpack('B', args, pos + 24) == QUOTA then pos, anyq = pos + 32, true end
+    pos = pos + 25
+  end
   local out, o = {}, 0
   for j = 1, d do
     local nb = unpack('<H', args, pos)
@@ -76,12 +86,18 @@ if deadline > 0 and tonumber(t[1]) * 1000000 + us > deadline then
     for i = 1, nb do out[o + 1 + i] = 0 end
     o = o + 1 + nb
   end
+  if anyq then out[o + 1], out[o + 2] = tonumber(t[1]), us end
   return out
 end
 for l = 1, nl do -- the limits cap, per, gain, res, full of bucket.lua, in order
   local c, k, g, j
   c, k, g, j, pos = unpack('<dddB', args, pos)
   cap[l], per[l], gain[l], res[l], full[l] = c, k, g, j, c * k
+  if j == QUOTA then
+    local s0, s1, e1, e2
+    s0, s1, e1, e2, pos = unpack('<dddd', args, pos)
+    qw[l], anyq = {s0, s1, e1, e2}, true
+  end
 end
 
 -- apply returns the units missing once a charge (kind 1) or a refund
@@ -172,10 +188,16 @@ for j = 1, d do
   end
   if not ok then
     out[o + 1] = -1
+    if type(allowed) == 'string' and string.find(allowed, QUOTA_CLOCK, 1, true) then out[o + 1] = -3 end
     for i = 1, nb do out[o + 1 + i] = 0 end
+  elseif anyq then
+    for i = 1, nb do
+      local q = QI[key(kb + i)]
+      if q then out[o + 1 + i] = out[o + 1 + i] * 4 + q end
+    end
   end
   o, kb = o + 1 + nb, kb + nb
 end
-if deadline == -1 then out[o + 1], out[o + 2] = tonumber(t[1]), us end
+if deadline == -1 or anyq then out[o + 1], out[o + 2] = tonumber(t[1]), us end
 flush()
 return out

@@ -62,6 +62,9 @@ type Config struct {
 	// ConfFile lines, when set, are written to a config file given as the
 	// first argument (Sentinel must have a writable one).
 	ConfFile []string
+	// FakeClock, when set, runs the server under libfaketime, its clock
+	// (TIME, expiry) the one the test sets (NewFakeClock).
+	FakeClock *FakeClock
 }
 
 // TLS configures a TLS-only server.
@@ -196,6 +199,9 @@ func (s *Server) args() []string {
 
 func (s *Server) start() error {
 	cmd := exec.Command(s.bin, s.args()...)
+	if s.cfg.FakeClock != nil {
+		cmd.Env = append(os.Environ(), s.cfg.FakeClock.env()...)
+	}
 	logf, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", s.Port)))
 	if err != nil {
 		return err

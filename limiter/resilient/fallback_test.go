@@ -65,3 +65,46 @@ func TestALocalShareTakesChargesWhole(t *testing.T) {
 		t.Errorf("a look once repaid: %v %+v", ok, res[0])
 	}
 }
+
+// TestTheFallbackCountsQuotas: with the shared store down, the quota
+// cases are the per-replica store's, through the resilience layer (on the
+// whole limit), and the over-limit cache answers none of them.
+func TestTheFallbackCountsQuotas(t *testing.T) {
+	storetest.RunQuota(t, storetest.QuotaHarness{Start: func(t *testing.T, at time.Time) (limiter.Store, func(time.Time)) {
+		clock := limiter.NewManualClock(at)
+		rs, err := resilient.New(down{}, resilient.Options{Timeout: time.Second, Breaker: serveBreaker, Clock: clock, Fallback: storetest.Memory(clock), FallbackShare: whole, OverLimitEntries: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs, func(to time.Time) { clock.Advance(to.Sub(clock.Now())) }
+	}})
+}
+
+// TestALocalShareOfAQuota: a local share of 1/2 counts half the quota's
+// limit in the same window.
+func TestALocalShareOfAQuota(t *testing.T) {
+	start := time.Date(2028, time.June, 1, 10, 0, 0, 0, time.UTC)
+	clock := limiter.NewManualClock(start)
+	half, _ := resilient.NewShare(1, 2)
+	rs, err := resilient.New(down{}, resilient.Options{Timeout: time.Second, Breaker: serveBreaker, Clock: clock, Fallback: storetest.Memory(clock), FallbackShare: half})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &limiter.Quota{Limit: 10, Windows: dayWindows{}}
+	req := []limiter.Request{{Name: "p", ID: "a", Limit: limiter.MustLimit(10, "1"), Cost: 5, Quota: q}}
+	res := make([]limiter.Result, 1)
+	if ok, err := rs.Take(context.Background(), req, res); !ok || err != nil || res[0].Limit != 5 || res[0].Remaining != 0 || !res[0].Degraded {
+		t.Fatalf("5 of a local half of 10: %v %v %+v", ok, err, res[0])
+	}
+	if ok, _ := rs.Take(context.Background(), req, res); ok || res[0].RetryAfter != 14*time.Hour {
+		t.Fatalf("past the local half: %v %+v, want denied until midnight", ok, res[0])
+	}
+}
+
+// dayWindows is UTC days.
+type dayWindows struct{}
+
+func (dayWindows) Window(t time.Time) (time.Time, time.Time) {
+	s := t.UTC().Truncate(24 * time.Hour)
+	return s, s.Add(24 * time.Hour)
+}

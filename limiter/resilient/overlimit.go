@@ -67,8 +67,8 @@ func (c *overLimitCache) deny(reqs []limiter.Request, res []limiter.Result, now 
 	short, known := false, true
 	for i := range reqs {
 		r := &reqs[i]
-		if r.Kind != limiter.Take {
-			known = false // a charge or a refund must reach the store
+		if r.Kind != limiter.Take || r.Quota != nil {
+			known = false // a charge or a refund must reach the store; a quota's window is the store's clock's
 		}
 		e, ok := c.m[cacheKey{r.Name, r.ID}]
 		if ok && !now.Before(e.full) {
@@ -141,6 +141,9 @@ func (c *overLimitCache) learn(reqs []limiter.Request, res []limiter.Result, sen
 	defer c.mu.Unlock()
 	for i := range reqs {
 		r := &reqs[i]
+		if r.Quota != nil {
+			continue // nothing of a quota is cached (see deny)
+		}
 		k := cacheKey{r.Name, r.ID}
 		e, had := c.m[k]
 		switch {

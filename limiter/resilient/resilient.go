@@ -606,6 +606,11 @@ func (s *Store) degrade(ctx context.Context, reqs []limiter.Request, res []limit
 	var buf [8]limiter.Request
 	local := append(buf[:0], reqs...)
 	for i := range local {
+		if q := local[i].Quota; q != nil {
+			// A quota's share, as a bucket's capacity: this replica's
+			// window counts its own requests only.
+			local[i].Quota = s.scaleQuota(q)
+		}
 		orig := local[i].Limit
 		local[i].Limit = s.scale(orig)
 		// A Charge or a Refund keeps its cost: it is what this replica's
@@ -654,6 +659,16 @@ func (s *Store) scale(l limiter.Limit) limiter.Limit {
 	}
 	s.scaled.Store(l, out)
 	return out
+}
+
+// scaleQuota returns q as the fallback applies it: its limit's share,
+// rounded down but at least 1, in the same windows.
+func (s *Store) scaleQuota(q *limiter.Quota) *limiter.Quota {
+	sn, sd := s.opts.FallbackShare.Fraction()
+	if sn == sd || q.Limit > math.MaxInt64/sn {
+		return q
+	}
+	return &limiter.Quota{Limit: max(1, q.Limit*sn/sd), Windows: q.Windows}
 }
 
 // takePrimary asks the primary store, bounded by the deadline d.

@@ -137,6 +137,7 @@ func (d *rateLimitDoor) Reload(c *door.Config) {
 	defer d.mu.Unlock()
 	d.s.SetShadowMode(c.RLS.ShadowMode)
 	d.s.SetLease(c.RLS.Lease == "auto")
+	d.s.SetFixedWindows(c.RLS.Windows == "fixed")
 	d.needDomain.Store(c.RLS.UnhealthyWithoutLimits)
 	d.cfg = c
 	d.serve()

@@ -209,3 +209,23 @@ func servedDomains(doors []door.Door) []string {
 	}
 	return nil
 }
+
+// TestFixedWindowsCountEveryDescriptor: rls.windows: fixed reaches the
+// service: a request over one of its two limits counts against the other
+// too, as envoyproxy/ratelimit's binary counts (rls's
+// TestFixedWindowsAnswerAsEnvoyproxyRatelimit compares the two).
+func TestFixedWindowsCountEveryDescriptor(t *testing.T) {
+	d, _, feed, _ := fedDoor(t, "  xds: {server: \"cp:18001\", node_id: n}\n  windows: fixed\n")
+	feed.push("domain: edge\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+	answers(t, d, 1, "edge", "a", "x")
+	r, err := d.(*rateLimitDoor).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlcommon.RateLimitDescriptor{
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "a", Value: "x"}}},
+		{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "b", Value: "y"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || r.Statuses[1].LimitRemaining != 4 {
+		t.Errorf("over a's limit beside b: %v; want over, b counted (4 left)", r)
+	}
+}

@@ -129,6 +129,26 @@ func Size(req *rlsv3.RateLimitRequest) (descriptors, entries int) {
 // be counted exactly (a window of billions of years) makes Plan return an
 // error: the request is the failure mode's.
 func (c *Limits) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
+	return c.plan(req, hash, false)
+}
+
+// PlanFixed is Plan for rls.windows: fixed, envoyproxy/ratelimit's own
+// counting (src/limiter/base_limiter.go, GetResponseDescriptorStatus; the
+// key's window in src/limiter/cache_key.go, GenerateCacheKey, from
+// src/utils/utilities.go, UnitToDivider): each limit counts in fixed
+// windows of its unit (times unit_multiplier) aligned to the Unix epoch, a
+// month 30 days and a year 365; every descriptor's hits are added to its
+// window's count whatever the others' (a Charge: a denied request counts
+// too), and a descriptor is over its limit when its count after them is
+// above requests_per_unit. limit_remaining is requests_per_unit less the
+// count; duration_until_reset the time to the window's end. The count
+// stops at twice requests_per_unit (the quota's bound; ratelimit's counter
+// runs on), which no answer but a later is_negative_hits can tell.
+func (c *Limits) PlanFixed(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
+	return c.plan(req, hash, true)
+}
+
+func (c *Limits) plan(req *rlsv3.RateLimitRequest, hash Hasher, fixed bool) (Plan, error) {
 	ds := req.GetDescriptors()
 	p := Plan{Items: make([]Item, len(ds)), Entries: make([][]Entry, len(ds))}
 	_, total := Size(req)
@@ -188,9 +208,16 @@ func (c *Limits) Plan(req *rlsv3.RateLimitRequest, hash Hasher) (Plan, error) {
 			continue
 		}
 		it.Meets = Bucketed
-		it.Bucket = p.add(decide.Bucket{Shadow: it.Shadow, Request: limiter.Request{Name: name, ID: it.ID, Limit: bucket, Cost: it.Cost, Kind: it.Request}})
+		r := limiter.Request{Name: name, ID: it.ID, Limit: bucket, Cost: it.Cost, Kind: it.Request}
+		if fixed {
+			r.Quota = fixedQuota(int64(it.RequestsPerUnit), bucket)
+			if r.Kind == limiter.Take {
+				r.Kind = limiter.Charge // counted whatever the other descriptors say
+			}
+		}
+		it.Bucket = p.add(decide.Bucket{Shadow: it.Shadow, Request: r})
 	}
-	if never {
+	if never && !fixed {
 		p.lookOnly()
 	}
 	return p, nil

@@ -83,13 +83,14 @@ type serving struct {
 	families *families
 	pipe     *pipeline.Pipeline
 	lease    bool // rls.lease: auto
+	fixed    bool // rls.windows: fixed
 }
 
 // SetConfig swaps in a new configuration: requests in flight finish on the
 // old one.
 func (s *Service) SetLimits(cfg *Limits) {
 	st := s.state.Load()
-	s.state.Store(&serving{cfg: cfg, families: s.newFamilies(cfg), pipe: st.pipe, lease: st.lease})
+	s.state.Store(&serving{cfg: cfg, families: s.newFamilies(cfg), pipe: st.pipe, lease: st.lease, fixed: st.fixed})
 }
 
 // SetLease turns rls.lease on or off: on, the enforced limits' buckets
@@ -97,6 +98,15 @@ func (s *Service) SetLimits(cfg *Limits) {
 func (s *Service) SetLease(on bool) {
 	st := *s.state.Load()
 	st.lease = on
+	s.state.Store(&st)
+}
+
+// SetFixedWindows turns rls.windows: fixed on or off: on, every limit
+// counts as envoyproxy/ratelimit's binary does, in fixed windows (see
+// Limits.PlanFixed).
+func (s *Service) SetFixedWindows(on bool) {
+	st := *s.state.Load()
+	st.fixed = on
 	s.state.Store(&st)
 }
 
@@ -131,13 +141,13 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			zap.Int("descriptors", n), zap.Int("max_descriptors", MaxDescriptors), zap.Int("entries", e), zap.Int("max_entries", MaxEntries))
 		return s.failed(st.pipe, 0)
 	}
-	plan, err := st.cfg.Plan(req, s.opts.Hash)
+	plan, err := st.cfg.plan(req, s.opts.Hash, st.fixed)
 	if err != nil {
 		s.metrics.unplanned.WithLabelValues("limit").Inc()
 		s.opts.Logger.Warn("rate limit request cannot be counted; the failure mode answers", zap.String("domain", req.GetDomain()), zap.Error(err))
 		return s.failed(st.pipe, len(plan.Items))
 	}
-	if st.lease {
+	if st.lease && !st.fixed {
 		for i := range plan.Buckets {
 			plan.Buckets[i].Request.Lease = !plan.Buckets[i].Shadow
 		}
