@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -70,5 +71,48 @@ func TestAdjustReloadsItsScriptAndIsNoDecisionScriptCall(t *testing.T) {
 	}
 	if calls != 0 {
 		t.Errorf("the decision scripts' observer heard of %d calls", calls)
+	}
+}
+
+// TestAdjustQuotaConformance runs the quota adjustments on a real
+// redis-server under a faked clock: the adjustment script picks the
+// window by TIME, as the decision script does.
+func TestAdjustQuotaConformance(t *testing.T) {
+	clock := redistest.NewFakeClock(t)
+	srv := redistest.StartWith(t, redistest.Config{FakeClock: clock})
+	n := 0
+	storetest.RunAdjustQuota(t, storetest.QuotaHarness{
+		Start: func(t *testing.T, at time.Time) (limiter.Store, func(time.Time)) {
+			n++
+			clock.Set(t, at)
+			return redisstore.New(srv.Client(), "adjq"+strconv.Itoa(n)+":"), func(at time.Time) { clock.Set(t, at) }
+		},
+		Slack: quotaSlack,
+	})
+}
+
+// TestAdjustQuotaAfterRedisClockJumps: Redis' clock stepped by more than
+// a window since the replica measured it; the adjustment script refuses
+// the stale windows, and the store measures the clock again and adjusts
+// the window TIME is in.
+func TestAdjustQuotaAfterRedisClockJumps(t *testing.T) {
+	clock := redistest.NewFakeClock(t)
+	srv := redistest.StartWith(t, redistest.Config{FakeClock: clock})
+	clock.Set(t, time.Date(2028, 2, 20, 12, 0, 0, 0, time.UTC))
+	s := redisstore.New(srv.Client(), "jump:")
+	q := berlinMonth(t)
+	req := limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(q.Limit, "1"), Quota: q}
+	r := req
+	r.Cost = 3
+	if ok, err := s.Take(context.Background(), []limiter.Request{r}, make([]limiter.Result, 1)); !ok || err != nil {
+		t.Fatalf("the first take: %v, %v", ok, err)
+	}
+	clock.Set(t, time.Date(2029, 6, 20, 12, 0, 0, 0, time.UTC))
+	b, err := s.Adjust(context.Background(), req, limiter.Adjustment{Op: limiter.OpAdd, N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2029, 7, 14, 22, 0, 0, 0, time.UTC); b.Remaining != 5 || !b.WindowEnd.Equal(want) {
+		t.Fatalf("got %+v, want 5 left in the window ending %v (midnight in Berlin)", b, want)
 	}
 }

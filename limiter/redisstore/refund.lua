@@ -37,8 +37,9 @@ for i = 1, #KEYS do
     if v and #v == 16 then
       local ws, m = unpack('<dd', v)
       if ws == g then
-        n = math.max(m - cost, 0)
-        if n > 0 then
+        n = m
+        if m > 0 then n = math.max(m - cost, 0) end -- a credit (bucket.lua) stays
+        if n ~= 0 then
           redis.call('SET', KEYS[i], pack('<dd', ws, n), 'KEEPTTL')
         else
           redis.call('DEL', KEYS[i])
