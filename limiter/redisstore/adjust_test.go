@@ -116,3 +116,29 @@ func TestAdjustQuotaAfterRedisClockJumps(t *testing.T) {
 		t.Fatalf("got %+v, want 5 left in the window ending %v (midnight in Berlin)", b, want)
 	}
 }
+
+// On a Redis Cluster, a decision across slots that one slot denies undoes
+// its quota's take exactly, an operator's credit included: the caller
+// keeps every request the add gave.
+func TestACreditSurvivesADenialAcrossSlots(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client()
+	ctx := context.Background()
+	s := redisstore.New(cc, "xq:")
+	ids := idsOnNodes(t, cl, s, "b")
+	q := berlinMonth(t)
+	quota := limiter.Request{Name: "q", ID: ids[0], Limit: limiter.MustLimit(q.Limit, "1"), Quota: q, Cost: 1}
+	bucket := limiter.Request{Name: "b", ID: ids[1], Limit: limiter.MustLimit(1, "1/3600"), Cost: 1}
+	if b, err := s.Adjust(ctx, quota, limiter.Adjustment{Op: limiter.OpAdd, N: 5}); err != nil || b.Remaining != 8 {
+		t.Fatalf("add 5: %+v, %v", b, err)
+	}
+	if ok, _ := take(t, s, bucket); !ok {
+		t.Fatal("the bucket's one token was denied")
+	}
+	if ok, res := take(t, s, quota, bucket); ok {
+		t.Fatalf("the decision across slots on an empty bucket passed: %+v", res)
+	}
+	if b, err := s.Adjust(ctx, quota, limiter.Adjustment{Op: limiter.OpRead}); err != nil || b.Remaining != 8 {
+		t.Fatalf("the quota after the denied decision: %+v, %v; want the 8 it had", b, err)
+	}
+}

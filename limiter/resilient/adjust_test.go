@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/calendar"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/resilient"
@@ -65,5 +66,42 @@ func TestAnAdjustmentWithRedisDownFailsInTimeWithoutTheFallback(t *testing.T) {
 	}
 	if fallback.Has("p", "x") {
 		t.Error("the adjustment landed in the per-replica fallback")
+	}
+}
+
+// A quota's adjustment goes to Redis' window as a bucket's does, and with
+// Redis stopped fails within the deadline, leaving the per-replica
+// fallback's count of the quota as it was.
+func TestAQuotaAdjustmentLandsInRedisOrFails(t *testing.T) {
+	srv := redistest.Start(t)
+	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
+	defer rc.Close()
+	fallback := storetest.Memory(nil)
+	primary := redisstore.New(rc, "")
+	rs, err := resilient.New(primary, resilient.Options{Timeout: storeTimeout, Breaker: serveBreaker, Fallback: fallback, FallbackShare: whole})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal, err := calendar.New(calendar.Day, time.UTC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &limiter.Quota{Limit: 4, Windows: cal}
+	req := limiter.Request{Name: "p", ID: "x", Limit: limiter.MustLimit(4, "1"), Quota: q}
+	ctx := context.Background()
+	if b, err := rs.Adjust(ctx, req, limiter.Adjustment{Op: limiter.OpAdd, N: 6}); err != nil || !b.Quota || b.Remaining != 10 || b.Local {
+		t.Fatalf("add 6: %+v, %v", b, err)
+	}
+	if b, err := primary.Adjust(ctx, req, limiter.Adjustment{}); err != nil || b.Remaining != 10 {
+		t.Fatalf("Redis' count after the add: %+v, %v", b, err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	if _, err := rs.Adjust(ctx, req, limiter.Adjustment{Op: limiter.OpSet, N: 0}); !errors.Is(err, limiter.ErrUnavailable) || time.Since(start) > time.Second {
+		t.Fatalf("set 0 with Redis paused: %v after %v", err, time.Since(start))
+	}
+	if b, err := fallback.Adjust(ctx, req, limiter.Adjustment{}); err != nil || b.Remaining != 4 {
+		t.Fatalf("the fallback's count: %+v, %v; want untouched", b, err)
 	}
 }
