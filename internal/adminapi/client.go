@@ -139,7 +139,11 @@ func (b Bucket) String() string {
 
 func state(limit, remaining, reset, debt int64, q *QuotaWindow) string {
 	if q != nil {
-		s := fmt.Sprintf("quota: %d of %d left this %s", remaining, limit, q.Period)
+		period := q.Period
+		if period != "" && period[0] >= '0' && period[0] <= '9' {
+			period += " window" // rls.windows: fixed's length in seconds
+		}
+		s := fmt.Sprintf("quota: %d of %d left this %s", remaining, limit, period)
 		if debt > 0 {
 			s += fmt.Sprintf(", %d over", debt)
 		}
