@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/calendar"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/storetest"
@@ -140,5 +143,68 @@ func TestACreditSurvivesADenialAcrossSlots(t *testing.T) {
 	}
 	if b, err := s.Adjust(ctx, quota, limiter.Adjustment{Op: limiter.OpRead}); err != nil || b.Remaining != 8 {
 		t.Fatalf("the quota after the denied decision: %+v, %v; want the 8 it had", b, err)
+	}
+}
+
+// TestQuotaAdjustmentsAgreeWithTheMemoryStore runs one random sequence of
+// decisions (takes, charges, refunds) and adjustments (reads, adds, sets,
+// resets) over a daily quota on a real redis-server under a faked clock
+// and on the memory store on an injected one, at the same instants (whole
+// minutes, so Redis' clock running on between Set and the call never
+// crosses a window's end): the script's arithmetic is the Go one's.
+func TestQuotaAdjustmentsAgreeWithTheMemoryStore(t *testing.T) {
+	clock := redistest.NewFakeClock(t)
+	srv := redistest.StartWith(t, redistest.Config{FakeClock: clock})
+	at := time.Date(2028, 6, 1, 0, 0, 0, 0, time.UTC)
+	clock.Set(t, at)
+	mclock := limiter.NewManualClock(at)
+	stores := []limiter.Store{redisstore.New(srv.Client(), "agree:"), storetest.Memory(mclock)}
+	cal, err := calendar.New(calendar.Day, time.UTC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &limiter.Quota{Limit: 5, Windows: cal}
+	req := limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(5, "1"), Quota: q}
+	rng := rand.New(rand.NewPCG(47, 9))
+	ctx := context.Background()
+	kinds := map[string]int{}
+	for i := 0; i < 400; i++ {
+		if rng.IntN(8) == 0 {
+			at = at.Add(time.Duration(1+rng.IntN(600)) * time.Minute)
+			clock.Set(t, at)
+			mclock.Advance(at.Sub(mclock.Now()))
+		}
+		var got [2]string
+		op, cost, n := rng.IntN(7), int64(rng.IntN(4)), int64(rng.IntN(21)-10)
+		for j, s := range stores {
+			switch op {
+			case 0, 1, 2:
+				r := req
+				r.Kind, r.Cost = limiter.Kind(op), cost
+				res := make([]limiter.Result, 1)
+				ok, err := s.Take(ctx, []limiter.Request{r}, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[j] = fmt.Sprintf("%v %d %v", ok, res[0].Remaining, res[0].InDebt)
+			default:
+				a := limiter.Adjustment{Op: limiter.Op(op - 3), N: n}
+				if a.Op == limiter.OpSet {
+					a.N = max(a.N, -5)
+				}
+				b, err := s.(limiter.Adjuster).Adjust(ctx, req, a)
+				if err != nil {
+					t.Fatalf("%v %d: %v", a.Op, a.N, err)
+				}
+				got[j] = fmt.Sprintf("%d %d %d %v", b.Remaining, b.Debt, b.Missing, b.WindowEnd)
+			}
+		}
+		kinds[fmt.Sprint(op)]++
+		if got[0] != got[1] {
+			t.Fatalf("step %d (op %d, at %v): Redis %q, memory %q", i, op, at, got[0], got[1])
+		}
+	}
+	if len(kinds) != 7 {
+		t.Fatalf("ops drawn: %v", kinds)
 	}
 }
