@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Op is what an Adjustment does to a bucket.
+// Op is what an Adjustment does to a bucket (to a calendar quota's
+// window, what Quota.Count says: an add may go beyond the limit there).
 type Op uint8
 
 const (

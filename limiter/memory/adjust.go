@@ -9,7 +9,8 @@ import (
 // Adjust implements limiter.Adjuster on this store's buckets alone: the
 // Balance is marked Local, since another replica's in-memory bucket for the
 // same caller is another bucket. It takes the bucket's shard lock, so it is
-// atomic with the decisions on the bucket.
+// atomic with the decisions on the bucket. A quota's window is the one the
+// store's clock is in, as for its decisions.
 func (s *Store) Adjust(_ context.Context, req limiter.Request, a limiter.Adjustment) (limiter.Balance, error) {
 	if err := limiter.CheckAdjust(req, a); err != nil {
 		return limiter.Balance{}, err
