@@ -83,15 +83,55 @@ func TestAdjustReloadsItsScriptAndIsNoDecisionScriptCall(t *testing.T) {
 func TestAdjustQuotaConformance(t *testing.T) {
 	clock := redistest.NewFakeClock(t)
 	srv := redistest.StartWith(t, redistest.Config{FakeClock: clock})
-	n := 0
-	storetest.RunAdjustQuota(t, storetest.QuotaHarness{
-		Start: func(t *testing.T, at time.Time) (limiter.Store, func(time.Time)) {
-			n++
-			clock.Set(t, at)
-			return redisstore.New(srv.Client(), "adjq"+strconv.Itoa(n)+":"), func(at time.Time) { clock.Set(t, at) }
-		},
-		Slack: quotaSlack,
-	})
+	for _, k := range []struct {
+		name string
+		new  func(t *testing.T, prefix string) *redisstore.Store
+	}{
+		{"unpipelined", func(_ *testing.T, prefix string) *redisstore.Store { return redisstore.New(srv.Client(), prefix) }},
+		{"pipelined", func(t *testing.T, prefix string) *redisstore.Store { return pipelined(t, srv.Client(), prefix) }},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			n := 0
+			storetest.RunAdjustQuota(t, storetest.QuotaHarness{
+				Start: func(t *testing.T, at time.Time) (limiter.Store, func(time.Time)) {
+					n++
+					clock.Set(t, at)
+					return k.new(t, "adjq-"+k.name+strconv.Itoa(n)+":"), func(at time.Time) { clock.Set(t, at) }
+				},
+				Slack: quotaSlack,
+			})
+		})
+	}
+}
+
+// A read of a quota writes nothing: no key for a caller never counted,
+// the same bytes and expiry for one counted.
+func TestAQuotaReadWritesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client()
+	s := redisstore.New(c, "")
+	ctx := context.Background()
+	q := berlinMonth(t)
+	req := limiter.Request{Name: "p", ID: "a", Limit: limiter.MustLimit(q.Limit, "1"), Quota: q}
+	if b, err := s.Adjust(ctx, req, limiter.Adjustment{}); err != nil || b.Remaining != 3 {
+		t.Fatalf("read: %+v, %v", b, err)
+	}
+	if n, _ := c.Exists(ctx, s.QuotaKey("p", "a")).Result(); n != 0 {
+		t.Fatal("a read of a caller never counted created its key")
+	}
+	r := req
+	r.Cost = 2
+	take(t, s, r)
+	before, _ := c.Get(ctx, s.QuotaKey("p", "a")).Bytes()
+	ttl, _ := c.PExpireTime(ctx, s.QuotaKey("p", "a")).Result()
+	if b, err := s.Adjust(ctx, req, limiter.Adjustment{}); err != nil || b.Remaining != 1 {
+		t.Fatalf("read after a take of 2: %+v, %v", b, err)
+	}
+	after, _ := c.Get(ctx, s.QuotaKey("p", "a")).Bytes()
+	ttl2, _ := c.PExpireTime(ctx, s.QuotaKey("p", "a")).Result()
+	if len(before) != 16 || string(after) != string(before) || ttl2 != ttl {
+		t.Fatalf("the read rewrote the key: %x (expiry %v) then %x (%v)", before, ttl, after, ttl2)
+	}
 }
 
 // TestAdjustQuotaAfterRedisClockJumps: Redis' clock stepped by more than
