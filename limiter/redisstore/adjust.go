@@ -88,9 +88,11 @@ func (s *Store) adjustQuota(ctx context.Context, req limiter.Request, a limiter.
 	q := req.Quota
 	n := a.N
 	if a.Op == limiter.OpAdd {
-		// Beyond these an add changes nothing more (the credit's bound, or
-		// twice the limit), and n stays exact in the script's doubles.
-		n = max(min(n, limiter.MaxQuotaCredit+2*q.Limit), -2*q.Limit)
+		// Beyond these an add changes nothing more (from twice the limit to
+		// the credit's bound, or back), and n stays exact in the script's
+		// doubles.
+		bound := limiter.MaxQuotaCredit + 2*q.Limit
+		n = max(min(n, bound), -bound)
 	}
 	var reply []int64
 	var w *quotaArgs

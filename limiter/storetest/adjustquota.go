@@ -131,6 +131,8 @@ func RunAdjustQuota(t *testing.T, h QuotaHarness) {
 		if take(t, s, limiter.Take, 0) {
 			t.Fatal("a look passed on a quota over its limit")
 		}
+		want(t, "add 1000 on a count of 6", do(t, adj, limiter.OpAdd, 1000), at, 997, 0, feb, mar)
+		want(t, "add -1e18 on a credit", do(t, adj, limiter.OpAdd, -1e18), at, 0, 3, feb, mar)
 	})
 	t.Run("a set leaves exactly its number to take", func(t *testing.T) {
 		s, adj, set := start(t, in)
