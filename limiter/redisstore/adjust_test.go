@@ -216,6 +216,9 @@ func TestQuotaAdjustmentsAgreeWithTheMemoryStore(t *testing.T) {
 		}
 		var got [2]string
 		op, cost, n := rng.IntN(7), int64(rng.IntN(4)), int64(rng.IntN(21)-10)
+		if rng.IntN(10) == 0 { // the bounds: a credit's, twice the limit's
+			n = []int64{1e18, -1e18, limiter.MaxQuotaCredit, -limiter.MaxQuotaCredit - 7}[rng.IntN(4)]
+		}
 		for j, s := range stores {
 			switch op {
 			case 0, 1, 2:
@@ -230,7 +233,7 @@ func TestQuotaAdjustmentsAgreeWithTheMemoryStore(t *testing.T) {
 			default:
 				a := limiter.Adjustment{Op: limiter.Op(op - 3), N: n}
 				if a.Op == limiter.OpSet {
-					a.N = max(a.N, -5)
+					a.N = min(max(a.N, -5), 5+limiter.MaxQuotaCredit)
 				}
 				b, err := s.(limiter.Adjuster).Adjust(ctx, req, a)
 				if err != nil {
