@@ -96,8 +96,9 @@ func TestAnOperatorGivesAQuotaCallerMoreThisMonth(t *testing.T) {
 }
 
 // TestExplainSaysAQuotasWindowAndThatItDenies: explain reads a quota's
-// count in the window the store's clock is in, says it denies until the
-// window's end, and after an add that it pays.
+// count in the window the store's clock is in (the memory store's: this
+// replica's count), says it denies until the window's end, and after an
+// add that it pays.
 func TestExplainSaysAQuotasWindowAndThatItDenies(t *testing.T) {
 	clock := limiter.NewManualClock(time.Date(2028, 2, 20, 11, 0, 0, 0, time.UTC))
 	f := newFixture(t, storetest.Memory(clock), quotaPolicies, false)
@@ -119,7 +120,7 @@ func TestExplainSaysAQuotasWindowAndThatItDenies(t *testing.T) {
 	}
 	left := int64((23*24 + 11) * 3600)
 	if e.Decision != "deny" || !contains(e.DeniedBy, "monthly") || p == nil || p.Verdict != "denies" || p.RetryAfter != left ||
-		p.Bucket == nil || p.Bucket.Quota == nil || p.Bucket.Remaining != 0 || p.Bucket.Limit != 2 || p.Bucket.Reset != left ||
+		p.Bucket == nil || p.Bucket.Quota == nil || p.Bucket.Remaining != 0 || p.Bucket.Limit != 2 || p.Bucket.Reset != left || p.Bucket.Scope != "replica" ||
 		p.Bucket.Quota.End != "2028-03-15T00:00:00+01:00" || p.Bucket.Quota.Start != "2028-02-15T00:00:00+01:00" {
 		t.Fatalf("explain: %+v, monthly %+v\n%s", e, p, e.Text())
 	}
