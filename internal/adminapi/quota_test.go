@@ -86,6 +86,10 @@ func TestAnOperatorGivesAQuotaCallerMoreThisMonth(t *testing.T) {
 	if got, _ = f.client.Bucket(ctx, "monthly", "", "k_live_9", "", nil); got.Remaining != 499 {
 		t.Fatalf("after one request: %+v, want 499 left", got)
 	}
+	// Named by its identity, as explain prints it: the same window.
+	if byID, err := f.client.Bucket(ctx, "monthly", "", "", got.Identity, nil); err != nil || byID.Remaining != 499 || byID.Quota == nil || byID.Quota.End != q.End {
+		t.Fatalf("by identity: %+v, %v", byID, err)
+	}
 	if got, err = f.client.Bucket(ctx, "monthly", "", "k_live_9", "", &adminapi.Change{Reset: true}); err != nil || got.Remaining != 2 {
 		t.Fatalf("reset: %+v, %v", got, err)
 	}
