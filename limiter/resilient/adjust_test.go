@@ -105,3 +105,18 @@ func TestAQuotaAdjustmentLandsInRedisOrFails(t *testing.T) {
 		t.Fatalf("the fallback's count: %+v, %v; want untouched", b, err)
 	}
 }
+
+// TestAdjustQuotaConformanceThroughTheResilienceLayer: the quota
+// adjustments pass through to the primary store (here the memory store, on
+// an injected clock), with the over-limit cache on: a quota's denial is
+// never cached, so an add reaches the next decision.
+func TestAdjustQuotaConformanceThroughTheResilienceLayer(t *testing.T) {
+	storetest.RunAdjustQuota(t, storetest.QuotaHarness{Start: func(t *testing.T, at time.Time) (limiter.Store, func(time.Time)) {
+		clock := limiter.NewManualClock(at)
+		rs, err := resilient.New(storetest.Memory(clock), resilient.Options{Timeout: time.Second, Breaker: serveBreaker, Clock: clock, OverLimitEntries: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs, func(to time.Time) { clock.Advance(to.Sub(clock.Now())) }
+	}})
+}
