@@ -180,9 +180,13 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 			n := adj.N
 			out.N = &n
 		}
-		a.o.Log.Info("admin API: bucket adjusted", zap.String("by", who), zap.String("policy", p.Name), zap.String("source", source),
+		fields := []zap.Field{zap.String("by", who), zap.String("policy", p.Name), zap.String("source", source),
 			zap.String("identity", req.ID), zap.String("op", adj.Op.String()), zap.Int64("n", adj.N),
-			zap.Int64("remaining", bal.Remaining), zap.Int64("debt", bal.Debt), zap.String("scope", out.Scope))
+			zap.Int64("remaining", bal.Remaining), zap.Int64("debt", bal.Debt), zap.String("scope", out.Scope)}
+		if out.Quota != nil {
+			fields = append(fields, zap.String("window_end", out.Quota.End)) // a quota's change lasts until then
+		}
+		a.o.Log.Info("admin API: bucket adjusted", fields...)
 	}
 	reply(w, http.StatusOK, out)
 }

@@ -76,6 +76,9 @@ func TestAnOperatorGivesAQuotaCallerMoreThisMonth(t *testing.T) {
 	if got, err = f.client.Bucket(ctx, "monthly", "", "k_live_9", "", &adminapi.Change{Add: &n}); err != nil || got.Remaining != 500 || got.Quota == nil || got.Op != "add" {
 		t.Fatalf("add 500: %+v, %v", got, err)
 	}
+	if logged := f.logs.FilterMessage("admin API: bucket adjusted").All(); len(logged) != 1 || logged[0].ContextMap()["window_end"] != q.End {
+		t.Errorf("logged %v, want the window's end %s", logged, q.End)
+	}
 	// keys has no tokens left of its 3: reset it, so that the quota decides.
 	if _, err := f.client.Bucket(ctx, "keys", "", "k_live_9", "", &adminapi.Change{Reset: true}); err != nil {
 		t.Fatal(err)
