@@ -56,19 +56,19 @@ type Envoy struct {
 	o      EnvoyOptions
 	client rlqsv3.RateLimitQuotaServiceClient
 
-	mu       sync.Mutex
-	ctx      context.Context
-	cancel   context.CancelFunc
-	stream   rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
-	tried    bool // the first bucket tried the stream
-	buckets  map[string]*envoyBucket
-	pending  int // reports sent on the current stream not answered yet
-	answers  int // every answer received
-	streams  int // streams opened
-	dropped  int // reports dropped: no stream could be started
-	changed  chan struct{}
-	closed   bool
-	lastErr  error
+	mu      sync.Mutex
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stream  rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	tried   bool // the first bucket tried the stream
+	buckets map[string]*envoyBucket
+	pending int // reports sent on the current stream not answered yet
+	answers int // every answer received
+	streams int // streams opened
+	dropped int // reports dropped: no stream could be started
+	changed chan struct{}
+	closed  bool
+	lastErr error
 }
 
 // EnvoyOptions are the filter's settings, as RateLimitQuotaBucketSettings

@@ -23,12 +23,11 @@ type BucketPage struct {
 	Caller string `json:"caller"`
 	// RequestsPerSecond is the limit; FleetDemand and FleetAdmitted the
 	// fleet's requests a second over the last settled windows, and
-	// FleetEnvoys how many report it; Correction scales every share.
+	// FleetEnvoys how many report it.
 	RequestsPerSecond float64     `json:"requests_per_second"`
 	FleetDemand       float64     `json:"fleet_demand"`
 	FleetAdmitted     float64     `json:"fleet_admitted"`
 	FleetEnvoys       float64     `json:"fleet_envoys"`
-	Correction        float64     `json:"correction"`
 	Known             bool        `json:"known"`
 	Envoys            []EnvoyPage `json:"envoys"`
 }
@@ -50,7 +49,7 @@ func (d *quotaDoor) Snapshot() Page {
 	for _, l := range d.fleet.all() {
 		l.mu.Lock()
 		b := BucketPage{Domain: l.domain, Limit: l.q.Name, Key: l.q.Key, Caller: l.q.Caller, RequestsPerSecond: l.limit,
-			FleetDemand: l.fleet, FleetAdmitted: l.admitted, FleetEnvoys: l.fleetEnvoys, Correction: l.k, Known: l.known, Envoys: []EnvoyPage{}}
+			FleetDemand: l.fleet, FleetAdmitted: l.admitted, FleetEnvoys: l.fleetEnvoys, Known: l.known, Envoys: []EnvoyPage{}}
 		for _, e := range l.envoys {
 			b.Envoys = append(b.Envoys, EnvoyPage{Envoy: e.peer, Demand: e.assumed, Share: e.share,
 				MaxTokens: e.tb.MaxTokens, TokensPerFill: e.tb.TokensPerFill, FillSeconds: e.tb.FillSeconds})

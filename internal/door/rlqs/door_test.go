@@ -18,7 +18,8 @@ var tenant1 = map[string]string{"tenant": "t1"}
 
 // TestAnEnvoyAloneIsAssignedTheWholeLimit: its first request makes the
 // bucket and its report goes at once; the answer is a token bucket of the
-// whole limit, whole-second fill, a TTL of three report intervals.
+// whole limit, whole-second fill, a fifth of a second of it at once (the
+// most an Envoy may burst: MaxBurst), a TTL of three report intervals.
 func TestAnEnvoyAloneIsAssignedTheWholeLimit(t *testing.T) {
 	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
 	e := r.envoy(EnvoyOptions{})
@@ -26,7 +27,7 @@ func TestAnEnvoyAloneIsAssignedTheWholeLimit(t *testing.T) {
 		t.Fatal("the first request, before any assignment, was denied")
 	}
 	settle(t, e)
-	if got, want := e.Assignment(tenant1), "token_bucket max 100, 100 per 1s (100/s), ttl 15s"; got != want {
+	if got, want := e.Assignment(tenant1), "token_bucket max 20, 100 per 1s (100/s), ttl 15s"; got != want {
 		t.Errorf("assignment %q, want %q", got, want)
 	}
 	if n := r.metric("floodgate_rlqs_assignments_total", "strategy", "token_bucket"); n != 1 {
@@ -156,7 +157,7 @@ func TestAReloadPushesNewAssignmentsAtOnce(t *testing.T) {
 	if !e.WaitAnswers(ctx, answers+1) {
 		t.Fatal("no assignment pushed after the limit changed")
 	}
-	if got := e.Assignment(tenant1); got != "token_bucket max 40, 40 per 1s (40/s), ttl 15s" {
+	if got := e.Assignment(tenant1); got != "token_bucket max 8, 40 per 1s (40/s), ttl 15s" {
 		t.Errorf("after the reload: %q", got)
 	}
 	r.board.Publish(perSecond())
@@ -235,4 +236,3 @@ func TestAssignmentsAreWholeSecondsAndAlwaysSetWhatEnvoyReads(t *testing.T) {
 		}
 	}
 }
-

@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -74,14 +75,10 @@ type ledger struct {
 	domain   string
 	limit    float64
 	burst    float64
-	reg      limiter.Limit
+	reg      [nRegs]limiter.Limit
 	read     map[int64]counts // settled windows, as the store said
 	mine     map[int64]counts // what this replica charged, by window
 	resetFor int64            // the last window whose successor's slot was reset
-	// k is the correction (allot.Correct), from the settled window
-	// corrected.
-	k         float64
-	corrected int64
 	// elsewhere is the fleet on other replicas; fleet the whole fleet's
 	// demand and admitted total (requests a second), contested whether
 	// demand exceeds the limit: as of the last settled windows read.
@@ -122,7 +119,7 @@ func (ls *ledgers) of(domain string, q door.Quota, now time.Time) *ledger {
 	ls.mu.Lock()
 	l := ls.m[k]
 	if l == nil {
-		l = &ledger{key: k, read: map[int64]counts{}, mine: map[int64]counts{}, k: 1, corrected: -1, resetFor: -1,
+		l = &ledger{key: k, read: map[int64]counts{}, mine: map[int64]counts{}, resetFor: -1,
 			envoys: map[*stream]*envoyShare{}, created: now}
 		ls.m[k] = l
 	}
@@ -131,8 +128,8 @@ func (ls *ledgers) of(domain string, q door.Quota, now time.Time) *ledger {
 	if l.q.Bucket.Limit != q.Bucket.Limit || l.domain != domain {
 		l.domain = domain
 		l.limit = rateOf(q.Bucket.Limit)
-		l.burst = min(float64(q.Bucket.Limit.Capacity)/l.limit, 1)
-		l.reg = registerLimit(q.Bucket.Limit)
+		l.burst = min(float64(q.Bucket.Limit.Capacity)/l.limit, MaxBurst.Seconds())
+		l.reg = registerLimits(q.Bucket.Limit, ls.window)
 	}
 	l.q = q
 	l.lastUsed = now
@@ -163,6 +160,13 @@ func (ls *ledgers) sweep(now time.Time) {
 		}
 	}
 }
+
+// MaxBurst is the most of its share, in time, an Envoy may spend at once.
+// Envoy makes a bucket anew, full, whenever its assignment changes
+// (shouldReplaceTokenBucket): each change is a burst of max_tokens on top
+// of the share, so the limit's own burst (its capacity) is not divided
+// among the Envoys but cut to this.
+const MaxBurst = 200 * time.Millisecond
 
 // staleAfter is how many windows without a report make an Envoy's share
 // of a bucket stale: it stopped reporting (Envoy reports every bucket it
@@ -202,23 +206,53 @@ func rateOf(l limiter.Limit) float64 {
 // a window of any bucket sees, within the store's exact arithmetic.
 const regCapacity = 1 << 30
 
-// registerLimit is the registers' shape for a bucket of limit l: refilled
-// at a thousandth of l's rate where that is exact, capacity as large as
-// exact arithmetic allows up to regCapacity.
-func registerLimit(l limiter.Limit) limiter.Limit {
+// reportScale is what one report charges the reports register.
+const reportScale = 1000
+
+// registerLimits are the registers' shapes for a bucket of limit l and
+// windows of window: capacity as large as exact arithmetic allows up to
+// regCapacity; the demand and allowed registers refilled at a thousandth
+// of l's rate where that is exact, the reports register at a tenth of a
+// report a window.
+func registerLimits(l limiter.Limit, window time.Duration) (out [nRegs]limiter.Limit) {
 	num, den := l.Rate.Fraction()
+	var rates []limiter.Rate
 	for _, div := range []int64{1000, 100, 10, 1} {
-		rate, err := limiter.NewRate(num, den*div)
-		if err != nil {
-			continue
+		if r, err := limiter.NewRate(num, den*div); err == nil {
+			rates = append(rates, r)
 		}
+	}
+	counter := shapeOf(rates, l)
+	out[regDemand], out[regAllowed] = counter, counter
+	ms := max(window.Milliseconds(), 1)
+	rep, err := limiter.NewRate(reportScale/10*1000, ms)
+	if err != nil {
+		rep = l.Rate
+	}
+	out[regReports] = shapeOf([]limiter.Rate{rep}, l)
+	return out
+}
+
+// shapeOf is the largest register the first of rates that allows one can
+// make, else fallback.
+func shapeOf(rates []limiter.Rate, fallback limiter.Limit) limiter.Limit {
+	for _, rate := range rates {
 		for c := int64(regCapacity); c >= 1<<10; c >>= 1 {
 			if lim, err := limiter.NewLimit(c, rate); err == nil {
 				return lim
 			}
 		}
 	}
-	return l
+	return fallback
+}
+
+// refilled is what a register of shape l refills in d, whole tokens.
+func refilled(l limiter.Limit, d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	num, den := l.Rate.Fraction()
+	return int64(math.Round(float64(num) / float64(den) * d.Seconds()))
 }
 
 // window is the index of the window now is in.
@@ -262,9 +296,12 @@ func (l *ledger) plan(ls *ledgers, now time.Time, allowed, denied uint64, reqs [
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := ls.windowOf(now)
-	p := part{l: l, w: w, charge: counts{int64(allowed + denied), int64(allowed), 1}, limitAt: -1, resets: -1}
+	p := part{l: l, w: w, charge: counts{int64(allowed + denied), int64(allowed), reportScale}, limitAt: -1, resets: -1}
 	reg := func(r, s int, kind limiter.Kind, cost int64) limiter.Request {
-		return limiter.Request{Name: regNames[r][s] + l.key.name, ID: l.key.id, Limit: l.reg, Kind: kind, Cost: cost}
+		if kind == limiter.Refund {
+			cost = l.reg[r].Capacity
+		}
+		return limiter.Request{Name: regNames[r][s] + l.key.name, ID: l.key.id, Limit: l.reg[r], Kind: kind, Cost: cost}
 	}
 	p.charges = len(reqs)
 	for r := range nRegs {
@@ -277,7 +314,7 @@ func (l *ledger) plan(ls *ledgers, now time.Time, allowed, denied uint64, reqs [
 	if l.resetFor < w {
 		p.resets = len(reqs)
 		for r := range nRegs {
-			reqs = append(reqs, reg(r, slot(w+1), limiter.Refund, l.reg.Capacity))
+			reqs = append(reqs, reg(r, slot(w+1), limiter.Refund, 0))
 		}
 	}
 	s := ls.settled(now)
@@ -315,12 +352,17 @@ func (p *part) absorb(ls *ledgers, now time.Time, res []limiter.Result, ok bool)
 	}
 	for _, lk := range p.looks {
 		var got counts
+		start := time.Unix(0, lk.w*int64(ls.window))
 		for r := range nRegs {
 			rr := res[lk.at+r]
-			got[r] = l.reg.Capacity - rr.Remaining
-			if rr.InDebt {
-				got[r] = l.reg.Capacity
+			if !rr.InDebt && rr.Remaining >= l.reg[r].Capacity {
+				continue // never charged, or refilled whole: nothing
 			}
+			got[r] = l.reg[r].Capacity - rr.Remaining + refilled(l.reg[r], now.Sub(start))
+			if rr.InDebt {
+				got[r] = l.reg[r].Capacity
+			}
+			got[r] = max(got[r], 0)
 		}
 		l.read[lk.w] = got
 	}
@@ -359,20 +401,12 @@ func (l *ledger) update(ls *ledgers, now time.Time) {
 	}
 	secs := float64(n) * ls.window.Seconds()
 	l.known = true
-	l.elsewhere = allot.Fleet{Demand: float64(fleet[regDemand]-mine[regDemand]) / secs,
-		Envoys: float64(fleet[regReports]-mine[regReports]) / float64(n)}
+	l.elsewhere = allot.Fleet{Demand: float64(max(fleet[regDemand]-mine[regDemand], 0)) / secs,
+		Envoys: float64(max(fleet[regReports]-mine[regReports], 0)) / reportScale / float64(n)}
 	l.fleet = float64(fleet[regDemand]) / secs
 	l.admitted = float64(fleet[regAllowed]) / secs
-	l.fleetEnvoys = float64(fleet[regReports]) / float64(n)
+	l.fleetEnvoys = float64(fleet[regReports]) / reportScale / float64(n)
 	l.contested = l.fleet > l.limit
-	// Once a settled window, and only for windows the replica's shares
-	// were in force for the whole of.
-	if _, ok := l.read[s]; ok && s > l.corrected {
-		if l.created.UnixNano() < s*int64(ls.window) {
-			l.k = allot.Correct(l.k, l.admitted, l.limit, l.contested)
-		}
-		l.corrected = s
-	}
 }
 
 // others are the replica's Envoys of the bucket but st, by their latest
@@ -395,7 +429,7 @@ func (l *ledger) others(st *stream, now time.Time, window time.Duration) allot.F
 func (l *ledger) share(st *stream, demand float64, prev allot.TokenBucket, now time.Time, window time.Duration) (float64, allot.TokenBucket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	in := allot.Input{Limit: l.limit, Demand: demand, Elsewhere: l.elsewhere, Others: l.others(st, now, window), Correction: l.k}
+	in := allot.Input{Limit: l.limit, Demand: demand, Elsewhere: l.elsewhere, Others: l.others(st, now, window)}
 	s := allot.Share(in)
 	tb := allot.Bucket(s, l.burst, prev)
 	e := l.envoys[st]

@@ -215,4 +215,3 @@ func burst(clock *limiter.ManualClock, es []*Envoy, n []int, bucket map[string]s
 	}
 	return allowed
 }
-

@@ -1,17 +1,21 @@
 // Package allot is the arithmetic of Envoy's rate limit quotas: how a
 // global limit of r requests a second is divided among the Envoys that
-// report demand for it (Share), how a share becomes the token bucket an
-// Envoy enforces (Bucket), and how the fleet's admitted total is held to
-// the limit despite what the division cannot see (Correct). It knows no
-// store and no wire: the quota door (internal/door/rlqs) feeds it what the
-// shared store says of the fleet and what each report says of one Envoy.
+// report demand for it (Share), and how a share becomes the token bucket an
+// Envoy enforces (Bucket). It knows no store and no wire: the quota door
+// (internal/door/rlqs) feeds it what the shared store says of the fleet and
+// what each report says of one Envoy.
 //
 // The division is proportional: every Envoy is assigned the same fraction
 // of its own recent demand, r/D of it, D being the fleet's demand, so the
 // shares add up to the limit whether demand exceeds it (each gets less than
 // it asks) or not (each gets more, in proportion, and room to grow). An
 // Envoy's demand counts what it denied as well as what it allowed: a
-// throttled Envoy still shows what it would admit.
+// throttled Envoy still shows what it would admit. What the division cannot
+// see is left as it is, and measured (docs/performance.md, "Rate limit
+// quotas"): an Envoy whose demand fell leaves part of its share unused
+// until its next report, one whose demand rose is held to its old share
+// until then, and every change of an Envoy's assignment gives it its
+// bucket's burst again.
 //
 // Floats are fine here: a share is an estimate, rounded to a token bucket
 // Envoy enforces in floating point itself (AtomicTokenBucketImpl); the
@@ -52,8 +56,6 @@ type Input struct {
 	// store last said (a window or two old); Others the replica's other
 	// Envoys of the bucket, by their latest reports.
 	Elsewhere, Others Fleet
-	// Correction scales the share (Correct); 0 means 1.
-	Correction float64
 }
 
 // FloorFraction is the least share an Envoy gets, as a fraction of an even
@@ -78,7 +80,7 @@ func Assumed(in Input) float64 {
 
 // Share is the Envoy's share of the limit, in requests a second, between
 // the floor and the whole limit: Limit · d / D, d its demand and D the
-// fleet's (Elsewhere, Others and its own), times the correction.
+// fleet's (Elsewhere, Others and its own).
 //
 // An Envoy whose demand is not known yet (its first report) is taken to
 // want what the average Envoy of the bucket does, or the whole limit when
@@ -97,41 +99,6 @@ func Share(in Input) float64 {
 	if total <= 0 {
 		return in.Limit / n
 	}
-	k := in.Correction
-	if k <= 0 {
-		k = 1
-	}
-	s := in.Limit * d / total * k
+	s := in.Limit * d / total
 	return math.Min(math.Max(s, floor), in.Limit)
-}
-
-// Correction bounds, and how far one window's measure moves it.
-const (
-	MinCorrection = 0.5
-	MaxCorrection = 2
-	// CorrectionGain is the exponent of the step: a window whose fleet
-	// admitted 10% over the limit takes about 3% off every share.
-	CorrectionGain = 0.3
-)
-
-// Correct is the correction of the next window from the one in force (0
-// means 1) and what the fleet did in the last settled window: admitted,
-// requests a second, against limit, while demand asked for more than the
-// limit (contested). The shares add up to the limit on paper; what the
-// fleet admits differs by what the division cannot see: an Envoy refills
-// its bucket whenever its assignment changes (a burst each time), shares
-// are rounded to whole tokens, an Envoy whose demand fell leaves part of
-// its share unused until its next report. Held once a window, the
-// correction removes the bias in a few windows without chasing the noise
-// of one. Uncontested, it relaxes towards 1: nothing to correct, and no
-// stale correction to carry into the next contest.
-func Correct(k, admitted, limit float64, contested bool) float64 {
-	if k <= 0 {
-		k = 1
-	}
-	if !contested || admitted <= 0 || limit <= 0 {
-		return 1 + (k-1)/2
-	}
-	k *= math.Pow(limit/admitted, CorrectionGain)
-	return math.Min(math.Max(k, MinCorrection), MaxCorrection)
 }
