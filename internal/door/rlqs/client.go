@@ -14,6 +14,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -530,4 +531,94 @@ func (b *atomicTokenBucket) consume(now time.Time) bool {
 	}
 	b.t = now.Add(-time.Duration((held - 1) / b.rate * float64(time.Second)))
 	return true
+}
+
+// ClientArgs are what `floodgate check --rlqs` plays: one Envoy of Domain
+// at Addr, holding Buckets (each "key=value[,key=value...]"), Requests
+// requests in each of them before every report, Reports reports Interval
+// apart (Envoy's 5 s by default; the first at once, as Envoy sends a new
+// bucket's), each answer awaited within Timeout.
+type ClientArgs struct {
+	Addr, Domain      string
+	Buckets           []string
+	Requests, Reports int
+	Interval, Timeout time.Duration
+}
+
+// Play plays one Envoy's rate_limit_quota filter and prints, after each
+// report, the assignment of each bucket as Envoy holds it: "#N
+// key=value,...: token_bucket max M, T per Ns (R/s), ttl Ds", and how many
+// of its requests the assignment allowed.
+func Play(ctx context.Context, a ClientArgs, stdout, stderr io.Writer) int {
+	const command = "floodgate check --rlqs"
+	if a.Domain == "" {
+		fmt.Fprintln(stderr, command+": --domain is required")
+		return 2
+	}
+	if len(a.Buckets) == 0 {
+		fmt.Fprintln(stderr, command+": give at least one --bucket key=value[,key=value...]")
+		return 2
+	}
+	var buckets []map[string]string
+	for _, s := range a.Buckets {
+		b := map[string]string{}
+		for _, kv := range strings.Split(s, ",") {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				fmt.Fprintf(stderr, "%s: --bucket %q: want key=value[,key=value...]\n", command, s)
+				return 2
+			}
+			b[k] = v
+		}
+		buckets = append(buckets, b)
+	}
+	if a.Reports < 1 || a.Requests < 1 || a.Interval <= 0 || a.Timeout <= 0 {
+		fmt.Fprintln(stderr, command+": --reports and --count must be at least 1 (a bucket is made by its first request), --interval and --timeout above 0")
+		return 2
+	}
+	conn, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Fprintln(stderr, command+":", err)
+		return 1
+	}
+	defer conn.Close()
+	e := NewEnvoy(conn, EnvoyOptions{Domain: a.Domain})
+	defer e.Close()
+	wait := func(n int) bool {
+		wctx, cancel := context.WithTimeout(ctx, a.Timeout)
+		defer cancel()
+		return e.WaitAnswers(wctx, n)
+	}
+	answers := 0
+	for i := 1; i <= a.Reports; i++ {
+		allowed := make([]int, len(buckets))
+		for j, b := range buckets {
+			for range a.Requests {
+				if e.Request(b) {
+					allowed[j]++
+				}
+			}
+		}
+		if i == 1 {
+			// Each new bucket's report went at once.
+			answers += len(buckets)
+		} else {
+			select {
+			case <-time.After(a.Interval):
+			case <-ctx.Done():
+				return 1
+			}
+			e.Report()
+			answers++
+		}
+		if !wait(answers) {
+			st := e.Stats()
+			fmt.Fprintf(stderr, "#%d error: no answer within %s (%v)\n", i, a.Timeout, st.Err)
+			return 1
+		}
+		for j, b := range buckets {
+			fmt.Fprintf(stdout, "#%d %s: %s; allowed %d of %d\n", i, a.Buckets[j], e.Assignment(b), allowed[j], a.Requests)
+		}
+	}
+	return 0
 }
