@@ -57,7 +57,7 @@ var Spec = door.Spec{
 	Name: Name,
 	On:   func(c *door.Config) bool { return c.RLS.Limits() },
 	Summary: func(c *door.Config) string {
-		return "rate limit quotas (RLQS) of the rate limit domains"
+		return "rate limit quotas (RLQS)"
 	},
 	Codec: Codec,
 	Build: func(c *door.Config, env door.Env) door.Door { return New(c, env, Options{}) },
