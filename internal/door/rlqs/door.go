@@ -199,11 +199,15 @@ func (d *quotaDoor) Pages() map[string]http.Handler {
 	return map[string]http.Handler{"/debug/rlqs": http.HandlerFunc(d.debugPage)}
 }
 
-// pushAll has every stream send the assignments that changed.
-func (d *quotaDoor) pushAll() {
+// pushAll has every stream but those of except send the assignments that
+// changed.
+func (d *quotaDoor) pushAll(except ...*stream) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for st := range d.streams {
+		if len(except) > 0 && except[0] == st {
+			continue
+		}
 		select {
 		case st.push <- struct{}{}:
 		default:

@@ -247,18 +247,25 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 	d.fleet.sweep(now)
 
 	resp := &rlqsv3.RateLimitQuotaResponse{}
+	newcomer := false
 	for _, it := range items {
 		b := it.b
 		if !it.tracked {
 			resp.BucketAction = append(resp.BucketAction, allowAll(b.id, d.ttl()))
 			continue
 		}
+		newcomer = newcomer || (b.ledger != nil && it.elapsed <= 0)
 		prevShare := b.share
 		b.demand = allot.Demand(it.allowed, it.denied, it.elapsed)
 		st.count(b, it.allowed, it.denied, it.elapsed, prevShare, now)
 		if a := st.assign(b, now, true); a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
+	}
+	if newcomer {
+		// The replica's other Envoys of its buckets give up their part of
+		// its share now, not at their next reports.
+		d.pushAll(st)
 	}
 	return resp, nil
 }
