@@ -2,6 +2,9 @@ package rlqs
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,8 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/floodgate/floodgate/internal/door/rlqs/allot"
+	"github.com/floodgate/floodgate/internal/limited"
+	"github.com/floodgate/floodgate/limiter"
 )
 
 var tenant1 = map[string]string{"tenant": "t1"}
@@ -234,5 +239,44 @@ func TestAssignmentsAreWholeSecondsAndAlwaysSetWhatEnvoyReads(t *testing.T) {
 		if qa.GetRateLimitStrategy().GetStrategy() == nil {
 			t.Error("no strategy")
 		}
+	}
+}
+
+// TestTheQuotaBucketsAreReportedAsLimited: /debug/limited (and floodgate
+// top, which reads it) lists a limit's buckets under rlqs:DOMAIN/LIMIT,
+// each caller a bucket via the Envoy that reported it, with Envoy's
+// counts; /debug/rlqs lists the bucket with its Envoy's demand and share.
+func TestTheQuotaBucketsAreReportedAsLimited(t *testing.T) {
+	clock := limiter.NewManualClock(epoch)
+	o := limited.DefaultOptions()
+	o.Now = clock.Now
+	rec := limited.New(o)
+	r := newRig(t, perSecond("tenant=t1", 10), rigOptions{recorder: rec, clock: clock})
+	e := r.envoy(EnvoyOptions{})
+	e.Request(tenant1)
+	settle(t, e)
+	burst(r.clock, []*Envoy{e}, []int{100}, tenant1, 5*time.Second)
+	e.Report()
+	settle(t, e)
+	rep := rec.Snapshot(10)
+	if len(rep.Policies) != 1 || rep.Policies[0].Name != "rlqs:edge/tenant=t1" || rep.Policies[0].Denied < 40 {
+		t.Fatalf("/debug/limited: %+v", rep)
+	}
+	c := rep.Policies[0].Top[0]
+	if c.Key != "tenant=t1" || !strings.HasPrefix(c.Caller, "- via 127.0.0.1:") || c.Denied < 40 || c.Allowed < 40 {
+		t.Errorf("the caller: %+v", c)
+	}
+	rw := httptest.NewRecorder()
+	r.door.Pages()["/debug/rlqs"].ServeHTTP(rw, httptest.NewRequest(http.MethodGet, "/debug/rlqs", nil))
+	var page Page
+	if err := json.Unmarshal(rw.Body.Bytes(), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Buckets) != 1 || page.Buckets[0].Limit != "tenant=t1" || len(page.Buckets[0].Envoys) != 1 ||
+		page.Buckets[0].Envoys[0].Demand < 19 || page.Buckets[0].Envoys[0].Share != 10 {
+		t.Errorf("/debug/rlqs: %s", rw.Body)
+	}
+	if got := r.metric("floodgate_rlqs_share", "limit", "tenant=t1"); got != 10 {
+		t.Errorf("floodgate_rlqs_share %v", got)
 	}
 }

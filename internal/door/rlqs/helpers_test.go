@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/internal/store"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/decide"
 	"github.com/floodgate/floodgate/limiter/storetest"
 )
 
@@ -90,6 +91,7 @@ type rigOptions struct {
 	clock    *limiter.ManualClock
 	interval time.Duration
 	cfg      func(*config.Config)
+	recorder decide.Recorder
 }
 
 func newRig(t *testing.T, src door.QuotaSource, o rigOptions) *rig {
@@ -97,7 +99,7 @@ func newRig(t *testing.T, src door.QuotaSource, o rigOptions) *rig {
 	if o.clock == nil {
 		o.clock = limiter.NewManualClock(epoch)
 	}
-	env := door.Env{Log: zap.NewNop(), Registerer: prometheus.NewRegistry()}.ForBuild()
+	env := door.Env{Log: zap.NewNop(), Registerer: prometheus.NewRegistry(), Recorder: o.recorder}.ForBuild()
 	if o.store == nil {
 		o.store = storetest.Memory(o.clock)
 	}
