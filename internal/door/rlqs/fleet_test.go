@@ -155,7 +155,7 @@ func TestANewEnvoyGetsAShareAtItsFirstReport(t *testing.T) {
 
 // TestTheFleetHoldsTheLimitUnderSteadyDemand: eight Envoys, one bucket of
 // 1,000 a second, demand twice the limit, one Envoy half of it: once every
-// Envoy has reported twice, every second's admitted total is within
+// Envoy has reported a few times, every second's admitted total is within
 // 0.95–1.05 of the limit, and each Envoy admits the same fraction of its
 // demand.
 func TestTheFleetHoldsTheLimitUnderSteadyDemand(t *testing.T) {
@@ -165,6 +165,7 @@ func TestTheFleetHoldsTheLimitUnderSteadyDemand(t *testing.T) {
 		es = append(es, r.envoy(EnvoyOptions{}))
 	}
 	s := newSim(t, r.clock, es, ReportInterval)
+	runPhase(t, s, 0)
 	runPhase(t, s, 0)
 	asked, allowed := s.run(20*time.Second, demandOf(0))
 	for i, sec := range allowed {
