@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"time"
 )
 
 // Page is /debug/rlqs as JSON: every bucket the replica follows.
@@ -24,12 +25,17 @@ type BucketPage struct {
 	// RequestsPerSecond is the limit; FleetDemand and FleetAdmitted the
 	// fleet's requests a second over the last settled windows, and
 	// FleetEnvoys how many report it.
-	RequestsPerSecond float64     `json:"requests_per_second"`
-	FleetDemand       float64     `json:"fleet_demand"`
-	FleetAdmitted     float64     `json:"fleet_admitted"`
-	FleetEnvoys       float64     `json:"fleet_envoys"`
-	Known             bool        `json:"known"`
-	Envoys            []EnvoyPage `json:"envoys"`
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	FleetDemand       float64 `json:"fleet_demand"`
+	FleetAdmitted     float64 `json:"fleet_admitted"`
+	FleetEnvoys       float64 `json:"fleet_envoys"`
+	// Contested: the fleet asked for more than the limit; Known: the
+	// store has been read; StoreFailedAt: the last report the store
+	// could not count (zero: none).
+	Contested     bool        `json:"contested"`
+	Known         bool        `json:"known"`
+	StoreFailedAt time.Time   `json:"store_failed_at,omitzero"`
+	Envoys        []EnvoyPage `json:"envoys"`
 }
 
 // EnvoyPage is one Envoy's demand and share of a bucket, requests a
@@ -49,7 +55,7 @@ func (d *quotaDoor) Snapshot() Page {
 	for _, l := range d.fleet.all() {
 		l.mu.Lock()
 		b := BucketPage{Domain: l.domain, Limit: l.q.Name, Key: l.q.Key, Caller: l.q.Caller, RequestsPerSecond: l.limit,
-			FleetDemand: l.fleet, FleetAdmitted: l.admitted, FleetEnvoys: l.fleetEnvoys, Known: l.known, Envoys: []EnvoyPage{}}
+			FleetDemand: l.fleet, FleetAdmitted: l.admitted, FleetEnvoys: l.fleetEnvoys, Contested: l.contested, Known: l.known, StoreFailedAt: l.storeFailedAt, Envoys: []EnvoyPage{}}
 		for _, e := range l.envoys {
 			b.Envoys = append(b.Envoys, EnvoyPage{Envoy: e.peer, Demand: e.assumed, Share: e.share,
 				MaxTokens: e.tb.MaxTokens, TokensPerFill: e.tb.TokensPerFill, FillSeconds: e.tb.FillSeconds})

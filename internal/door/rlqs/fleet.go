@@ -98,7 +98,6 @@ type envoyShare struct {
 	assumed       float64 // the demand the share was divided for
 	tb            allot.TokenBucket
 	seen          time.Time
-	label         string
 }
 
 // ledgers are a replica's ledgers, by bucket.

@@ -189,11 +189,10 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 	// Each bucket: its quota, its demand since its last report; the
 	// limited ones' counts planned into one call to the store.
 	type item struct {
-		b                *bucket
-		allowed, denied  uint64
-		elapsed          time.Duration
-		counted, tracked bool
-		p                int // index in parts, -1
+		b               *bucket
+		allowed, denied uint64
+		elapsed         time.Duration
+		tracked         bool
 	}
 	items := make([]item, 0, len(usages))
 	var reqs []limiter.Request
@@ -205,7 +204,7 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 			continue // the same bucket twice in one report: Envoy's cache holds each once
 		}
 		seen[key] = true
-		it := item{allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied(), p: -1}
+		it := item{allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied()}
 		b := st.buckets[key]
 		if b == nil {
 			if len(st.buckets) >= MaxBuckets {
@@ -232,7 +231,6 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 		if b.quota.Meets == door.Bucketed {
 			var p part
 			reqs, p = b.ledger.plan(d.fleet, now, it.allowed, it.denied, reqs)
-			it.p = len(parts)
 			parts = append(parts, p)
 		}
 		items = append(items, it)
