@@ -78,3 +78,20 @@ func TestAQuotaStreamDoesNotHoldTheDrain(t *testing.T) {
 		t.Errorf("the drain timed out:\n%s", p.Output())
 	}
 }
+
+// TestTopShowsTheQuotaBuckets: floodgate top lists the quota buckets that
+// Envoys reported denying, under rlqs:DOMAIN/LIMIT, each a bucket via its
+// Envoy, as /debug/limited does.
+func TestTopShowsTheQuotaBuckets(t *testing.T) {
+	cfg, _ := rlsFloodgate(t, rlsLimits("120"), "")
+	p := startCommand(t, "serve", "--config", cfg)
+	out, err := exec.Command(binary, "check", "--addr", p.GRPC, "--rlqs", "--domain", "edge", "--bucket", "api_key=k",
+		"--count", "20", "--reports", "2", "--interval", "100ms").CombinedOutput()
+	if err != nil {
+		t.Fatalf("check --rlqs: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "top", "--once", "--admin", p.Admin).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "rlqs:edge/edge.api_key") || !strings.Contains(string(out), " via 127.0.0.1:") {
+		t.Errorf("floodgate top: %v\n%s", err, out)
+	}
+}
