@@ -363,31 +363,23 @@ func (e *Envoy) notifyLocked() {
 // Settle waits until every report sent on the current stream is answered,
 // or the stream closed; false when ctx ends first.
 func (e *Envoy) Settle(ctx context.Context) bool {
-	for {
-		e.mu.Lock()
-		done := e.stream == nil || e.pending == 0
-		ch := e.changed
-		e.mu.Unlock()
-		if done {
-			return true
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return e.waitFor(ctx, func() bool { return e.stream == nil || e.pending == 0 })
 }
 
 // WaitAnswers waits until n answers have been received in all, or ctx
 // ends (false).
 func (e *Envoy) WaitAnswers(ctx context.Context, n int) bool {
+	return e.waitFor(ctx, func() bool { return e.answers >= n })
+}
+
+// waitFor waits until done, called with e.mu held, reports true, or ctx
+// ends (false); it looks again each time e changes.
+func (e *Envoy) waitFor(ctx context.Context, done func() bool) bool {
 	for {
 		e.mu.Lock()
-		done := e.answers >= n
-		ch := e.changed
+		ok, ch := done(), e.changed
 		e.mu.Unlock()
-		if done {
+		if ok {
 			return true
 		}
 		select {
