@@ -8,7 +8,7 @@ TESTFLAGS ?= -count=1 -timeout 12m
 FUZZTIME  ?= 30s
 FUZZ      ?= ./extauthz:FuzzClientIP ./extauthz:FuzzHeaderMap ./extauthz:FuzzNormalizePath ./internal/door/check:FuzzCheck ./internal/door/check:FuzzDecoder ./internal/door/ratelimit:FuzzRateLimitDecoder ./internal/door:FuzzParse ./extauthz:FuzzHTTPDoor
 
-.PHONY: all build image run run-redis try-nginx try-haproxy try-caddy test e2e chaos lint bench bench-hop bench-instructions bench-global bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind traefik-harness clean
+.PHONY: all build image run run-redis try-nginx try-haproxy try-caddy test e2e chaos lint bench bench-hop bench-instructions bench-global bench-rlqs bench-ghz bench-tools bench-go bench-profile bench-replay fuzz redis proxies valgrind traefik-harness clean
 
 all: lint test
 
@@ -139,6 +139,15 @@ bench-global: build redis
 	$(GO) build -o bin/floodbench ./cmd/floodbench
 	bin/floodbench global --floodgate $(BIN) $(GLOBALFLAGS)
 	bin/floodbench global $(GLOBALFLAGS)
+
+## bench-rlqs: Envoy's rate limit quota service: eight simulated Envoys on two floodgate replicas on one
+## redis-server, one bucket of 1,000 a second, demand twice that (one Envoy half of it, changing every
+## 10 s), 60 s: the fleet's admitted total against the limit, each Envoy's share against its demand, CPU
+## per million requests admitted. RLQSFLAGS go to `floodbench rlqs`.
+RLQSFLAGS ?=
+bench-rlqs: build redis
+	$(GO) build -o bin/floodbench ./cmd/floodbench
+	bin/floodbench rlqs --floodgate $(BIN) $(RLQSFLAGS)
 
 ## bench-ghz: the table again with ghz, the load generator of the reference figures (docs/performance.md), instead of the
 ## in-process client, at concurrency 50: (a), (b), (e), (f), and (r) envoyproxy/ratelimit on the same

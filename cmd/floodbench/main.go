@@ -22,6 +22,7 @@
 //	floodbench wakeups TRACE...
 //	floodbench instructions [--floodgate bin/floodgate] [--scenarios a,b,c-lease,e,b-rls] [--requests 2000] ...
 //	floodbench global [--duration 30s] [--replicas 3] [--capacity 1000] [--rate 5000] [--offered 2]
+//	floodbench rlqs [--duration 60s] [--replicas 2] [--envoys 8] [--limit 1000] [--demand 2] [--shift 10s]
 //
 // Every load loop is bounded in count and in time, and every address it
 // dials or binds is on loopback.
@@ -46,6 +47,7 @@ Usage:
   floodbench wakeups TRACE...  what each gRPC call wakes in Go execution traces (run --trace writes them)
   floodbench instructions [flags]  instructions per decision under valgrind's callgrind, floodgate against the no-op server
   floodbench global [flags]  one global limit shared by replicas, with leases and without: admitted against allowed, Redis CPU
+  floodbench rlqs [flags]    Envoy's rate limit quotas: simulated Envoys on replicas, the fleet admitted against the limit, shares against demand
 
 Run 'floodbench CMD -h' for the flags of CMD.
 `
@@ -76,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runInstructions(ctx, args[1:], stdout, stderr)
 	case "global":
 		return runGlobal(ctx, args[1:], stdout, stderr)
+	case "rlqs":
+		return runQuotas(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

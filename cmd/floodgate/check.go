@@ -11,6 +11,7 @@ import (
 	checkdoor "github.com/floodgate/floodgate/internal/door/check"
 	"github.com/floodgate/floodgate/internal/door/httpauthz"
 	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/door/rlqs"
 )
 
 // listFlag collects a repeated flag.
@@ -47,7 +48,7 @@ func addCheckFlags(fs *flag.FlagSet, addr, addrHelp string) *checkFlags {
 	fs.Var(&f.hdrs, "H", "request header 'name: value' (repeatable)")
 	fs.Var(&f.ctxExt, "context", "context extension key=value, as a route's check_settings sets (repeatable)")
 	f.rlsCall = fs.Bool("rls", false, "play Envoy's rate limit filter instead: send ShouldRateLimit with --domain and --descriptor")
-	f.domain = fs.String("domain", "", "with --rls: the rate limit domain")
+	f.domain = fs.String("domain", "", "with --rls or --rlqs: the rate limit domain")
 	fs.Var(&f.descs, "descriptor", "with --rls: a descriptor's entries key=value[,key=value...] (repeatable: one descriptor each)")
 	f.hits = fs.Uint64("hits", 0, "with --rls: the request's hits_addend (0 means 1)")
 	f.httpCall = fs.Bool("http", false, "play a proxy asking the HTTP authorization door (listen.http; --addr defaults to "+httpauthz.DefaultAddr+"): the client address goes in X-Forwarded-For")
@@ -61,11 +62,20 @@ func addCheckFlags(fs *flag.FlagSet, addr, addrHelp string) *checkFlags {
 func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", stderr)
 	f := addCheckFlags(fs, "127.0.0.1:9191", "Floodgate's gRPC address")
+	rlqsCall := fs.Bool("rlqs", false, "play one Envoy's rate limit quota filter instead: hold each --bucket of --domain, send --count requests in each before every report, --reports reports --interval apart, and print each bucket's assignment")
+	var buckets listFlag
+	fs.Var(&buckets, "bucket", "with --rlqs: a bucket_id's pairs key=value[,key=value...] (repeatable: one bucket each)")
+	reports := fs.Int("reports", 1, "with --rlqs: how many reports to send (the first at once, as Envoy sends a new bucket's)")
+	interval := fs.Duration("interval", rlqs.ReportInterval, "with --rlqs: time between reports (Envoy's is 5s, whatever its configuration says)")
 	if !parseArgs(fs, args) {
 		return 2
 	}
 	if *f.rlsCall {
 		return ratelimit.Play(ctx, ratelimit.ClientArgs{Addr: *f.addr, Domain: *f.domain, Descriptors: f.descs, Hits: *f.hits, Count: *f.count, Timeout: *f.timeout}, stdout, stderr)
+	}
+	if *rlqsCall {
+		return rlqs.Play(ctx, rlqs.ClientArgs{Addr: *f.addr, Domain: *f.domain, Buckets: buckets, Requests: *f.count, Reports: *reports,
+			Interval: *interval, Timeout: *f.timeout}, stdout, stderr)
 	}
 	if *f.count < 1 || *f.count > 1_000_000 {
 		fmt.Fprintln(stderr, "floodgate check: --count must be between 1 and 1000000")

@@ -264,7 +264,7 @@ func TestServeTakesItsLimitsFromRLSXDS(t *testing.T) {
 	path := filepath.Join(dir, "floodgate.yaml")
 	writeFile(t, path, cfg("edge-node"))
 	out, err := exec.Command(binary, "validate", "--offline", "--config", path).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ok (rate limit domains pushed by xds "+xds.Addr+" (node edge-node), store memory") {
+	if err != nil || !strings.Contains(string(out), "ok (rate limit domains pushed by xds "+xds.Addr+" (node edge-node), rate limit quotas (RLQS), store memory") {
 		t.Errorf("validate: %v %s", err, out)
 	}
 	p := startCommand(t, "serve", "--config", path)

@@ -194,7 +194,7 @@ func TestARateLimitServiceAloneNeedsNoPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(binary, "validate", "--config", cfg).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), ": ok (rate limit domain edge, store memory)") {
+	if err != nil || !strings.Contains(string(out), ": ok (rate limit domain edge, rate limit quotas (RLQS), store memory)") {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
 	p := startCommand(t, "serve", "--config", cfg)

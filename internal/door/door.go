@@ -90,6 +90,9 @@ type Env struct {
 	// policies is the ext_authz server the doors deciding the policies
 	// share (Check and the HTTP door), built once per Build.
 	policies *policyServer
+	// quotas is the rate limit door's limits as the quota door reads
+	// them, one board per Build.
+	quotas *QuotaBoard
 }
 
 // policyServer is the one ext_authz server of a Build: the doors deciding
@@ -120,7 +123,19 @@ func (env Env) PolicyServer(c *Config) *extauthz.Server {
 // one PolicyServer.
 func (env Env) ForBuild() Env {
 	env.policies = &policyServer{}
+	env.quotas = &QuotaBoard{}
 	return env
+}
+
+// Quotas is env's board of the rate limit door's limits (quota.go): the
+// rate limit door publishes on it, the quota door (RLQS) reads it. An Env
+// that no Build made has a board of its own each time it is asked, which
+// nothing publishes on.
+func (env Env) Quotas() *QuotaBoard {
+	if env.quotas == nil {
+		return &QuotaBoard{}
+	}
+	return env.quotas
 }
 
 // Spec is a door before it is built, as a door's package declares it and

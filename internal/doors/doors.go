@@ -10,11 +10,12 @@ import (
 	"github.com/floodgate/floodgate/internal/door/check"
 	"github.com/floodgate/floodgate/internal/door/httpauthz"
 	"github.com/floodgate/floodgate/internal/door/ratelimit"
+	"github.com/floodgate/floodgate/internal/door/rlqs"
 	"github.com/floodgate/floodgate/internal/grpccodec"
 )
 
 // specs are every door, in the order they are built and described.
-var specs = []door.Spec{check.Spec, ratelimit.Spec, httpauthz.Spec}
+var specs = []door.Spec{check.Spec, ratelimit.Spec, httpauthz.Spec, rlqs.Spec}
 
 // Build returns every door, each on c's part of the configuration and env,
 // in the order they are listed and logged.

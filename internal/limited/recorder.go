@@ -145,6 +145,20 @@ func (p *Tally) Record(now time.Time, id string, name Namer, denied bool) {
 	p.mu.Unlock()
 }
 
+// RecordN counts, as Record does, allowed and denied decisions of the
+// caller id at once: what a front end learns in bulk (Envoy's rate limit
+// quota reports, which count the requests Envoy decided itself).
+func (p *Tally) RecordN(now time.Time, id string, name Namer, allowed, denied int64) {
+	if allowed <= 0 && denied <= 0 {
+		return
+	}
+	epoch := now.UnixNano() / p.r.step
+	h := maphash.String(p.r.seed, id)
+	p.mu.Lock()
+	p.current(epoch).addN(h, id, name, max(allowed, 0), max(denied, 0))
+	p.mu.Unlock()
+}
+
 // current is the sketch of interval epoch, emptied if it last held an
 // older one. p.mu is held.
 func (p *Tally) current(epoch int64) *sketch {

@@ -66,18 +66,22 @@ func (s *sketch) find(h uint64, id string) (slot uint64, ok bool) {
 // callers the sketch follows, never at a denied caller's expense.
 func (s *sketch) add(h uint64, id string, name Namer, denied bool) {
 	if denied {
-		s.denied++
+		s.addN(h, id, name, 0, 1)
 	} else {
-		s.allowed++
+		s.addN(h, id, name, 1, 0)
 	}
+}
+
+// addN counts allowed and denied decisions for the caller id at once, as
+// add counts one: with any denied, the caller may displace another.
+func (s *sketch) addN(h uint64, id string, name Namer, allowed, denied int64) {
+	s.denied += denied
+	s.allowed += allowed
 	slot, ok := s.find(h, id)
 	if ok {
 		en := &s.entries[s.index[slot]-1]
-		if denied {
-			en.denied++
-		} else {
-			en.allowed++
-		}
+		en.denied += denied
+		en.allowed += allowed
 		return
 	}
 	var at int
@@ -86,7 +90,7 @@ func (s *sketch) add(h uint64, id string, name Namer, denied bool) {
 	case s.n < len(s.entries):
 		at = s.n
 		s.n++
-	case !denied:
+	case denied == 0:
 		return
 	default:
 		at = s.leastDenied()
@@ -96,12 +100,7 @@ func (s *sketch) add(h uint64, id string, name Namer, denied bool) {
 	}
 	key, caller := name.Name()
 	en := &s.entries[at]
-	*en = entry{hash: h, id: id, key: clip(key), caller: clip(caller), over: over, denied: over}
-	if denied {
-		en.denied++
-	} else {
-		en.allowed++
-	}
+	*en = entry{hash: h, id: id, key: clip(key), caller: clip(caller), over: over, denied: over + denied, allowed: allowed}
 	s.index[slot] = int32(at + 1)
 }
 

@@ -154,41 +154,18 @@ end
 -- they are counted in, and whether the state must be written.
 local M, L, dirty = {}, {}, {}
 
--- QUOTA marks a quota's limit (res); qw holds each quota limit's windows
--- {s0, s1, e1, e2} (see Calendar quotas above); QS, QE and QI hold each
--- quota key's window: its start, its end and which of the three it is (0
--- the previous, 1 the current, 2 the next).
-local QUOTA = 255
-local QUOTA_CLOCK = 'QUOTA_CLOCK'
-local now_us = tonumber(t[1]) * 1000000 + us
-local qw, QS, QE, QI = {}, {}, {}, {}
-
--- quota_now returns the count at key in the window of quota limit l that
--- TIME is in.
-local function quota_now(key, l)
-  local w = qw[l]
-  local s, e, i
-  if now_us >= w[2] and now_us < w[3] then
-    s, e, i = w[2], w[3], 1
-  elseif now_us >= w[3] and now_us < w[4] then
-    s, e, i = w[3], w[4], 2
-  elseif now_us >= w[1] and now_us < w[2] then
-    s, e, i = w[1], w[2], 0
-  else
-    error(string.format('%s Redis clock %d us is outside the quota windows the replica sent, %d to %d', QUOTA_CLOCK, now_us, w[1], w[4]))
-  end
-  local m = 0
-  local v = redis.call('GET', key)
-  if v then
-    if #v ~= 16 then
-      error('WRONGTYPE the key ' .. key .. ' holds ' .. #v .. ' bytes that are not a Floodgate quota')
-    end
-    local ws, n = unpack('<dd', v)
-    if ws == s then m = n end
-  end
-  M[key], L[key], QS[key], QE[key], QI[key] = m, l, s, e, i
-  return m
-end
+-- Q is the call's quota state (see Calendar quotas above), nil in a call
+-- without a quota: tokenbucket.lua makes it when it reads the call's first
+-- quota limit (a limit of resolution 255). A call of buckets alone so makes
+-- no table, closure or upvalue for quotas: each is an allocation a call
+-- pays for (four tables and a closure made on every call cost Redis 12% more
+-- instructions a decision, docs/performance/instructions.md). Q.w[l] holds quota limit
+-- l's windows {s0, s1, e1, e2}; Q.s, Q.e and Q.i hold each quota key's
+-- window: its start, its end and which of the three it is (0 the previous,
+-- 1 the current, 2 the next); Q.now is TIME in microseconds; Q.count(key, l)
+-- reads the count at key in the window of quota limit l that TIME is in
+-- (the function is in tokenbucket.lua, made with Q).
+local Q
 
 -- missing_now returns the units missing from the bucket at key now, counted
 -- in limit l (0 = full; above full in debt, at most twice full); for a
@@ -196,7 +173,7 @@ end
 local function missing_now(key, l)
   local m = M[key]
   if m == nil then
-    if res[l] == QUOTA then return quota_now(key, l) end
+    if res[l] == 255 then return Q.count(key, l) end -- a quota's (Q)
     local s = redis.call('GET', key)
     if not s then
       M[key], L[key] = 0, l
@@ -231,7 +208,7 @@ local function missing_now(key, l)
     L[key] = limit_index(oc, ok, og, oj)
   end
   local ol = L[key]
-  if ol ~= l and QI[key] then -- a quota whose limit changed within the call: its count stands
+  if ol ~= l and Q and Q.i[key] then -- a quota whose limit changed within the call: its count stands
     L[key] = l
   elseif ol ~= l then
     if m > full[ol] then -- a debt: kept, rounded up, at most a capacity
@@ -257,11 +234,11 @@ local function flush()
   local pxat = {}
   for key in pairs(dirty) do
     local m, l = M[key], L[key]
-    if QI[key] then
+    if Q and Q.i[key] then
       if m == 0 then -- below zero: a credit an operator's adjustment gave
         redis.call('DEL', key)
       else
-        redis.call('SET', key, pack('<dd', QS[key], m), 'PXAT', string.format('%d', math.ceil(QE[key] / 1000)))
+        redis.call('SET', key, pack('<dd', Q.s[key], m), 'PXAT', string.format('%d', math.ceil(Q.e[key] / 1000)))
       end
     elseif m <= 0 then
       redis.call('DEL', key)

@@ -31,7 +31,7 @@ local out = {}
 for i = 1, #KEYS do
   local a = (i - 1) * 5
   local c, k, g, j, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  if j == QUOTA then
+  if j == 255 then -- a quota's (see KEYS above)
     local n = 0
     local v = redis.call('GET', KEYS[i])
     if v and #v == 16 then

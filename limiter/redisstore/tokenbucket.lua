@@ -75,7 +75,7 @@ local deadline = unpack('<d', args, #args - 7)
 local anyq = false -- a quota among the limits: its values carry their window, the reply the clock
 if deadline > 0 and tonumber(t[1]) * 1000000 + us > deadline then
   for l = 1, nl do -- '<dddB' each, and a quota's windows
-    if unpack('B', args, pos + 24) == QUOTA then pos, anyq = pos + 32, true end
+    if unpack('B', args, pos + 24) == 255 then pos, anyq = pos + 32, true end
     pos = pos + 25
   end
   local out, o = {}, 0
@@ -93,10 +93,37 @@ for l = 1, nl do -- the limits cap, per, gain, res, full of bucket.lua, in order
   local c, k, g, j
   c, k, g, j, pos = unpack('<dddB', args, pos)
   cap[l], per[l], gain[l], res[l], full[l] = c, k, g, j, c * k
-  if j == QUOTA then
+  if j == 255 then -- a quota's limit: its windows follow (bucket.lua's Q)
     local s0, s1, e1, e2
     s0, s1, e1, e2, pos = unpack('<dddd', args, pos)
-    qw[l], anyq = {s0, s1, e1, e2}, true
+    if not Q then
+      Q = {w = {}, s = {}, e = {}, i = {}, now = tonumber(t[1]) * 1000000 + us}
+      Q.count = function(key, l) -- see bucket.lua's Q
+        local w, now = Q.w[l], Q.now
+        local s, e, i
+        if now >= w[2] and now < w[3] then
+          s, e, i = w[2], w[3], 1
+        elseif now >= w[3] and now < w[4] then
+          s, e, i = w[3], w[4], 2
+        elseif now >= w[1] and now < w[2] then
+          s, e, i = w[1], w[2], 0
+        else
+          error(string.format('QUOTA_CLOCK Redis clock %d us is outside the quota windows the replica sent, %d to %d', now, w[1], w[4]))
+        end
+        local m = 0
+        local v = redis.call('GET', key)
+        if v then
+          if #v ~= 16 then
+            error('WRONGTYPE the key ' .. key .. ' holds ' .. #v .. ' bytes that are not a Floodgate quota')
+          end
+          local ws, n = unpack('<dd', v)
+          if ws == s then m = n end
+        end
+        M[key], L[key], Q.s[key], Q.e[key], Q.i[key] = m, l, s, e, i
+        return m
+      end
+    end
+    Q.w[l], anyq = {s0, s1, e1, e2}, true
   end
 end
 
@@ -189,11 +216,11 @@ for j = 1, d do
   end
   if not ok then
     out[o + 1] = -1
-    if type(allowed) == 'string' and string.find(allowed, QUOTA_CLOCK, 1, true) then out[o + 1] = -3 end
+    if type(allowed) == 'string' and string.find(allowed, 'QUOTA_CLOCK', 1, true) then out[o + 1] = -3 end
     for i = 1, nb do out[o + 1 + i] = 0 end
   elseif anyq then
     for i = 1, nb do
-      local q = QI[key(kb + i)]
+      local q = Q.i[key(kb + i)]
       if q then out[o + 1 + i] = out[o + 1 + i] * 4 + q end
     end
   end

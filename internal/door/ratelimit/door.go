@@ -71,12 +71,17 @@ type rateLimitDoor struct {
 	ready atomic.Bool
 	// needDomain is rls.unhealthy_without_limits.
 	needDomain atomic.Bool
+	// board is where the limits in use are published for the quota door
+	// (quota.go), hash what they are keyed with.
+	board *door.QuotaBoard
+	hash  rls.Hasher
 }
 
 // newDoor builds the door on c and env, fed by feed (nil: the feed it
 // builds from rls.xds, or none).
 func newDoor(c *door.Config, env door.Env, feed limitFeed) door.Door {
-	d := &rateLimitDoor{log: env.Log.Named("rls"), root: env.Log, errorFirst: c.OnFailure(true) == decide.Error}
+	d := &rateLimitDoor{log: env.Log.Named("rls"), root: env.Log, errorFirst: c.OnFailure(true) == decide.Error,
+		board: env.Quotas(), hash: c.Engine.HashIdentity}
 	if feed == nil && c.RLS.XDS != nil {
 		d.xds = xdsfeed.New(c.RLS.XDS, env.Log, env.Registerer)
 		feed, d.waitFirst, d.xdsServer = d.xds, c.RLS.XDS.WaitForFirstPush, c.RLS.XDS.Server
@@ -149,6 +154,7 @@ func (d *rateLimitDoor) serve() {
 	if l, ok := d.src.limits(d.cfg); ok {
 		d.s.SetLimits(l)
 		d.ready.Store(true)
+		d.board.Publish(quotas{l: l, hash: d.hash})
 	}
 }
 

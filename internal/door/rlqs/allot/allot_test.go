@@ -1,0 +1,127 @@
+package allot
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+func TestDemandIsReportedRequestsOverTheTimeSinceTheLastReport(t *testing.T) {
+	if got := Demand(300, 200, 5*time.Second); got != 100 {
+		t.Errorf("500 requests over 5 s: %v a second", got)
+	}
+	// A bucket's first report counts one request over no time
+	// (GlobalRateLimitClientImpl::createBucketImpl): not known.
+	if got := Demand(1, 0, 0); got != -1 {
+		t.Errorf("the first report: %v, want -1 (not known)", got)
+	}
+}
+
+func TestShare(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   Input
+		want float64
+	}{
+		{"alone, asking more than the limit: the whole limit",
+			Input{Limit: 100, Demand: 300}, 100},
+		{"alone, asking less: still the whole limit, room to grow",
+			Input{Limit: 100, Demand: 10}, 100},
+		{"two on one replica, 150 and 50: three quarters",
+			Input{Limit: 100, Demand: 150, Others: Fleet{Demand: 50, Envoys: 1}}, 75},
+		{"one elsewhere as busy: half",
+			Input{Limit: 100, Demand: 100, Elsewhere: Fleet{Demand: 100, Envoys: 1}}, 50},
+		{"under the limit, shares still add up to it: 30 of 60 asked gets half",
+			Input{Limit: 100, Demand: 30, Elsewhere: Fleet{Demand: 30, Envoys: 3}}, 50},
+		{"a newcomer among two Envoys of 100 each: an average one's, a third",
+			Input{Limit: 90, Demand: -1, Others: Fleet{Demand: 200, Envoys: 2}}, 30},
+		{"a newcomer alone: the whole limit",
+			Input{Limit: 90, Demand: -1}, 90},
+		{"an idle Envoy among three busy ones: the floor, a tenth of an even share",
+			Input{Limit: 100, Demand: 0, Others: Fleet{Demand: 300, Envoys: 3}}, 2.5},
+		{"nobody asks anything: an even share",
+			Input{Limit: 100, Demand: 0, Others: Fleet{Demand: 0, Envoys: 3}}, 25},
+		{"no limit: nothing", Input{Limit: 0, Demand: 5}, 0},
+	} {
+		if got := Share(c.in); !near(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestSharesAddUpToTheLimit: whatever the demands, Envoys dividing with
+// the same view of the fleet are assigned the limit between them (floors
+// aside).
+func TestSharesAddUpToTheLimit(t *testing.T) {
+	for _, demands := range [][]float64{{1000, 143, 143, 143, 143, 143, 143, 143}, {5, 5}, {1, 2, 3, 4}, {0.5, 1e6}} {
+		total := 0.0
+		for _, d := range demands {
+			total += d
+		}
+		sum := 0.0
+		for _, d := range demands {
+			sum += Share(Input{Limit: 1000, Demand: d, Others: Fleet{Demand: total - d, Envoys: float64(len(demands) - 1)}})
+		}
+		floors := float64(len(demands)) * 1000 / float64(len(demands)) * FloorFraction
+		if sum < 1000-1e-6 || sum > 1000+floors {
+			t.Errorf("demands %v: shares add up to %v", demands, sum)
+		}
+	}
+}
+
+func TestBucket(t *testing.T) {
+	for _, c := range []struct {
+		share, burst float64
+		want         TokenBucket
+	}{
+		{100, 0.2, TokenBucket{MaxTokens: 20, TokensPerFill: 100, FillSeconds: 1}},
+		// 1.5 a second is 3 every 2 s, not 2 every second.
+		{1.5, 1, TokenBucket{MaxTokens: 2, TokensPerFill: 3, FillSeconds: 2}},
+		// Under one a second: one token every 1/share seconds.
+		{0.25, 0.2, TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillSeconds: 4}},
+		{0.0001, 1, TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillSeconds: MaxFillSeconds}},
+		{142.857, 0.2, TokenBucket{MaxTokens: 29, TokensPerFill: 143, FillSeconds: 1}},
+	} {
+		got := Bucket(c.share, c.burst, TokenBucket{})
+		if got != c.want {
+			t.Errorf("share %v: %+v, want %+v", c.share, got, c.want)
+		}
+		if got.FillSeconds < 1 || got.TokensPerFill < 1 {
+			t.Errorf("share %v: %+v: Envoy divides by the interval's whole seconds", c.share, got)
+		}
+		if r := got.Rate(); math.Abs(r-c.share) > 0.01*c.share+1.0/MaxFillSeconds {
+			t.Errorf("share %v: refills %v a second", c.share, r)
+		}
+	}
+}
+
+// TestABucketIsKeptWhileTheShareMovesLittle: Envoy keeps its bucket, tokens
+// and all, while the assignment is the same (shouldReplaceTokenBucket), a
+// new one starting full: within Hysteresis the previous one is sent again.
+func TestABucketIsKeptWhileTheShareMovesLittle(t *testing.T) {
+	prev := Bucket(100, 0.2, TokenBucket{})
+	if got := Bucket(104, 0.2, prev); got != prev {
+		t.Errorf("a share 4%% higher: %+v, want the previous %+v", got, prev)
+	}
+	if got := Bucket(110, 0.2, prev); got == prev || got.TokensPerFill != 110 {
+		t.Errorf("a share 10%% higher: %+v", got)
+	}
+}
+
+// TestAnIntervalChangeAloneChangesMaxTokensToo: Envoy compares
+// max_tokens, tokens_per_fill and fill_interval's nanos alone
+// (protoTokenBucketsEq, global_client_impl.cc), so a new assignment that
+// differs only in its interval's seconds would keep the old bucket and its
+// old rate; Bucket then gives it one more max token.
+func TestAnIntervalChangeAloneChangesMaxTokensToo(t *testing.T) {
+	prev := TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillSeconds: 4} // 0.25 a second
+	got := Bucket(0.5, 0.2, prev)                                       // 1 every 2 s
+	if got.FillSeconds != 2 || got.TokensPerFill != 1 {
+		t.Fatalf("%+v", got)
+	}
+	if got.MaxTokens == prev.MaxTokens {
+		t.Errorf("%+v: the same max_tokens and tokens_per_fill as %+v, which Envoy would take for the same bucket", got, prev)
+	}
+}

@@ -1,0 +1,262 @@
+package rlqs
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/floodgate/floodgate/limiter"
+)
+
+// sim drives Envoys on a manual clock: each asks for its demand (requests a
+// second, evenly spaced) of one bucket and reports every interval at its
+// own phase, answered before the clock moves on.
+type sim struct {
+	t        *testing.T
+	clock    *limiter.ManualClock
+	envoys   []*Envoy
+	phase    []time.Duration
+	interval time.Duration
+	bucket   map[string]string
+	now      time.Duration // since the start
+	owed     []float64
+}
+
+func newSim(t *testing.T, clock *limiter.ManualClock, envoys []*Envoy, interval time.Duration) *sim {
+	s := &sim{t: t, clock: clock, envoys: envoys, interval: interval, bucket: tenant1, owed: make([]float64, len(envoys))}
+	for i := range envoys {
+		s.phase = append(s.phase, (time.Duration(i+1) * interval / time.Duration(len(envoys)+1)).Truncate(10*time.Millisecond))
+	}
+	return s
+}
+
+// run runs for d with demand (requests a second per Envoy), returning each
+// Envoy's requests and allowed requests per second of d.
+func (s *sim) run(d time.Duration, demand []float64) (asked, allowed [][]int) {
+	const step = 10 * time.Millisecond
+	secs := int(d / time.Second)
+	asked, allowed = make([][]int, secs), make([][]int, secs)
+	for i := range asked {
+		asked[i], allowed[i] = make([]int, len(s.envoys)), make([]int, len(s.envoys))
+	}
+	for t := time.Duration(0); t < d; t += step {
+		s.clock.Advance(step)
+		s.now += step
+		sec := int(t / time.Second)
+		for i, e := range s.envoys {
+			s.owed[i] += demand[i] * step.Seconds()
+			for s.owed[i] >= 1 {
+				s.owed[i]--
+				asked[sec][i]++
+				if e.Request(s.bucket) {
+					allowed[sec][i]++
+				}
+			}
+			if (s.now-s.phase[i])%s.interval == 0 && s.now >= s.phase[i] {
+				if e.Report() {
+					settleWithin(s.t, e)
+				}
+			}
+		}
+	}
+	return asked, allowed
+}
+
+func settleWithin(t *testing.T, e *Envoy) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !e.Settle(ctx) {
+		t.Fatal("a report was not answered")
+	}
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// TestTwoEnvoysShareTheLimitByDemand: one replica, one bucket of 100 a
+// second, two Envoys asking 150 and 50: shares follow demand (3:1), and
+// the pair admits about the limit.
+func TestTwoEnvoysShareTheLimitByDemand(t *testing.T) {
+	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
+	es := []*Envoy{r.envoy(EnvoyOptions{}), r.envoy(EnvoyOptions{})}
+	s := newSim(t, r.clock, es, ReportInterval)
+	s.run(20*time.Second, []float64{150, 50}) // settle in
+	asked, allowed := s.run(30*time.Second, []float64{150, 50})
+	var a [2]int
+	for _, sec := range allowed {
+		a[0] += sec[0]
+		a[1] += sec[1]
+	}
+	total := float64(a[0]+a[1]) / 30
+	if total < 95 || total > 105 {
+		t.Errorf("the pair admitted %.1f a second of a limit of 100 (%v)", total, a)
+	}
+	if ratio := float64(a[0]) / float64(a[1]); ratio < 2.5 || ratio > 3.5 {
+		t.Errorf("admitted %v: ratio %.2f, want about 3 as their demand", a, ratio)
+	}
+	_ = asked
+}
+
+// TestAnEnvoyThatStopsGivesItsShareBack: one of two Envoys closes its
+// stream; within a couple of reports the other is assigned the whole limit.
+func TestAnEnvoyThatStopsGivesItsShareBack(t *testing.T) {
+	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
+	es := []*Envoy{r.envoy(EnvoyOptions{}), r.envoy(EnvoyOptions{})}
+	s := newSim(t, r.clock, es, ReportInterval)
+	s.run(20*time.Second, []float64{100, 100})
+	if got := rateOf2(es[0].Assignment(tenant1)); got < 40 || got > 60 {
+		t.Errorf("with two Envoys asking alike, one is assigned %v a second, want about 50", got)
+	}
+	es[1].Close()
+	time.Sleep(50 * time.Millisecond) // the stream's end reaches the door
+	s.envoys = es[:1]
+	s.run(12*time.Second, []float64{100})
+	if got := rateOf2(es[0].Assignment(tenant1)); got < 90 {
+		t.Errorf("after the other stopped: %v a second (%s), want the whole limit", got, es[0].Assignment(tenant1))
+	}
+}
+
+// TestAnIdleEnvoysShareFlowsToTheBusyOne: an Envoy that keeps reporting
+// but asks nothing keeps only the floor.
+func TestAnIdleEnvoysShareFlowsToTheBusyOne(t *testing.T) {
+	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
+	es := []*Envoy{r.envoy(EnvoyOptions{}), r.envoy(EnvoyOptions{})}
+	s := newSim(t, r.clock, es, ReportInterval)
+	s.run(20*time.Second, []float64{100, 100})
+	s.run(15*time.Second, []float64{200, 0})
+	busy, idle := rateOf2(es[0].Assignment(tenant1)), rateOf2(es[1].Assignment(tenant1))
+	if busy < 90 || idle > 6 {
+		t.Errorf("busy %v, idle %v a second, want about 95 and the floor of 5", busy, idle)
+	}
+}
+
+// TestANewEnvoyGetsAShareAtItsFirstReport: a second Envoy's first report
+// (demand not known yet) is assigned an average Envoy's share, not
+// nothing and not the whole limit.
+func TestANewEnvoyGetsAShareAtItsFirstReport(t *testing.T) {
+	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
+	es := []*Envoy{r.envoy(EnvoyOptions{})}
+	s := newSim(t, r.clock, es, ReportInterval)
+	s.run(15*time.Second, []float64{200})
+	n := r.envoy(EnvoyOptions{})
+	n.Request(tenant1)
+	settleWithin(t, n)
+	if got := rateOf2(n.Assignment(tenant1)); got < 30 || got > 70 {
+		t.Errorf("the new Envoy's first share: %v a second (%s), want about half", got, n.Assignment(tenant1))
+	}
+}
+
+// TestTheFleetHoldsTheLimitUnderSteadyDemand: eight Envoys, one bucket of
+// 1,000 a second, demand twice the limit, one Envoy half of it: once every
+// Envoy has reported a few times, every second's admitted total is within
+// 0.95–1.05 of the limit, and each Envoy admits the same fraction of its
+// demand.
+func TestTheFleetHoldsTheLimitUnderSteadyDemand(t *testing.T) {
+	r := newRig(t, perSecond("tenant=t1", 1000), rigOptions{})
+	var es []*Envoy
+	for range 8 {
+		es = append(es, r.envoy(EnvoyOptions{}))
+	}
+	s := newSim(t, r.clock, es, ReportInterval)
+	runPhase(t, s, 0)
+	runPhase(t, s, 0)
+	asked, allowed := s.run(20*time.Second, demandOf(0))
+	for i, sec := range allowed {
+		if a := sum(sec); a < 950 || a > 1050 {
+			t.Errorf("second %d: %d admitted of 1000", i, a)
+		}
+	}
+	for e := range es {
+		a, d := 0, 0
+		for sec := range allowed {
+			a, d = a+allowed[sec][e], d+asked[sec][e]
+		}
+		if f := float64(a) / float64(d); f < 0.45 || f > 0.55 {
+			t.Errorf("Envoy %d admitted %d of %d asked (%.2f), want about half as every other", e, a, d, f)
+		}
+	}
+}
+
+// TestTheFleetFollowsShiftingDemand: the benchmark's shape
+// (docs/performance.md, "Rate limit quotas"), on the memory store and a
+// manual clock: the heavy Envoy changes every 10 s, two report intervals.
+// A shift is seen in each Envoy's next report, a mix of before and after,
+// and followed by the one after: the fleet admits less than the limit for
+// a few seconds after each shift (the Envoy whose demand fell keeps its
+// share until its next report), and never more than 1.1 times it.
+func TestTheFleetFollowsShiftingDemand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a minute of simulated traffic")
+	}
+	r := newRig(t, perSecond("tenant=t1", 1000), rigOptions{})
+	var es []*Envoy
+	for range 8 {
+		es = append(es, r.envoy(EnvoyOptions{}))
+	}
+	s := newSim(t, r.clock, es, ReportInterval)
+	var admitted []int
+	for phase := range 6 {
+		admitted = append(admitted, runPhase(t, s, phase)...)
+	}
+	total := 0
+	for i, a := range admitted[10:] {
+		total += a
+		if a > 1100 {
+			t.Errorf("second %d: %d admitted of 1000", i+10, a)
+		}
+	}
+	avg := float64(total) / float64(len(admitted)-10)
+	t.Logf("after the first phase: %.0f admitted a second on average", avg)
+	if avg < 800 || avg > 1050 {
+		t.Errorf("%.0f admitted a second on average, want 800–1050", avg)
+	}
+}
+
+// demandOf is the benchmark's demand in phase: 2,000 a second, Envoy
+// phase%8 asking half of it, the others the rest evenly.
+func demandOf(phase int) []float64 {
+	demand := make([]float64, 8)
+	for i := range demand {
+		demand[i] = 1000.0 / 7
+	}
+	demand[phase%8] = 1000
+	return demand
+}
+
+// runPhase runs 10 s of the benchmark's demand (demandOf), logging each
+// Envoy's share against its demand.
+func runPhase(t *testing.T, s *sim, phase int) []int {
+	demand := demandOf(phase)
+	asked, allowed := s.run(10*time.Second, demand)
+	var out []int
+	for i := range allowed {
+		out = append(out, sum(allowed[i]))
+	}
+	var line string
+	for i := range demand {
+		a, d := 0, 0
+		for sec := range allowed {
+			a += allowed[sec][i]
+			d += asked[sec][i]
+		}
+		line += fmt.Sprintf(" %d/%d", a/10, d/10)
+	}
+	t.Logf("phase %d: admitted a second %v; per Envoy admitted/asked a second:%s", phase, out, line)
+	return out
+}
+
+// rateOf2 reads the rate out of a token bucket's description.
+func rateOf2(desc string) float64 {
+	var m, tpf, secs int
+	if _, err := fmt.Sscanf(desc, "token_bucket max %d, %d per %ds", &m, &tpf, &secs); err != nil || secs == 0 {
+		return math.NaN()
+	}
+	return float64(tpf) / float64(secs)
+}
