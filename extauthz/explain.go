@@ -52,7 +52,7 @@ func (e *Engine) Explain(v *View) []Explained {
 		if src >= 0 {
 			x.Source = p.keys[src].tag
 		}
-		x.Request = limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v), Lease: p.Lease}
+		x.Request = limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Cost: p.costOf(v), Lease: p.Lease, Quota: p.Quota}
 		out = append(out, x)
 	}
 	return out
@@ -82,7 +82,7 @@ func (p *Policy) KeySources() []string { return p.keyTags() }
 // shared). A fingerprint has no value to send: name its bucket by its
 // identity instead.
 func (e *Engine) BucketOf(p *Policy, source, value string) (limiter.Request, error) {
-	r := limiter.Request{Name: p.Name, Limit: p.Limit, Cost: p.cost, Lease: p.Lease}
+	r := limiter.Request{Name: p.Name, Limit: p.Limit, Cost: p.cost, Lease: p.Lease, Quota: p.Quota}
 	if value == "" {
 		if p.skipMissed {
 			return r, fmt.Errorf("policy %s has no shared bucket (on_missing_key: skip): give a key", p.Name)

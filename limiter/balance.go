@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Op is what an Adjustment does to a bucket.
+// Op is what an Adjustment does to a bucket (to a calendar quota's
+// window, what Quota.Count says: an add may go beyond the limit there).
 type Op uint8
 
 const (
@@ -110,6 +111,14 @@ type Balance struct {
 	// in-memory store): another replica's bucket for the same caller is
 	// another bucket.
 	Local bool
+	// Quota marks a calendar quota's window (Request.Quota): Limit is the
+	// quota's limit, Remaining what is left to take in the window (above
+	// Limit when an operator's Add gave more), Debt the count above the
+	// limit, ResetAfter the time to the window's end, Missing the count
+	// (below zero for such a credit). WindowStart and WindowEnd are the
+	// window, as the store's clock chose it.
+	Quota                  bool
+	WindowStart, WindowEnd time.Time
 }
 
 // Balance is the Balance of a bucket of l missing m units now.
@@ -127,7 +136,9 @@ func (l Limit) Balance(m int64) Balance {
 // optional: a store that cannot says so by not implementing it.
 //
 // Adjust applies a to the bucket req names (req.Name, req.ID, under
-// req.Limit; its Cost, Kind and Lease are not read), atomically with the
+// req.Limit, or its quota's current window when req.Quota is set, chosen
+// by the store's clock as a decision chooses it, and adjusted as
+// Quota.Count says; its Cost, Kind and Lease are not read), atomically with the
 // store's decisions on that bucket, and returns the bucket's Balance
 // after it. A bucket held under another limit (a reload changed the
 // policy's numbers) is converted as a decision would convert it; a Read
@@ -145,6 +156,12 @@ func CheckAdjust(req Request, a Adjustment) error {
 	}
 	if !req.Limit.Valid() {
 		return fmt.Errorf("%w (limit not built by NewLimit)", ErrCapacity)
+	}
+	if req.Quota != nil {
+		if err := req.Quota.valid(); err != nil {
+			return err
+		}
+		return a.CheckQuota(req.Quota)
 	}
 	return a.Check(req.Limit)
 }

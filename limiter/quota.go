@@ -70,7 +70,10 @@ func (q *Quota) Apply(used int64, kind Kind, cost int64) int64 {
 			return max(top, used)
 		}
 	case Refund:
-		return used - min(cost, used)
+		// Down to zero, or a credit an operator's Add gave (a count below
+		// zero) left as it is: a refund gives back what was counted, never
+		// more than the window's limit.
+		return used - min(cost, max(used, 0))
 	}
 	return used + cost
 }
@@ -104,4 +107,65 @@ func (q *Quota) Result(used int64, kind Kind, cost int64, allowed bool, left, le
 		r.RetryAfter = left
 	}
 	return r
+}
+
+// MaxQuotaCredit bounds what an operator's Add may give a quota beyond its
+// limit in one window: the count goes no lower than −MaxQuotaCredit.
+const MaxQuotaCredit = MaxQuota
+
+// CheckQuota reports an adjustment q cannot take: a Set outside [−Limit,
+// Limit + MaxQuotaCredit] (a count of at most twice the limit, at least
+// −MaxQuotaCredit), an Add of the most negative int64, an unknown Op.
+func (a Adjustment) CheckQuota(q *Quota) error {
+	switch a.Op {
+	case OpRead, OpReset, OpAdd:
+		if a.Op == OpAdd && a.N == -1<<63 {
+			return fmt.Errorf("%w: add %d", ErrAdjustment, a.N)
+		}
+		return nil
+	case OpSet:
+		if a.N > q.Limit+MaxQuotaCredit || a.N < -q.Limit {
+			return fmt.Errorf("%w: set %d is outside [-%d, %d] (a debt of at most the limit, a credit of at most 2^48 beyond it)", ErrAdjustment, a.N, q.Limit, q.Limit+MaxQuotaCredit)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: unknown operation %v", ErrAdjustment, a.Op)
+}
+
+// Count returns the window's count once a is applied to a window in which
+// used tokens are taken. An Add of n > 0 gives n more requests in this
+// window, beyond the limit if need be (the count goes below zero, to at
+// most −MaxQuotaCredit): "500 more today" on a quota of 100 is 500 more,
+// not 100. A negative Add counts |n| as a Charge does (up to twice the
+// limit); a Set of n leaves n to take (count Limit − n); a Reset empties
+// the window. Both stores apply it, the Redis store's script with the same
+// arithmetic. It never overflows for an a that CheckQuota accepts.
+func (q *Quota) Count(used int64, a Adjustment) int64 {
+	switch a.Op {
+	case OpAdd:
+		if a.N >= 0 {
+			if a.N >= used+MaxQuotaCredit {
+				return -MaxQuotaCredit
+			}
+			return used - a.N
+		}
+		return q.Apply(used, Charge, -a.N)
+	case OpSet:
+		return q.Limit - a.N
+	case OpReset:
+		return 0
+	}
+	return used
+}
+
+// Balance is the Balance of a window [start, end) in which used tokens
+// are taken, read at now.
+func (q *Quota) Balance(used int64, start, end, now time.Time) Balance {
+	b := Balance{Limit: q.Limit, Missing: used, Quota: true, WindowStart: start, WindowEnd: end, ResetAfter: max(end.Sub(now), 0)}
+	if used < q.Limit {
+		b.Remaining = q.Limit - used
+	} else {
+		b.Debt = used - q.Limit
+	}
+	return b
 }

@@ -193,3 +193,50 @@ func TestTheAdminAPIFollowsAReload(t *testing.T) {
 		t.Errorf("after the reload: %v\n%s", err, out)
 	}
 }
+
+// TestAnOperatorGivesAQuotaCallerMoreThisMonthWithOneCommand: on the built
+// binary and a real Redis, a caller denied by a monthly quota; `floodgate
+// bucket get` prints the quota's window, `floodgate bucket add 500` gives
+// 500 more requests this month (beyond the limit of 2), the next Check
+// passes, and `floodgate explain` says the quota would pay.
+func TestAnOperatorGivesAQuotaCallerMoreThisMonthWithOneCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg, tokenFile := adminConfig(t, srv.Addr)
+	p := startFloodgate(t, cfg+`  - name: monthly
+    match: {path_prefix: /v1/}
+    key: [header:x-api-key]
+    quota: {limit: 2, period: month, timezone: Europe/Berlin}
+`)
+	req := request(t, "/v1/items", "203.0.113.9", "x-api-key: k_live_q")
+	for i := 0; i < 2; i++ {
+		if !isAllowed(p.Check(t, req)) {
+			t.Fatalf("request %d of 2 denied", i+1)
+		}
+	}
+	if isAllowed(p.Check(t, req)) {
+		t.Fatal("the 3rd request on a monthly quota of 2 passed")
+	}
+	admin := []string{"--addr", p.Admin, "--token-file", tokenFile, "--policy", "monthly", "--key", "k_live_q"}
+	out, err := floodgateCmd(t, append([]string{"bucket", "get"}, admin...)...)
+	if err != nil || !strings.Contains(out, "(header:x-api-key): quota: 0 of 2 left this month, window ") || !strings.Contains(out, "(Europe/Berlin), ends in ") {
+		t.Fatalf("bucket get: %v\n%s", err, out)
+	}
+	out, err = floodgateCmd(t, append([]string{"bucket", "add", "500"}, admin...)...)
+	if err != nil || !strings.HasPrefix(out, "add 500 by alice: monthly ") || !strings.Contains(out, "quota: 500 of 2 left this month") {
+		t.Fatalf("bucket add: %v\n%s", err, out)
+	}
+	if resp := p.Check(t, req); !isAllowed(resp) {
+		t.Fatalf("the request after the add was denied: %v", resp)
+	}
+	out, err = floodgateCmd(t, "explain", "--addr", p.Admin, "--token-file", tokenFile,
+		"--path", "/v1/items", "--source", "203.0.113.9", "-H", "x-api-key: k_live_q")
+	// keys has spent its 3 tokens: it denies, and the quota would pay.
+	if err != nil || !strings.HasPrefix(out, "deny (check): denied by keys\n") || !strings.Contains(out, "monthly (enforce): key header:x-api-key, identity ") ||
+		!strings.Contains(out, "quota: 499 of 2 left this month, window ") || !strings.Contains(out, "(Europe/Berlin), ends in ") || !strings.HasSuffix(out, "s: pays\n") {
+		t.Fatalf("explain: %v\n%s", err, out)
+	}
+	out, err = floodgateCmd(t, append([]string{"bucket", "get", "--json"}, admin...)...)
+	if err != nil || !strings.Contains(out, `"period": "month"`) || !strings.Contains(out, `"timezone": "Europe/Berlin"`) || !strings.Contains(out, `"window_end": "`) {
+		t.Fatalf("bucket get --json: %v\n%s", err, out)
+	}
+}

@@ -359,12 +359,13 @@ func TestARotatedTokenFileTakesEffectWithoutARestart(t *testing.T) {
 
 // TestExplainSaysWhatCheckThenDecides explains random requests, then
 // decides each with Check on the same store and clock: the decision and
-// the denying policies explain gave are Check's.
+// the denying policies explain gave are Check's, a calendar quota's among
+// them.
 func TestExplainSaysWhatCheckThenDecides(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_796_040_000, 0))
-	f := newFixture(t, storetest.Memory(clock), "", false)
+	f := newFixture(t, storetest.Memory(clock), driftPolicies, false)
 	rng := rand.New(rand.NewPCG(47, 3))
-	denials := 0
+	denials, quotaDenials := 0, 0
 	for i := 0; i < 300; i++ {
 		clock.Advance(time.Duration(rng.IntN(20)) * time.Second)
 		path := []string{"/v1/a", "/other"}[rng.IntN(2)]
@@ -385,6 +386,9 @@ func TestExplainSaysWhatCheckThenDecides(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkAllowed := resp.GetStatus().GetCode() == 0
+		if contains(e.DeniedBy, "hourly") {
+			quotaDenials++
+		}
 		if (e.Decision == "allow") != checkAllowed {
 			t.Fatalf("request %d (%s %v): explain said %s (%v), Check allowed %v\n%s", i, path, hs, e.Decision, e.DeniedBy, checkAllowed, e.Text())
 		}
@@ -399,6 +403,9 @@ func TestExplainSaysWhatCheckThenDecides(t *testing.T) {
 	}
 	if denials < 30 {
 		t.Errorf("only %d denials among 300 requests: the comparison says little", denials)
+	}
+	if quotaDenials < 10 {
+		t.Errorf("the hourly quota denied only %d requests: the comparison says little of quotas", quotaDenials)
 	}
 }
 

@@ -5,11 +5,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/floodgate/floodgate/internal/door"
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/calendar"
 )
 
 // Bucket is the answer of /v1/buckets/{policy}: one caller's bucket, after
@@ -31,11 +33,49 @@ type Bucket struct {
 	// Scope is "shared" (the bucket every replica decides with: Redis) or
 	// "replica" (the memory store: this replica's bucket alone).
 	Scope string `json:"scope"`
+	// Quota is set for a calendar quota's policy: the bucket is then the
+	// caller's count in the current window, Limit the quota's limit,
+	// Remaining what is left to take in the window (above Limit when an
+	// add gave more), Reset the seconds to the window's end, Debt the
+	// count above the limit.
+	Quota *QuotaWindow `json:"quota,omitempty"`
 	// Op, N and By say what a POST changed, and who asked.
 	Op   string `json:"op,omitempty"`
 	N    *int64 `json:"n,omitempty"`
 	By   string `json:"by,omitempty"`
 	Note string `json:"note,omitempty"`
+}
+
+// QuotaWindow is a quota's current window, as the store's clock chose it.
+type QuotaWindow struct {
+	// Period (hour, day, week, month, year, or a fixed window's length in
+	// seconds, for rls.windows: fixed) and Timezone are the calendar's.
+	Period   string `json:"period"`
+	Timezone string `json:"timezone"`
+	// Start and End are the window's, RFC 3339 in Timezone.
+	Start string `json:"window_start"`
+	End   string `json:"window_end"`
+}
+
+// calendarOf is the shape limiter/calendar's windows have.
+type calendarOf interface {
+	Period() calendar.Period
+	Location() *time.Location
+}
+
+// quotaWindow is q's window as b read it, nil for a token bucket.
+func quotaWindow(q *limiter.Quota, b limiter.Balance) *QuotaWindow {
+	if q == nil || !b.Quota {
+		return nil
+	}
+	loc, period := time.UTC, ""
+	if c, ok := q.Windows.(calendarOf); ok {
+		loc, period = c.Location(), c.Period().String()
+	} else {
+		period = strconv.FormatInt(int64(b.WindowEnd.Sub(b.WindowStart)/time.Second), 10) + "s"
+	}
+	return &QuotaWindow{Period: period, Timezone: loc.String(),
+		Start: b.WindowStart.In(loc).Format(time.RFC3339), End: b.WindowEnd.In(loc).Format(time.RFC3339)}
 }
 
 // Change is the body of a POST to /v1/buckets/{policy}: exactly one of
@@ -105,7 +145,7 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 			fail(w, http.StatusBadRequest, "id "+strconv.Quote(id)+" is no identity of policy "+p.Name+": 22 characters of base64url as floodgate explain shows them, - for the shared bucket, or + and a header source for the bucket of repeated headers")
 			return
 		}
-		req = limiter.Request{Name: p.Name, ID: id, Limit: p.Limit}
+		req = limiter.Request{Name: p.Name, ID: id, Limit: p.Limit, Quota: p.Quota}
 	default:
 		var err error
 		if req, err = cfg.Engine.BucketOf(p, source, q.Get("key")); err != nil {
@@ -130,6 +170,7 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 		return
 	}
 	out := bucketOf(p.Name, source, req.ID, bal)
+	out.Quota = quotaWindow(req.Quota, bal)
 	if adj.Op == limiter.OpRead {
 		a.reads.Inc()
 	} else {
@@ -139,9 +180,13 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 			n := adj.N
 			out.N = &n
 		}
-		a.o.Log.Info("admin API: bucket adjusted", zap.String("by", who), zap.String("policy", p.Name), zap.String("source", source),
+		fields := []zap.Field{zap.String("by", who), zap.String("policy", p.Name), zap.String("source", source),
 			zap.String("identity", req.ID), zap.String("op", adj.Op.String()), zap.Int64("n", adj.N),
-			zap.Int64("remaining", bal.Remaining), zap.Int64("debt", bal.Debt), zap.String("scope", out.Scope))
+			zap.Int64("remaining", bal.Remaining), zap.Int64("debt", bal.Debt), zap.String("scope", out.Scope)}
+		if out.Quota != nil {
+			fields = append(fields, zap.String("window_end", out.Quota.End)) // a quota's change lasts until then
+		}
+		a.o.Log.Info("admin API: bucket adjusted", fields...)
 	}
 	reply(w, http.StatusOK, out)
 }

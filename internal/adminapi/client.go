@@ -130,14 +130,25 @@ func (b Bucket) String() string {
 	if b.Source != "" {
 		fmt.Fprintf(&s, " (%s)", b.Source)
 	}
-	fmt.Fprintf(&s, ": %s", state(b.Limit, b.Remaining, b.Reset, b.Debt))
+	fmt.Fprintf(&s, ": %s", state(b.Limit, b.Remaining, b.Reset, b.Debt, b.Quota))
 	if b.Scope == "replica" {
 		s.WriteString("; this replica's bucket only (memory store)")
 	}
 	return s.String()
 }
 
-func state(limit, remaining, reset, debt int64) string {
+func state(limit, remaining, reset, debt int64, q *QuotaWindow) string {
+	if q != nil {
+		period := q.Period
+		if period != "" && period[0] >= '0' && period[0] <= '9' {
+			period += " window" // rls.windows: fixed's length in seconds
+		}
+		s := fmt.Sprintf("quota: %d of %d left this %s", remaining, limit, period)
+		if debt > 0 {
+			s += fmt.Sprintf(", %d over", debt)
+		}
+		return s + fmt.Sprintf(", window %s to %s (%s), ends in %ds", q.Start, q.End, q.Timezone, reset)
+	}
 	s := fmt.Sprintf("%d of %d left", remaining, limit)
 	if debt > 0 {
 		s += fmt.Sprintf(", %d owed", debt)
@@ -177,7 +188,7 @@ func (e Explanation) Text() string {
 			continue
 		}
 		fmt.Fprintf(&s, "key %s, identity %s, cost %d: %s: %s", p.KeySource, p.Identity, p.Cost,
-			state(p.Bucket.Limit, p.Bucket.Remaining, p.Bucket.Reset, p.Bucket.Debt), p.Verdict)
+			state(p.Bucket.Limit, p.Bucket.Remaining, p.Bucket.Reset, p.Bucket.Debt, p.Bucket.Quota), p.Verdict)
 		if p.RetryAfter > 0 {
 			fmt.Fprintf(&s, ", retry after %ds", p.RetryAfter)
 		}
@@ -195,7 +206,7 @@ func (e Explanation) Text() string {
 		}
 		fmt.Fprintf(&s, "), %s %d", d.Asks, d.Cost)
 		if d.Bucket != nil {
-			fmt.Fprintf(&s, ", identity %s: %s", d.Identity, state(d.Bucket.Limit, d.Bucket.Remaining, d.Bucket.Reset, d.Bucket.Debt))
+			fmt.Fprintf(&s, ", identity %s: %s", d.Identity, state(d.Bucket.Limit, d.Bucket.Remaining, d.Bucket.Reset, d.Bucket.Debt, d.Bucket.Quota))
 		}
 		if d.Verdict != "" {
 			fmt.Fprintf(&s, ": %s", d.Verdict)

@@ -111,6 +111,9 @@ type State struct {
 	Reset     int64  `json:"reset"`
 	Debt      int64  `json:"debt"`
 	Scope     string `json:"scope"`
+	// Quota is set for a calendar quota: the state is the count in its
+	// current window (see Bucket).
+	Quota *QuotaWindow `json:"quota,omitempty"`
 }
 
 func (a *API) explain(w http.ResponseWriter, r *http.Request, cfg *door.Config, who string) {
@@ -193,7 +196,8 @@ func (a *API) explainCheck(ctx context.Context, cfg *door.Config, req ExplainReq
 				return Explanation{}, err
 			}
 			pe.Bucket = stateOf(b)
-			pays, retry := verdict(x.Request.Limit, b.Missing, x.Request.Cost)
+			pe.Bucket.Quota = quotaWindow(x.Request.Quota, b)
+			pays, retry := verdict(x.Request, b)
 			pe.Verdict, pe.RetryAfter = say(pays, x.Policy.Shadow), retry
 			if !pays && !x.Policy.Shadow {
 				out.Decision, out.DeniedBy = "deny", append(out.DeniedBy, x.Policy.Name)
@@ -239,14 +243,14 @@ func (a *API) explainRLS(ctx context.Context, cfg *door.Config, req ExplainReque
 				read[it.Bucket] = bal
 			}
 			de.Bucket = stateOf(bal)
+			de.Bucket.Quota = quotaWindow(b.Quota, bal)
 			denies := false
 			switch b.Kind {
 			case limiter.Take:
-				pays, retry := verdict(b.Limit, bal.Missing, b.Cost)
+				pays, retry := verdict(b, bal)
 				de.Verdict, de.RetryAfter, denies = say(pays, it.Shadow), retry, !pays
 			case limiter.Charge:
-				k, _ := b.Limit.Units()
-				if bal.Missing+b.Cost*k > b.Limit.CapacityUnits() {
+				if overdraws(b, bal) {
 					de.Verdict, denies = "over the limit (charged all the same)", true
 				} else {
 					de.Verdict = "pays"
@@ -299,18 +303,38 @@ func descriptorText(es []rls.Entry) string {
 	return strings.Join(parts, ",")
 }
 
-// verdict says whether a bucket of l missing m units pays a take of cost,
-// and when not, in how many seconds it could (0 for a cost above the
-// capacity, which never passes).
-func verdict(l limiter.Limit, m, cost int64) (pays bool, retryAfter int64) {
+// verdict says whether the bucket read as b pays r's take, and when not,
+// in how many seconds it could (0 for a cost above the capacity, which
+// never passes): for a quota, at its window's end.
+func verdict(r limiter.Request, b limiter.Balance) (pays bool, retryAfter int64) {
+	l, m, cost := r.Limit, b.Missing, r.Cost
+	if q := r.Quota; q != nil {
+		switch {
+		case q.Fits(m, cost):
+			return true, 0
+		case cost > q.Limit:
+			return false, 0
+		}
+		return false, max(seconds(b.ResetAfter), 1)
+	}
 	if l.Fits(m, cost) {
 		return true, 0
 	}
-	r := l.Result(m, limiter.Take, cost, false)
-	if r.ExceedsCapacity {
+	res := l.Result(m, limiter.Take, cost, false)
+	if res.ExceedsCapacity {
 		return false, 0
 	}
-	return false, max(seconds(r.RetryAfter), 1)
+	return false, max(seconds(res.RetryAfter), 1)
+}
+
+// overdraws reports whether r's charge takes the bucket read as b over
+// its limit (a quota: its count over the quota's limit).
+func overdraws(r limiter.Request, b limiter.Balance) bool {
+	if r.Quota != nil {
+		return b.Missing+r.Cost > r.Quota.Limit
+	}
+	k, _ := r.Limit.Units()
+	return b.Missing+r.Cost*k > r.Limit.CapacityUnits()
 }
 
 func say(pays, shadow bool) string {

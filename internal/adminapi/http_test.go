@@ -25,13 +25,13 @@ import (
 func TestExplainSaysWhatTheHTTPDoorThenAnswers(t *testing.T) {
 	clock := limiter.NewManualClock(time.Unix(1_796_040_000, 0))
 	store := storetest.Memory(clock)
-	f := newFixture(t, store, "listen: {http: 127.0.0.1:0}\nhttp_authz: {trusted_hops: 2, path_prefix: /authz, original_uri_header: X-Original-URI, original_method_header: X-Original-Method}\n"+policies, false)
+	f := newFixture(t, store, "listen: {http: 127.0.0.1:0}\nhttp_authz: {trusted_hops: 2, path_prefix: /authz, original_uri_header: X-Original-URI, original_method_header: X-Original-Method}\n"+driftPolicies, false)
 	door := extauthz.NewHTTPServer(f.check, httpauthz.Engine(f.cfg), extauthz.HTTPOptions{Request: httpauthz.RequestOptions(f.cfg)})
 	srv := httptest.NewServer(door)
 	t.Cleanup(srv.Close)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	rng := rand.New(rand.NewPCG(47, 5))
-	denials := 0
+	denials, quotaDenials := 0, 0
 	for i := 0; i < 300; i++ {
 		clock.Advance(time.Duration(rng.IntN(20)) * time.Second)
 		a := httpauthz.ClientArgs{Addr: addr, Method: []string{"GET", "POST"}[rng.IntN(2)], Host: "api.example.com",
@@ -61,6 +61,9 @@ func TestExplainSaysWhatTheHTTPDoorThenAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+		if contains(e.DeniedBy, "hourly") {
+			quotaDenials++
+		}
 		want := map[string]int{"allow": http.StatusOK, "deny": http.StatusTooManyRequests}[e.Decision]
 		if e.Door != "http" || resp.StatusCode != want {
 			t.Fatalf("request %d (%+v): explain said %s (%s), the door answered %d\n%s", i, a, e.Decision, e.Door, resp.StatusCode, e.Text())
@@ -71,5 +74,8 @@ func TestExplainSaysWhatTheHTTPDoorThenAnswers(t *testing.T) {
 	}
 	if denials < 30 {
 		t.Errorf("only %d denials among 300 requests: the comparison says little", denials)
+	}
+	if quotaDenials < 10 {
+		t.Errorf("the hourly quota denied only %d requests: the comparison says little of quotas", quotaDenials)
 	}
 }

@@ -9,10 +9,14 @@ import (
 // Adjust implements limiter.Adjuster on this store's buckets alone: the
 // Balance is marked Local, since another replica's in-memory bucket for the
 // same caller is another bucket. It takes the bucket's shard lock, so it is
-// atomic with the decisions on the bucket.
+// atomic with the decisions on the bucket. A quota's window is the one the
+// store's clock is in, as for its decisions.
 func (s *Store) Adjust(_ context.Context, req limiter.Request, a limiter.Adjustment) (limiter.Balance, error) {
 	if err := limiter.CheckAdjust(req, a); err != nil {
 		return limiter.Balance{}, err
+	}
+	if req.Quota != nil {
+		return s.adjustQuota(req, a), nil
 	}
 	now := s.clock.Now().Sub(s.epoch).Microseconds()
 	l := req.Limit
@@ -47,4 +51,35 @@ func (s *Store) Adjust(_ context.Context, req limiter.Request, a limiter.Adjustm
 	b := l.Balance(m)
 	b.Local = true
 	return b, nil
+}
+
+// adjustQuota is Adjust on req's quota, in the window the store's clock is
+// in, as a decision reads it (readQuota): a count of another window is a
+// count of zero.
+func (s *Store) adjustQuota(req limiter.Request, a limiter.Adjustment) limiter.Balance {
+	at := s.clock.Now()
+	now := at.Sub(s.epoch).Microseconds()
+	k := s.quotaKey(req.Name, req.ID)
+	sh := &s.shards[s.shard(k)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p := pending{k: k, slot: -1}
+	s.readQuota(&req, &p, &sh.t, at)
+	m := p.missing
+	if a.Op != limiter.OpRead {
+		m = req.Quota.Count(m, a)
+		switch {
+		case m == 0 && p.slot >= 0:
+			sh.t.remove(p.slot)
+		case m == 0:
+		case p.slot >= 0:
+			sh.t.slots[p.slot].b = bucket{missing: m, full: p.end, lim: quotaLim, fam: sh.t.slots[p.slot].b.fam}
+		default:
+			s.insert(sh, k, bucket{missing: m, full: p.end, lim: quotaLim, fam: s.families.id(req.Name)}, now)
+		}
+	}
+	start, end := req.Quota.Windows.Window(at)
+	b := req.Quota.Balance(m, start, end, at)
+	b.Local = true
+	return b
 }

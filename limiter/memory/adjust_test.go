@@ -41,3 +41,12 @@ func TestAdjustedBucketRefillsOnTheStoresClock(t *testing.T) {
 		t.Fatalf("3s later: %+v, want 5 left, full in 5s", b)
 	}
 }
+
+// TestAdjustQuotaConformance runs the quota adjustments on an injected
+// clock: the window is the one it reads.
+func TestAdjustQuotaConformance(t *testing.T) {
+	storetest.RunAdjustQuota(t, storetest.QuotaHarness{Start: func(t *testing.T, at time.Time) (limiter.Store, func(time.Time)) {
+		clock := limiter.NewManualClock(at)
+		return storetest.Memory(clock), func(to time.Time) { clock.Advance(to.Sub(clock.Now())) }
+	}})
+}

@@ -387,7 +387,7 @@ func (s *Store) writeQuota(r *limiter.Request, p *pending, res *limiter.Result, 
 		}
 		return
 	}
-	if m > 0 {
+	if m != 0 { // below zero: a credit an operator's Add gave
 		s.insert(sh, p.k, bucket{missing: m, full: p.end, lim: quotaLim, fam: p.fam}, now)
 	}
 }

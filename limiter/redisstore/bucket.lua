@@ -67,7 +67,9 @@
 -- error (QUOTA_CLOCK), never a count in the wrong window. A quota's key
 -- (named apart from any bucket's by the store) holds struct '<dd', 16
 -- bytes: the start of the window it counts and the count, and expires at
--- that window's end; a count of another window is a count of zero.
+-- that window's end; a count of another window is a count of zero. A
+-- count below zero is a credit an operator's add gave (adjust.lua): takes
+-- count up from it, and a refund leaves it as it is.
 
 local function floordiv(a, b)
   local q = math.floor(a / b)
@@ -233,7 +235,7 @@ local function flush()
   for key in pairs(dirty) do
     local m, l = M[key], L[key]
     if Q and Q.i[key] then
-      if m <= 0 then
+      if m == 0 then -- below zero: a credit an operator's adjustment gave
         redis.call('DEL', key)
       else
         redis.call('SET', key, pack('<dd', Q.s[key], m), 'PXAT', string.format('%d', math.ceil(Q.e[key] / 1000)))

@@ -37,8 +37,12 @@ for i = 1, #KEYS do
     if v and #v == 16 then
       local ws, m = unpack('<dd', v)
       if ws == g then
-        n = math.max(m - cost, 0)
-        if n > 0 then
+        -- The undoing of a take counted in this window: exact within an
+        -- operator's credit (a count below zero, see bucket.lua), never
+        -- below zero otherwise.
+        n = m - cost
+        if m >= 0 and n < 0 then n = 0 end
+        if n ~= 0 then
           redis.call('SET', KEYS[i], pack('<dd', ws, n), 'KEEPTTL')
         else
           redis.call('DEL', KEYS[i])

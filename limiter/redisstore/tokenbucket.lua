@@ -137,6 +137,7 @@ local function apply(m, l, kind, n)
     if m > 2 * full[l] then m = 2 * full[l] end
     return m
   end
+  if m <= 0 then return m end -- full, or a quota's credit (bucket.lua): a refund adds nothing
   m = m - n * per[l]
   if m < 0 then m = 0 end
   return m

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate/floodgate/limiter"
+	"github.com/floodgate/floodgate/limiter/calendar"
 	"github.com/floodgate/floodgate/limiter/redisstore"
 	"github.com/floodgate/floodgate/limiter/redistest"
 	"github.com/floodgate/floodgate/limiter/resilient"
@@ -66,4 +67,56 @@ func TestAnAdjustmentWithRedisDownFailsInTimeWithoutTheFallback(t *testing.T) {
 	if fallback.Has("p", "x") {
 		t.Error("the adjustment landed in the per-replica fallback")
 	}
+}
+
+// A quota's adjustment goes to Redis' window as a bucket's does, and with
+// Redis stopped fails within the deadline, leaving the per-replica
+// fallback's count of the quota as it was.
+func TestAQuotaAdjustmentLandsInRedisOrFails(t *testing.T) {
+	srv := redistest.Start(t)
+	rc, _ := redisstore.Dial(redisstore.Options{Addresses: []string{srv.Addr}, Timeout: storeTimeout, DialTimeout: 250 * time.Millisecond})
+	defer rc.Close()
+	fallback := storetest.Memory(nil)
+	primary := redisstore.New(rc, "")
+	rs, err := resilient.New(primary, resilient.Options{Timeout: storeTimeout, Breaker: serveBreaker, Fallback: fallback, FallbackShare: whole})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal, err := calendar.New(calendar.Day, time.UTC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &limiter.Quota{Limit: 4, Windows: cal}
+	req := limiter.Request{Name: "p", ID: "x", Limit: limiter.MustLimit(4, "1"), Quota: q}
+	ctx := context.Background()
+	if b, err := rs.Adjust(ctx, req, limiter.Adjustment{Op: limiter.OpAdd, N: 6}); err != nil || !b.Quota || b.Remaining != 10 || b.Local {
+		t.Fatalf("add 6: %+v, %v", b, err)
+	}
+	if b, err := primary.Adjust(ctx, req, limiter.Adjustment{}); err != nil || b.Remaining != 10 {
+		t.Fatalf("Redis' count after the add: %+v, %v", b, err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	if _, err := rs.Adjust(ctx, req, limiter.Adjustment{Op: limiter.OpSet, N: 0}); !errors.Is(err, limiter.ErrUnavailable) || time.Since(start) > time.Second {
+		t.Fatalf("set 0 with Redis paused: %v after %v", err, time.Since(start))
+	}
+	if b, err := fallback.Adjust(ctx, req, limiter.Adjustment{}); err != nil || b.Remaining != 4 {
+		t.Fatalf("the fallback's count: %+v, %v; want untouched", b, err)
+	}
+}
+
+// TestAdjustQuotaConformanceThroughTheResilienceLayer: the quota
+// adjustments pass through to the primary store (here the memory store, on
+// an injected clock), with the over-limit cache on: a quota's denial is
+// never cached, so an add reaches the next decision.
+func TestAdjustQuotaConformanceThroughTheResilienceLayer(t *testing.T) {
+	storetest.RunAdjustQuota(t, storetest.QuotaHarness{Start: func(t *testing.T, at time.Time) (limiter.Store, func(time.Time)) {
+		clock := limiter.NewManualClock(at)
+		rs, err := resilient.New(storetest.Memory(clock), resilient.Options{Timeout: time.Second, Breaker: serveBreaker, Clock: clock, OverLimitEntries: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs, func(to time.Time) { clock.Advance(to.Sub(clock.Now())) }
+	}})
 }

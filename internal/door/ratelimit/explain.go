@@ -26,5 +26,8 @@ func Explain(doors []door.Door, c *door.Config, req *rlsv3.RateLimitRequest) (rl
 			limits = rd.s.Limits()
 		}
 	}
+	if c.RLS.Windows == "fixed" {
+		return limits.PlanFixed(req, c.Engine.HashIdentity) // the quotas the door counts in
+	}
 	return limits.Plan(req, c.Engine.HashIdentity)
 }
