@@ -70,12 +70,12 @@ func bucketCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		change = &adminapi.Change{Reset: true}
 	case "add", "set":
 		if len(rest) == 0 {
-			fmt.Fprintf(stderr, "floodgate bucket %s: give the tokens, as in floodgate bucket %s 500 --policy P --key VALUE\n", action, action)
+			fmt.Fprintf(stderr, "floodgate bucket %s: give the tokens (a bucket) or requests (a quota), as in floodgate bucket %s 500 --policy P --key VALUE\n", action, action)
 			return 2
 		}
 		n, err := strconv.ParseInt(rest[0], 10, 64)
 		if err != nil {
-			fmt.Fprintf(stderr, "floodgate bucket %s: %q is not a whole number of tokens\n", action, rest[0])
+			fmt.Fprintf(stderr, "floodgate bucket %s: %q is not a whole number of tokens or requests\n", action, rest[0])
 			return 2
 		}
 		rest = rest[1:]
