@@ -23,22 +23,9 @@ type Bucket struct {
 	// identity, hashed as decisions hash it.
 	Source   string `json:"source,omitempty"`
 	Identity string `json:"identity"`
-	// Limit is the capacity, Remaining the whole tokens left, Reset the
-	// seconds until full (rounded up, as RateLimit-Reset), Debt the whole
-	// tokens owed.
-	Limit     int64 `json:"limit"`
-	Remaining int64 `json:"remaining"`
-	Reset     int64 `json:"reset"`
-	Debt      int64 `json:"debt"`
-	// Scope is "shared" (the bucket every replica decides with: Redis) or
-	// "replica" (the memory store: this replica's bucket alone).
-	Scope string `json:"scope"`
-	// Quota is set for a calendar quota's policy: the bucket is then the
-	// caller's count in the current window, Limit the quota's limit,
-	// Remaining what is left to take in the window (above Limit when an
-	// add gave more), Reset the seconds to the window's end, Debt the
-	// count above the limit.
-	Quota *QuotaWindow `json:"quota,omitempty"`
+	// State is the bucket's balance after the change (its fields inline
+	// in the answer).
+	State
 	// Op, N and By say what a POST changed, and who asked.
 	Op   string `json:"op,omitempty"`
 	N    *int64 `json:"n,omitempty"`
@@ -169,8 +156,7 @@ func (a *API) bucket(w http.ResponseWriter, r *http.Request, cfg *door.Config, w
 		storeFailed(w, err)
 		return
 	}
-	out := bucketOf(p.Name, source, req.ID, bal)
-	out.Quota = quotaWindow(req.Quota, bal)
+	out := bucketOf(p.Name, source, req.ID, req.Quota, bal)
 	if adj.Op == limiter.OpRead {
 		a.reads.Inc()
 	} else {
@@ -214,12 +200,11 @@ func identity(id string, sources []string) bool {
 	return true
 }
 
-// bucketOf is the answer for a bucket's balance.
-func bucketOf(policy, source, id string, b limiter.Balance) Bucket {
-	out := Bucket{Policy: policy, Source: source, Identity: id, Limit: b.Limit, Remaining: b.Remaining,
-		Reset: seconds(b.ResetAfter), Debt: b.Debt, Scope: "shared"}
+// bucketOf is the answer for a bucket's balance (q: its quota, if any).
+func bucketOf(policy, source, id string, q *limiter.Quota, b limiter.Balance) Bucket {
+	out := Bucket{Policy: policy, Source: source, Identity: id, State: stateOf(q, b)}
 	if b.Local {
-		out.Scope, out.Note = "replica", replicaNote
+		out.Note = replicaNote
 	}
 	return out
 }

@@ -130,14 +130,17 @@ func (b Bucket) String() string {
 	if b.Source != "" {
 		fmt.Fprintf(&s, " (%s)", b.Source)
 	}
-	fmt.Fprintf(&s, ": %s", state(b.Limit, b.Remaining, b.Reset, b.Debt, b.Quota))
+	fmt.Fprintf(&s, ": %s", b.State.String())
 	if b.Scope == "replica" {
 		s.WriteString("; this replica's bucket only (memory store)")
 	}
 	return s.String()
 }
 
-func state(limit, remaining, reset, debt int64, q *QuotaWindow) string {
+// String is the balance for a terminal: a quota's in its window, a
+// bucket's until full.
+func (st State) String() string {
+	limit, remaining, reset, debt, q := st.Limit, st.Remaining, st.Reset, st.Debt, st.Quota
 	if q != nil {
 		period := q.Period
 		if period != "" && period[0] >= '0' && period[0] <= '9' {
@@ -188,7 +191,7 @@ func (e Explanation) Text() string {
 			continue
 		}
 		fmt.Fprintf(&s, "key %s, identity %s, cost %d: %s: %s", p.KeySource, p.Identity, p.Cost,
-			state(p.Bucket.Limit, p.Bucket.Remaining, p.Bucket.Reset, p.Bucket.Debt, p.Bucket.Quota), p.Verdict)
+			p.Bucket.String(), p.Verdict)
 		if p.RetryAfter > 0 {
 			fmt.Fprintf(&s, ", retry after %ds", p.RetryAfter)
 		}
@@ -206,7 +209,7 @@ func (e Explanation) Text() string {
 		}
 		fmt.Fprintf(&s, "), %s %d", d.Asks, d.Cost)
 		if d.Bucket != nil {
-			fmt.Fprintf(&s, ", identity %s: %s", d.Identity, state(d.Bucket.Limit, d.Bucket.Remaining, d.Bucket.Reset, d.Bucket.Debt, d.Bucket.Quota))
+			fmt.Fprintf(&s, ", identity %s: %s", d.Identity, d.Bucket.String())
 		}
 		if d.Verdict != "" {
 			fmt.Fprintf(&s, ": %s", d.Verdict)

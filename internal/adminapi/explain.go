@@ -106,13 +106,21 @@ type DescriptorExplained struct {
 
 // State is a bucket's balance, read without spending.
 type State struct {
-	Limit     int64  `json:"limit"`
-	Remaining int64  `json:"remaining"`
-	Reset     int64  `json:"reset"`
-	Debt      int64  `json:"debt"`
-	Scope     string `json:"scope"`
-	// Quota is set for a calendar quota: the state is the count in its
-	// current window (see Bucket).
+	// Limit is the capacity, Remaining the whole tokens left, Reset the
+	// seconds until full (rounded up, as RateLimit-Reset), Debt the whole
+	// tokens owed.
+	Limit     int64 `json:"limit"`
+	Remaining int64 `json:"remaining"`
+	Reset     int64 `json:"reset"`
+	Debt      int64 `json:"debt"`
+	// Scope is "shared" (the bucket every replica decides with: Redis) or
+	// "replica" (the memory store: this replica's bucket alone).
+	Scope string `json:"scope"`
+	// Quota is set for a calendar quota's policy: the bucket is then the
+	// caller's count in the current window, Limit the quota's limit,
+	// Remaining what is left to take in the window (above Limit when an
+	// add gave more), Reset the seconds to the window's end, Debt the
+	// count above the limit.
 	Quota *QuotaWindow `json:"quota,omitempty"`
 }
 
@@ -195,8 +203,8 @@ func (a *API) explainCheck(ctx context.Context, cfg *door.Config, req ExplainReq
 			if err != nil {
 				return Explanation{}, err
 			}
-			pe.Bucket = stateOf(b)
-			pe.Bucket.Quota = quotaWindow(x.Request.Quota, b)
+			st := stateOf(x.Request.Quota, b)
+			pe.Bucket = &st
 			pays, retry := verdict(x.Request, b)
 			pe.Verdict, pe.RetryAfter = say(pays, x.Policy.Shadow), retry
 			if !pays && !x.Policy.Shadow {
@@ -242,8 +250,8 @@ func (a *API) explainRLS(ctx context.Context, cfg *door.Config, req ExplainReque
 				}
 				read[it.Bucket] = bal
 			}
-			de.Bucket = stateOf(bal)
-			de.Bucket.Quota = quotaWindow(b.Quota, bal)
+			st := stateOf(b.Quota, bal)
+			de.Bucket = &st
 			denies := false
 			switch b.Kind {
 			case limiter.Take:
@@ -349,8 +357,10 @@ func say(pays, shadow bool) string {
 	return "denies"
 }
 
-func stateOf(b limiter.Balance) *State {
-	s := &State{Limit: b.Limit, Remaining: b.Remaining, Reset: seconds(b.ResetAfter), Debt: b.Debt, Scope: "shared"}
+// stateOf is balance b as the answers show it (q: its quota, if any).
+func stateOf(q *limiter.Quota, b limiter.Balance) State {
+	s := State{Limit: b.Limit, Remaining: b.Remaining, Reset: seconds(b.ResetAfter), Debt: b.Debt, Scope: "shared",
+		Quota: quotaWindow(q, b)}
 	if b.Local {
 		s.Scope = "replica"
 	}
