@@ -57,6 +57,13 @@ var ErrAdjustment = errors.New("limiter: adjustment out of range")
 // capacity or of a debt beyond one capacity, an Add of the most negative
 // int64, an unknown Op.
 func (a Adjustment) Check(l Limit) error {
+	return a.check(-l.Capacity, l.Capacity, "the capacity, and a debt of at most one capacity")
+}
+
+// check reports an adjustment outside what every limit refuses (an Add of
+// the most negative int64, an unknown Op) or a Set outside [low, high],
+// which why explains.
+func (a Adjustment) check(low, high int64, why string) error {
 	switch a.Op {
 	case OpRead, OpReset, OpAdd:
 		if a.Op == OpAdd && a.N == -1<<63 {
@@ -64,8 +71,8 @@ func (a Adjustment) Check(l Limit) error {
 		}
 		return nil
 	case OpSet:
-		if a.N > l.Capacity || a.N < -l.Capacity {
-			return fmt.Errorf("%w: set %d is outside [-%d, %d] (the capacity, and a debt of at most one capacity)", ErrAdjustment, a.N, l.Capacity, l.Capacity)
+		if a.N > high || a.N < low {
+			return fmt.Errorf("%w: set %d is outside [%d, %d] (%s)", ErrAdjustment, a.N, low, high, why)
 		}
 		return nil
 	}

@@ -117,19 +117,7 @@ const MaxQuotaCredit = MaxQuota
 // Limit + MaxQuotaCredit] (a count of at most twice the limit, at least
 // −MaxQuotaCredit), an Add of the most negative int64, an unknown Op.
 func (a Adjustment) CheckQuota(q *Quota) error {
-	switch a.Op {
-	case OpRead, OpReset, OpAdd:
-		if a.Op == OpAdd && a.N == -1<<63 {
-			return fmt.Errorf("%w: add %d", ErrAdjustment, a.N)
-		}
-		return nil
-	case OpSet:
-		if a.N > q.Limit+MaxQuotaCredit || a.N < -q.Limit {
-			return fmt.Errorf("%w: set %d is outside [-%d, %d] (a debt of at most the limit, a credit of at most 2^48 beyond it)", ErrAdjustment, a.N, q.Limit, q.Limit+MaxQuotaCredit)
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: unknown operation %v", ErrAdjustment, a.Op)
+	return a.check(-q.Limit, q.Limit+MaxQuotaCredit, "a debt of at most the limit, a credit of at most 2^48 beyond it")
 }
 
 // Count returns the window's count once a is applied to a window in which
