@@ -257,7 +257,7 @@ func TestAnEnvoyOfTheQuotaExampleGetsItsAssignments(t *testing.T) {
 	defer conn.Close()
 	e := rlqs.NewEnvoy(conn, rlqs.EnvoyOptions{Domain: fc.GetDomain()})
 	defer e.Close()
-	want := []string{"token_bucket max 2, 10 per 1s (10/s), ttl 15s", "token_bucket max 200, 1000 per 1s (1000/s), ttl 15s"}
+	want := []string{"token_bucket max 1, 10 per 1s (10/s), ttl 15s", "token_bucket max 100, 1000 per 1s (1000/s), ttl 15s"}
 	var buckets []map[string]string
 	for _, s := range settings {
 		b := map[string]string{}

@@ -104,7 +104,7 @@ func TestTheQuotaDoorDividesTheRateLimitFilesLimits(t *testing.T) {
 	if got := e.Assignment(t1); got != "token_bucket max 1, 1 per 1s (1/s), ttl 15s" {
 		t.Errorf("{tenant: t1}: %q", got)
 	}
-	if got := e.Assignment(t1x); got != "token_bucket max 10, 50 per 1s (50/s), ttl 15s" {
+	if got := e.Assignment(t1x); got != "token_bucket max 5, 50 per 1s (50/s), ttl 15s" {
 		t.Errorf("{tenant: t1, path: /x}: %q", got)
 	}
 
@@ -143,7 +143,7 @@ descriptors:
 	if !e.WaitAnswers(ctx, n+1) {
 		t.Fatal("the reload pushed nothing")
 	}
-	if got := e.Assignment(t1); got != "token_bucket max 6, 30 per 1s (30/s), ttl 15s" {
+	if got := e.Assignment(t1); got != "token_bucket max 3, 30 per 1s (30/s), ttl 15s" {
 		t.Errorf("{tenant: t1} after the reload: %q", got)
 	}
 	if got := e.Assignment(t1x); got != "none" {

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,10 @@ type quotaDoor struct {
 
 	shadow     atomic.Bool  // rls.shadow_mode
 	drainDelay atomic.Int64 // listen.drain_delay, as last reloaded
+
+	// sent counts the messages the streams sent; queued the pushes
+	// signalled and not yet handled: a test's clock waits for both.
+	sent, queued atomic.Int64
 
 	mu       sync.Mutex
 	streams  map[*stream]struct{}
@@ -180,7 +185,16 @@ func (d *quotaDoor) Reload(c *door.Config) {
 // whole drain timeout): each Envoy reopens its stream, on another replica,
 // at its next report.
 func (d *quotaDoor) Run(ctx context.Context) {
-	<-ctx.Done()
+	t := time.NewTicker(d.fleet.window)
+	defer t.Stop()
+	for done := false; !done; {
+		select {
+		case <-t.C:
+			d.refresh(d.o.Clock.Now())
+		case <-ctx.Done():
+			done = true
+		}
+	}
 	time.Sleep(time.Duration(d.drainDelay.Load()))
 	d.mu.Lock()
 	d.draining = true
@@ -199,19 +213,78 @@ func (d *quotaDoor) Pages() map[string]http.Handler {
 	return map[string]http.Handler{"/debug/rlqs": http.HandlerFunc(d.debugPage)}
 }
 
-// pushAll has every stream but those of except send the assignments that
-// changed.
-func (d *quotaDoor) pushAll(except ...*stream) {
+// pushAll has every stream send the assignments that changed.
+func (d *quotaDoor) pushAll() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for st := range d.streams {
-		if len(except) > 0 && except[0] == st {
-			continue
+		st.dmu.Lock()
+		st.all = true
+		st.dmu.Unlock()
+		d.signal(st)
+	}
+}
+
+// poke has st send the assignments that changed of the buckets marked.
+func (d *quotaDoor) poke(st *stream) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.streams[st]; ok {
+		d.signal(st)
+	}
+}
+
+// signal wakes st's push (d.mu held).
+func (d *quotaDoor) signal(st *stream) {
+	select {
+	case st.push <- struct{}{}:
+		d.queued.Add(1)
+	default:
+	}
+}
+
+// MaxRefresh bounds the buckets one refresh reads.
+const MaxRefresh = 1024
+
+// refresh reads, in one call to the store, the settled windows of the
+// buckets this replica's Envoys report (at most MaxRefresh of them, the
+// least recently read first), and pushes the Envoys whose shares the
+// fleet's move changed: a shift of demand reported on another replica
+// reaches this one's Envoys within a window or two, not at their next
+// reports.
+func (d *quotaDoor) refresh(now time.Time) {
+	ls := d.fleet.all()
+	sort.Slice(ls, func(i, j int) bool { return ls[i].readAt.Before(ls[j].readAt) })
+	var reqs []limiter.Request
+	var parts []part
+	for _, l := range ls {
+		if len(parts) == MaxRefresh {
+			break
 		}
-		select {
-		case st.push <- struct{}{}:
-		default:
+		var p part
+		var ok bool
+		if reqs, p, ok = l.lookPlan(d.fleet, now, reqs); ok {
+			parts = append(parts, p)
 		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	res := make([]limiter.Result, len(reqs))
+	ctx, cancel := context.WithTimeout(context.Background(), d.o.StoreTimeout)
+	_, err := d.store.Take(ctx, reqs, res)
+	cancel()
+	ok := err == nil
+	for i := range res {
+		ok = ok && !res[i].Degraded
+	}
+	if !ok {
+		d.metrics.storeErrors.Inc()
+		return // the reports will say, and log
+	}
+	for i := range parts {
+		parts[i].absorb(d.fleet, now, res, true)
+		parts[i].l.pushOthers(nil, now, d.o.Interval)
 	}
 }
 

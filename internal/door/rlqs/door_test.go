@@ -32,7 +32,7 @@ func TestAnEnvoyAloneIsAssignedTheWholeLimit(t *testing.T) {
 		t.Fatal("the first request, before any assignment, was denied")
 	}
 	settle(t, e)
-	if got, want := e.Assignment(tenant1), "token_bucket max 20, 100 per 1s (100/s), ttl 15s"; got != want {
+	if got, want := e.Assignment(tenant1), "token_bucket max 10, 100 per 1s (100/s), ttl 15s"; got != want {
 		t.Errorf("assignment %q, want %q", got, want)
 	}
 	if n := r.metric("floodgate_rlqs_assignments_total", "strategy", "token_bucket"); n != 1 {
@@ -162,7 +162,7 @@ func TestAReloadPushesNewAssignmentsAtOnce(t *testing.T) {
 	if !e.WaitAnswers(ctx, answers+1) {
 		t.Fatal("no assignment pushed after the limit changed")
 	}
-	if got := e.Assignment(tenant1); got != "token_bucket max 8, 40 per 1s (40/s), ttl 15s" {
+	if got := e.Assignment(tenant1); got != "token_bucket max 4, 40 per 1s (40/s), ttl 15s" {
 		t.Errorf("after the reload: %q", got)
 	}
 	r.board.Publish(perSecond())
@@ -227,7 +227,7 @@ func TestAssignmentsAreWholeSecondsAndAlwaysSetWhatEnvoyReads(t *testing.T) {
 	r := newRig(t, perSecond("tenant=t1", 3), rigOptions{})
 	d := r.door
 	for _, share := range []float64{0.001, 0.3, 0.97, 1, 1.4, 2.5, 3, 1000.3} {
-		a := tokenBucket(&rlqsv3.BucketId{Bucket: tenant1}, allot.Bucket(share, 1, allot.TokenBucket{}), d.ttl())
+		a := tokenBucket(&rlqsv3.BucketId{Bucket: tenant1}, allot.Bucket(share, 1, allot.TokenBucket{}, allot.Hysteresis), d.ttl())
 		qa := a.GetQuotaAssignmentAction()
 		tb := qa.GetRateLimitStrategy().GetTokenBucket()
 		if tb.GetFillInterval().AsDuration() < time.Second || tb.GetFillInterval().GetNanos() != 0 || tb.GetTokensPerFill() == nil || tb.GetTokensPerFill().GetValue() == 0 {

@@ -44,7 +44,7 @@ func TestABrokenStreamIsReopenedAtTheNextReport(t *testing.T) {
 	if st := e.Stats(); st.Streams != 2 || !st.Open {
 		t.Errorf("%+v: want a second stream, open", st)
 	}
-	if got := e.Assignment(tenant1); got != "token_bucket max 20, 100 per 1s (100/s), ttl 15s" {
+	if got := e.Assignment(tenant1); got != "token_bucket max 10, 100 per 1s (100/s), ttl 15s" {
 		t.Errorf("after the stream was reopened: %q", got)
 	}
 }

@@ -19,17 +19,29 @@ import (
 // Redis Cluster and the in-memory store all serve (the memory store, one
 // replica).
 //
+// A window is a tenth of Envoy's report interval, and a replica reads the
+// last spanWindows settled ones, one interval of reports: every Envoy's
+// latest report, once, about a window and a fifth after it was sent. A
+// replica reads at its own Envoys' reports and once a window besides
+// (Run), so a shift of demand reported on one replica reaches the shares
+// of the others' Envoys within about two windows, not at their next
+// reports.
+//
 // A register is a bucket used as a counter: capacity regCap, refilled at a
 // thousandth of the limit's rate (so a window's reading is off by at most
 // a thousandth of the limit over the windows it is read across, and a
 // register left alone empties from Redis as any bucket does, when full
 // again), charged with each report's counts; what it was charged is the
-// capacity less what it holds. Registers go round five slots: a report
-// charges window w's, resets (refunds whole) window w+1's, and reads the
-// settled windows before w, which no replica writes any more. A window is
-// settled a fifth of a window after it ends, time enough for the reports
-// sent in it to land. The registers of a bucket share its identity, so they
-// and the bucket itself sit in one Redis Cluster slot: one script call.
+// capacity less what it holds. Registers go round slots: a report charges
+// window w's, resets (refunds whole, which deletes them) the coming
+// windows' up to a span ahead, none of which anyone reads or writes yet,
+// and reads the settled windows before w, which no replica writes any
+// more. A window's slot is reset by every report of the span before it,
+// so a replica whose Envoys report every interval never reads a slot left
+// from slots windows before. A window is settled
+// a fifth of a window after it ends, time enough for the reports sent in it
+// to land. The registers of a bucket share its identity, so they and the
+// bucket itself sit in one Redis Cluster slot: one script call.
 //
 // The bucket itself (the rate limit door's, of the same descriptor chain)
 // is charged with what each Envoy allowed, as a stream-done hits_addend
@@ -44,8 +56,13 @@ const (
 	nRegs
 )
 
-// slots is how many windows the registers go round.
-const slots = 5
+// spanWindows is how many windows make a report interval: the settled
+// windows a replica reads.
+const spanWindows = 10
+
+// slots is how many windows the registers go round: the one charged, the
+// span ahead (reset), and the span read, a window behind at most.
+const slots = 2*spanWindows + 3
 
 // regNames prefix the registers' bucket names (register, slot).
 var regNames = func() (n [nRegs][slots]string) {
@@ -72,13 +89,13 @@ type ledger struct {
 	q  door.Quota
 	// domain, limit (requests a second), burst (seconds of a share an
 	// Envoy may spend at once), and the registers' shape.
-	domain   string
-	limit    float64
-	burst    float64
-	reg      [nRegs]limiter.Limit
-	read     map[int64]counts // settled windows, as the store said
-	mine     map[int64]counts // what this replica charged, by window
-	resetFor int64            // the last window whose successor's slot was reset
+	domain  string
+	limit   float64
+	burst   float64
+	reg     [nRegs]limiter.Limit
+	read    map[int64]counts // settled windows, as the store said
+	mine    map[int64]counts // what this replica charged, by window
+	resetTo int64            // the last window whose slot this replica reset
 	// elsewhere is the fleet on other replicas; fleet the whole fleet's
 	// demand and admitted total (requests a second), contested whether
 	// demand exceeds the limit: as of the last settled windows read.
@@ -89,11 +106,16 @@ type ledger struct {
 	storeFailedAt     time.Time
 	envoys            map[*stream]*envoyShare
 	lastUsed, created time.Time
+	// charged is when this replica last charged the registers; divided
+	// the fleet's demand and Envoys its Envoys' shares were last pushed
+	// for.
+	charged, readAt time.Time
+	divided         allot.Fleet
 }
 
 // envoyShare is one stream's latest report of the bucket and its share.
 type envoyShare struct {
-	peer          string
+	peer, key     string  // key: the stream's bucket
 	demand, share float64 // demand -1: not known yet (the share assumed it)
 	assumed       float64 // the demand the share was divided for
 	tb            allot.TokenBucket
@@ -102,14 +124,14 @@ type envoyShare struct {
 
 // ledgers are a replica's ledgers, by bucket.
 type ledgers struct {
-	window time.Duration
-	mu     sync.Mutex
-	m      map[ledgerKey]*ledger
-	swept  time.Time
+	interval, window time.Duration
+	mu               sync.Mutex
+	m                map[ledgerKey]*ledger
+	swept            time.Time
 }
 
-func newLedgers(window time.Duration) *ledgers {
-	return &ledgers{window: window, m: map[ledgerKey]*ledger{}}
+func newLedgers(interval time.Duration) *ledgers {
+	return &ledgers{interval: interval, window: max(interval/spanWindows, time.Millisecond), m: map[ledgerKey]*ledger{}}
 }
 
 // of is the ledger of q's bucket, made or updated for q.
@@ -118,7 +140,7 @@ func (ls *ledgers) of(domain string, q door.Quota, now time.Time) *ledger {
 	ls.mu.Lock()
 	l := ls.m[k]
 	if l == nil {
-		l = &ledger{key: k, read: map[int64]counts{}, mine: map[int64]counts{}, resetFor: -1,
+		l = &ledger{key: k, read: map[int64]counts{}, mine: map[int64]counts{}, resetTo: -1,
 			envoys: map[*stream]*envoyShare{}, created: now}
 		ls.m[k] = l
 	}
@@ -148,7 +170,7 @@ func (ls *ledgers) sweep(now time.Time) {
 	for k, l := range ls.m {
 		l.mu.Lock()
 		for st, e := range l.envoys {
-			if now.Sub(e.seen) > staleAfter*ls.window {
+			if now.Sub(e.seen) > staleAfter*ls.interval {
 				delete(l.envoys, st)
 			}
 		}
@@ -165,7 +187,7 @@ func (ls *ledgers) sweep(now time.Time) {
 // (shouldReplaceTokenBucket): each change is a burst of max_tokens on top
 // of the share, so the limit's own burst (its capacity) is not divided
 // among the Envoys but cut to this.
-const MaxBurst = 200 * time.Millisecond
+const MaxBurst = 100 * time.Millisecond
 
 // staleAfter is how many windows without a report make an Envoy's share
 // of a bucket stale: it stopped reporting (Envoy reports every bucket it
@@ -211,8 +233,8 @@ const reportScale = 1000
 // registerLimits are the registers' shapes for a bucket of limit l and
 // windows of window: capacity as large as exact arithmetic allows up to
 // regCapacity; the demand and allowed registers refilled at a thousandth
-// of l's rate where that is exact, the reports register at a tenth of a
-// report a window.
+// of l's rate where that is exact, the reports register at a hundredth of
+// a report a window.
 func registerLimits(l limiter.Limit, window time.Duration) (out [nRegs]limiter.Limit) {
 	num, den := l.Rate.Fraction()
 	var rates []limiter.Rate
@@ -224,7 +246,7 @@ func registerLimits(l limiter.Limit, window time.Duration) (out [nRegs]limiter.L
 	counter := shapeOf(rates, l)
 	out[regDemand], out[regAllowed] = counter, counter
 	ms := max(window.Milliseconds(), 1)
-	rep, err := limiter.NewRate(reportScale/10*1000, ms)
+	rep, err := limiter.NewRate(reportScale/100*1000, ms)
 	if err != nil {
 		rep = l.Rate
 	}
@@ -278,9 +300,12 @@ type part struct {
 	w      int64
 	charge counts
 	// at indexes the call's requests: the charges (nRegs, then the
-	// bucket's when allowed > 0), resets (nRegs, or -1), looks by window.
-	charges, limitAt, resets int
-	looks                    []look
+	// bucket's when allowed > 0), resets (nRegs each, through resetTo),
+	// looks by window.
+	charges, limitAt int
+	resetTo          int64
+
+	looks []look
 }
 
 type look struct {
@@ -289,13 +314,14 @@ type look struct {
 }
 
 // plan appends to reqs what one report of the bucket asks of the store:
-// its counts charged at window w, the next window's slot reset once a
+// its counts (requests, the demand its share is divided for; allowed)
+// charged at window w, the next window's slot reset once a
 // window, the settled windows not read yet looked at.
-func (l *ledger) plan(ls *ledgers, now time.Time, allowed, denied uint64, reqs []limiter.Request) ([]limiter.Request, part) {
+func (l *ledger) plan(ls *ledgers, now time.Time, allowed, requests uint64, reqs []limiter.Request) ([]limiter.Request, part) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := ls.windowOf(now)
-	p := part{l: l, w: w, charge: counts{int64(allowed + denied), int64(allowed), reportScale}, limitAt: -1, resets: -1}
+	p := part{l: l, w: w, charge: counts{int64(requests), int64(allowed), reportScale}, limitAt: -1, resetTo: -1}
 	reg := func(r, s int, kind limiter.Kind, cost int64) limiter.Request {
 		if kind == limiter.Refund {
 			cost = l.reg[r].Capacity
@@ -310,23 +336,32 @@ func (l *ledger) plan(ls *ledgers, now time.Time, allowed, denied uint64, reqs [
 		p.limitAt = len(reqs)
 		reqs = append(reqs, limiter.Request{Name: l.key.name, ID: l.key.id, Limit: l.q.Bucket.Limit, Kind: limiter.Charge, Cost: int64(allowed)})
 	}
-	if l.resetFor < w {
-		p.resets = len(reqs)
-		for r := range nRegs {
-			reqs = append(reqs, reg(r, slot(w+1), limiter.Refund, 0))
+	if ahead := w + spanWindows + 1; l.resetTo < ahead {
+		for rw := max(l.resetTo+1, w+1); rw <= ahead; rw++ {
+			for r := range nRegs {
+				reqs = append(reqs, reg(r, slot(rw), limiter.Refund, 0))
+			}
 		}
+		p.resetTo = ahead
 	}
+	reqs = l.looks(ls, now, reqs, &p)
+	return reqs, p
+}
+
+// looks appends to reqs p's looks at the settled windows not read yet
+// (l.mu held).
+func (l *ledger) looks(ls *ledgers, now time.Time, reqs []limiter.Request, p *part) []limiter.Request {
 	s := ls.settled(now)
-	for _, sw := range []int64{s, s - 1} {
+	for sw := s; sw > s-spanWindows; sw-- {
 		if _, ok := l.read[sw]; ok {
 			continue
 		}
 		p.looks = append(p.looks, look{w: sw, at: len(reqs)})
 		for r := range nRegs {
-			reqs = append(reqs, reg(r, slot(sw), limiter.Take, 0))
+			reqs = append(reqs, limiter.Request{Name: regNames[r][slot(sw)] + l.key.name, ID: l.key.id, Limit: l.reg[r], Kind: limiter.Take})
 		}
 	}
-	return reqs, p
+	return reqs
 }
 
 // absorb takes the store's answer to p (res, the call's results; ok false
@@ -341,17 +376,22 @@ func (p *part) absorb(ls *ledgers, now time.Time, res []limiter.Result, ok bool)
 		l.storeFailedAt = now
 		return
 	}
-	c := l.mine[p.w]
-	for r := range nRegs {
-		c[r] += p.charge[r]
+	if p.charges >= 0 {
+		c := l.mine[p.w]
+		for r := range nRegs {
+			c[r] += p.charge[r]
+		}
+		l.mine[p.w] = c
+		l.charged = now
 	}
-	l.mine[p.w] = c
-	if p.resets >= 0 {
-		l.resetFor = p.w
+	if p.resetTo > l.resetTo {
+		l.resetTo = p.resetTo
 	}
 	for _, lk := range p.looks {
 		var got counts
-		start := time.Unix(0, lk.w*int64(ls.window))
+		// Charged through the window: refilled, on average, since its
+		// middle.
+		start := time.Unix(0, lk.w*int64(ls.window)+int64(ls.window)/2)
 		for r := range nRegs {
 			rr := res[lk.at+r]
 			if !rr.InDebt && rr.Remaining >= l.reg[r].Capacity {
@@ -364,6 +404,7 @@ func (p *part) absorb(ls *ledgers, now time.Time, res []limiter.Result, ok bool)
 			got[r] = max(got[r], 0)
 		}
 		l.read[lk.w] = got
+		l.readAt = now
 	}
 	for w := range l.read {
 		if w < p.w-slots {
@@ -383,7 +424,7 @@ func (l *ledger) update(ls *ledgers, now time.Time) {
 	s := ls.settled(now)
 	var fleet, mine counts
 	n := 0
-	for _, w := range []int64{s, s - 1} {
+	for w := s; w > s-spanWindows; w-- {
 		got, ok := l.read[w]
 		if !ok {
 			continue
@@ -398,13 +439,16 @@ func (l *ledger) update(ls *ledgers, now time.Time) {
 	if n == 0 {
 		return
 	}
+	// Each Envoy reports once an interval: the windows read hold secs /
+	// interval reports of each.
 	secs := float64(n) * ls.window.Seconds()
+	per := ls.interval.Seconds() / secs
 	l.known = true
 	l.elsewhere = allot.Fleet{Demand: float64(max(fleet[regDemand]-mine[regDemand], 0)) / secs,
-		Envoys: float64(max(fleet[regReports]-mine[regReports], 0)) / reportScale / float64(n)}
+		Envoys: float64(max(fleet[regReports]-mine[regReports], 0)) / reportScale * per}
 	l.fleet = float64(fleet[regDemand]) / secs
 	l.admitted = float64(fleet[regAllowed]) / secs
-	l.fleetEnvoys = float64(fleet[regReports]) / reportScale / float64(n)
+	l.fleetEnvoys = float64(fleet[regReports]) / reportScale * per
 	l.contested = l.fleet > l.limit
 }
 
@@ -425,17 +469,70 @@ func (l *ledger) others(st *stream, now time.Time, window time.Duration) allot.F
 // share divides the bucket for st's report of demand (-1: not known) and
 // keeps it as st's: its share, requests a second, and the token bucket
 // that gives it, prev when Envoy should keep the one it holds.
-func (l *ledger) share(st *stream, demand float64, prev allot.TokenBucket, now time.Time, window time.Duration) (float64, allot.TokenBucket) {
+func (l *ledger) share(st *stream, key string, demand float64, prev allot.TokenBucket, tolerance float64, now time.Time, window time.Duration) (float64, allot.TokenBucket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	in := allot.Input{Limit: l.limit, Demand: demand, Elsewhere: l.elsewhere, Others: l.others(st, now, window)}
 	s := allot.Share(in)
-	tb := allot.Bucket(s, l.burst, prev)
+	tb := allot.Bucket(s, l.burst, prev, tolerance)
 	e := l.envoys[st]
 	if e == nil {
-		e = &envoyShare{peer: st.peer}
+		e = &envoyShare{peer: st.peer, key: key}
 		l.envoys[st] = e
 	}
 	e.demand, e.assumed, e.share, e.tb, e.seen = demand, allot.Assumed(in), s, tb, now
 	return s, tb
+}
+
+// PushShift is how far the fleet's demand, or its count of Envoys, may
+// move before the replica's Envoys of the bucket are pushed their shares
+// anew, without waiting for their reports. A new share costs Envoy's
+// bucket a refill (it starts full), about MaxBurst of the share: a move
+// smaller than this gains less than that before the next report.
+const PushShift = 0.1
+
+// pushOthers has the replica's Envoys of the bucket but except send their
+// shares anew, when the fleet they were divided for moved by PushShift or
+// more (l.mu not held).
+func (l *ledger) pushOthers(except *stream, now time.Time, interval time.Duration) {
+	l.mu.Lock()
+	f := l.elsewhere
+	for _, e := range l.envoys {
+		if now.Sub(e.seen) <= staleAfter*interval {
+			f.Envoys++
+			f.Demand += e.assumed
+		}
+	}
+	moved := math.Abs(f.Demand-l.divided.Demand) > PushShift*l.divided.Demand ||
+		math.Abs(f.Envoys-l.divided.Envoys) >= 0.5
+	if !moved {
+		l.mu.Unlock()
+		return
+	}
+	l.divided = f
+	var to []*stream
+	var keys []string
+	for st, e := range l.envoys {
+		if st != except {
+			to, keys = append(to, st), append(keys, e.key)
+		}
+	}
+	l.mu.Unlock()
+	for i, st := range to {
+		st.mark(keys[i])
+	}
+}
+
+// lookPlan appends to reqs the looks at the settled windows not read yet,
+// when the replica's own charges keep the slots it would read reset (it
+// charged within the last interval).
+func (l *ledger) lookPlan(ls *ledgers, now time.Time, reqs []limiter.Request) ([]limiter.Request, part, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := part{l: l, w: ls.windowOf(now), charges: -1, limitAt: -1, resetTo: -1}
+	if len(l.envoys) == 0 || now.Sub(l.charged) > ls.interval {
+		return reqs, p, false
+	}
+	reqs = l.looks(ls, now, reqs, &p)
+	return reqs, p, len(p.looks) > 0
 }

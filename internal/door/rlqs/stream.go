@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -47,6 +49,32 @@ type stream struct {
 	buckets map[string]*bucket
 	// said: the stream has logged its domain's lack of limits.
 	said bool
+
+	// dirty are the buckets whose shares other streams' reports moved,
+	// all set by a reload: what the next push reassesses.
+	dmu   sync.Mutex
+	dirty map[string]struct{}
+	all   bool
+}
+
+// mark has the stream push key's share anew.
+func (st *stream) mark(key string) {
+	st.dmu.Lock()
+	if st.dirty == nil {
+		st.dirty = map[string]struct{}{}
+	}
+	st.dirty[key] = struct{}{}
+	st.dmu.Unlock()
+	st.d.poke(st)
+}
+
+// marked takes the buckets to reassess: all of them (nil, true), or those.
+func (st *stream) marked() (map[string]struct{}, bool) {
+	st.dmu.Lock()
+	defer st.dmu.Unlock()
+	d, all := st.dirty, st.all
+	st.dirty, st.all = nil, false
+	return d, all
 }
 
 // bucket is one of a stream's buckets.
@@ -62,6 +90,34 @@ type bucket struct {
 	share   float64   // what it was last assigned, requests a second
 	sent    sent
 	limited bool // it was ever sent a limit (a token bucket, DENY_ALL)
+	// given is what its token buckets gave it since its last report (NaN
+	// when anything else ruled part of that time): their refill up to
+	// givenAt, and each new bucket's max tokens.
+	given   float64
+	givenAt time.Time
+}
+
+// give accounts the bucket's assignments up to now, and then next (a new
+// one, when changed: Envoy makes it full).
+func (b *bucket) give(now time.Time, next sent, changed bool) {
+	if b.sent.kind == "token_bucket" {
+		b.given += b.sent.tb.Rate() * now.Sub(b.givenAt).Seconds()
+	} else if now.After(b.givenAt) {
+		b.given = math.NaN()
+	}
+	b.givenAt = now
+	if changed && next.kind == "token_bucket" {
+		b.given += float64(next.tb.MaxTokens)
+	}
+}
+
+// taken is what the bucket's assignments gave it since its last report,
+// up to now, and starts the next report's account.
+func (b *bucket) taken(now time.Time) float64 {
+	b.give(now, b.sent, false)
+	g := b.given
+	b.given = 0
+	return g
 }
 
 // sent is the last action a bucket was sent.
@@ -92,6 +148,11 @@ func (d *quotaDoor) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.Rat
 		d.mu.Lock()
 		delete(d.streams, st)
 		d.mu.Unlock()
+		select {
+		case <-st.push:
+			d.queued.Add(-1)
+		default:
+		}
 		d.metrics.streams.Dec()
 		var ls []*ledger
 		for _, b := range st.buckets {
@@ -130,7 +191,9 @@ func (d *quotaDoor) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.Rat
 				return err
 			}
 		case <-st.push:
-			if err := st.send(ss, st.reassess()); err != nil {
+			err := st.send(ss, st.reassess())
+			d.queued.Add(-1)
+			if err != nil {
 				return err
 			}
 		case err := <-errc:
@@ -151,7 +214,11 @@ func (st *stream) send(ss grpc.ServerStream, resp *rlqsv3.RateLimitQuotaResponse
 	if resp == nil || len(resp.GetBucketAction()) == 0 {
 		return nil
 	}
-	return ss.SendMsg(resp)
+	if err := ss.SendMsg(resp); err != nil {
+		return err
+	}
+	st.d.sent.Add(1)
+	return nil
 }
 
 // malformed is the stream's end for a report Envoy would never send:
@@ -193,6 +260,7 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 		allowed, denied uint64
 		elapsed         time.Duration
 		tracked         bool
+		prevShare       float64
 	}
 	items := make([]item, 0, len(usages))
 	var reqs []limiter.Request
@@ -228,9 +296,17 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 		b.last = now
 		st.select_(b, src, version, now)
 		it.b = b
+		it.prevShare = b.share
+		b.demand = allot.Recent(b.demand, it.allowed, it.denied, it.elapsed, b.taken(now))
 		if b.quota.Meets == door.Bucketed {
+			// The fleet's registers count the demand the share is divided
+			// for: the other replicas divide by it.
+			requests := it.allowed + it.denied
+			if b.demand >= 0 {
+				requests = uint64(math.Round(b.demand * it.elapsed.Seconds()))
+			}
 			var p part
-			reqs, p = b.ledger.plan(d.fleet, now, it.allowed, it.denied, reqs)
+			reqs, p = b.ledger.plan(d.fleet, now, it.allowed, requests, reqs)
 			parts = append(parts, p)
 		}
 		items = append(items, it)
@@ -245,25 +321,22 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 	d.fleet.sweep(now)
 
 	resp := &rlqsv3.RateLimitQuotaResponse{}
-	newcomer := false
 	for _, it := range items {
 		b := it.b
 		if !it.tracked {
 			resp.BucketAction = append(resp.BucketAction, allowAll(b.id, d.ttl()))
 			continue
 		}
-		newcomer = newcomer || (b.ledger != nil && it.elapsed <= 0)
-		prevShare := b.share
-		b.demand = allot.Demand(it.allowed, it.denied, it.elapsed)
-		st.count(b, it.allowed, it.denied, it.elapsed, prevShare, now)
+		st.count(b, it.allowed, it.denied, it.elapsed, it.prevShare, now)
 		if a := st.assign(b, now, true); a != nil {
 			resp.BucketAction = append(resp.BucketAction, a)
 		}
 	}
-	if newcomer {
-		// The replica's other Envoys of its buckets give up their part of
-		// its share now, not at their next reports.
-		d.pushAll(st)
+	// The replica's other Envoys of these buckets take their part of the
+	// move in demand now (a newcomer's share given up, a fall's taken
+	// up), not at their next reports.
+	for i := range parts {
+		parts[i].l.pushOthers(st, now, d.o.Interval)
 	}
 	return resp, nil
 }
@@ -399,14 +472,18 @@ func (st *stream) assign(b *bucket, now time.Time, refresh bool) *rlqsv3.RateLim
 		}
 		a = allowAll(b.id, ttl)
 		if q.Meets == door.Bucketed {
-			b.share, _ = b.ledger.share(st, b.demand, allot.TokenBucket{}, now, d.o.Interval)
+			b.share, _ = b.ledger.share(st, b.key, b.demand, allot.TokenBucket{}, 0, now, d.o.Interval)
 		}
 	case q.Meets == door.Never:
 		next = sent{kind: "deny_all"}
 		b.limited = true
 		a = blanket(b.id, typev3.RateLimitStrategy_DENY_ALL, ttl)
 	default:
-		share, tb := b.ledger.share(st, b.demand, b.sent.tb, now, d.o.Interval)
+		tolerance := allot.Hysteresis
+		if !refresh {
+			tolerance = PushShift // a push gives way only to a move worth the burst
+		}
+		share, tb := b.ledger.share(st, b.key, b.demand, b.sent.tb, tolerance, now, d.o.Interval)
 		b.share = share
 		b.limited = true
 		next = sent{kind: "token_bucket", tb: tb}
@@ -415,21 +492,26 @@ func (st *stream) assign(b *bucket, now time.Time, refresh bool) *rlqsv3.RateLim
 	if !refresh && next == b.sent {
 		return nil
 	}
+	b.give(now, next, next != b.sent)
 	b.sent = next
 	d.metrics.assignments.WithLabelValues(next.kind).Inc()
 	return a
 }
 
 // reassess is what the stream sends when the limits or the settings
-// changed: the assignment of every bucket whose own changed, from what is
-// known now (no report, no call to the store).
+// changed (every bucket), or other Envoys' reports moved the fleet (the
+// buckets marked): the assignment of every bucket whose own changed, from
+// what is known now (no report, no call to the store).
 func (st *stream) reassess() *rlqsv3.RateLimitQuotaResponse {
 	now := st.d.o.Clock.Now()
 	src, version := st.d.board.Current()
 	resp := &rlqsv3.RateLimitQuotaResponse{}
+	dirty, all := st.marked()
 	keys := make([]string, 0, len(st.buckets))
 	for k := range st.buckets {
-		keys = append(keys, k)
+		if _, ok := dirty[k]; ok || all {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	for _, k := range keys {

@@ -39,6 +39,45 @@ func Demand(allowed, denied uint64, elapsed time.Duration) float64 {
 	return float64(allowed+denied) / elapsed.Seconds()
 }
 
+// Recent is an Envoy's demand at the end of a report's interval, where
+// the report shows its demand fell through its share within it: it denied
+// requests (its demand was above its share) and left part of what it was
+// given unused (below it). Demand over the whole interval mixes the two,
+// and would keep most of the share the Envoy no longer uses until its next
+// report, an interval later; the counts tell how long each part lasted.
+//
+// prev is its demand at its previous report (-1: not known), given the
+// tokens its assignments gave it over the interval (their refill, and each
+// new bucket's max_tokens: Envoy makes it full). With demand prev above
+// the share s = given / elapsed for a fraction f of the interval and d
+// below it for the rest, denied = (prev - s)·f·elapsed and allowed =
+// s·f·elapsed + d·(1-f)·elapsed: Recent is d. Every other report (no
+// denial, the share all used, demand that rose, a first report) gives its
+// demand over the interval (Demand), and so does a solution out of range.
+func Recent(prev float64, allowed, denied uint64, elapsed time.Duration, given float64) float64 {
+	d := Demand(allowed, denied, elapsed)
+	t := elapsed.Seconds()
+	if d < 0 || prev < 0 || denied == 0 || !(given > 0) || math.IsInf(given, 0) {
+		return d
+	}
+	s := given / t
+	unused := given - float64(allowed)
+	if prev <= s || unused <= math.Max(UnusedSlack*given, 2) {
+		return d
+	}
+	f := float64(denied) / ((prev - s) * t)
+	if f >= 1 {
+		return d
+	}
+	r := (float64(allowed) - s*f*t) / ((1 - f) * t)
+	return math.Min(math.Max(r, 0), d)
+}
+
+// UnusedSlack is the part of what an Envoy was given it may leave unused
+// and still count as having used it all: Envoy's buckets refill
+// continuously and a report's counts are cut at an instant.
+const UnusedSlack = 0.05
+
 // Fleet is what is known of a bucket's Envoys: their demand in requests a
 // second, added up, and how many report it.
 type Fleet struct {

@@ -84,7 +84,7 @@ func TestBucket(t *testing.T) {
 		{0.0001, 1, TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillSeconds: MaxFillSeconds}},
 		{142.857, 0.2, TokenBucket{MaxTokens: 29, TokensPerFill: 143, FillSeconds: 1}},
 	} {
-		got := Bucket(c.share, c.burst, TokenBucket{})
+		got := Bucket(c.share, c.burst, TokenBucket{}, Hysteresis)
 		if got != c.want {
 			t.Errorf("share %v: %+v, want %+v", c.share, got, c.want)
 		}
@@ -101,11 +101,11 @@ func TestBucket(t *testing.T) {
 // and all, while the assignment is the same (shouldReplaceTokenBucket), a
 // new one starting full: within Hysteresis the previous one is sent again.
 func TestABucketIsKeptWhileTheShareMovesLittle(t *testing.T) {
-	prev := Bucket(100, 0.2, TokenBucket{})
-	if got := Bucket(104, 0.2, prev); got != prev {
+	prev := Bucket(100, 0.2, TokenBucket{}, Hysteresis)
+	if got := Bucket(104, 0.2, prev, Hysteresis); got != prev {
 		t.Errorf("a share 4%% higher: %+v, want the previous %+v", got, prev)
 	}
-	if got := Bucket(110, 0.2, prev); got == prev || got.TokensPerFill != 110 {
+	if got := Bucket(110, 0.2, prev, Hysteresis); got == prev || got.TokensPerFill != 110 {
 		t.Errorf("a share 10%% higher: %+v", got)
 	}
 }
@@ -117,11 +117,42 @@ func TestABucketIsKeptWhileTheShareMovesLittle(t *testing.T) {
 // old rate; Bucket then gives it one more max token.
 func TestAnIntervalChangeAloneChangesMaxTokensToo(t *testing.T) {
 	prev := TokenBucket{MaxTokens: 1, TokensPerFill: 1, FillSeconds: 4} // 0.25 a second
-	got := Bucket(0.5, 0.2, prev)                                       // 1 every 2 s
+	got := Bucket(0.5, 0.2, prev, Hysteresis)                           // 1 every 2 s
 	if got.FillSeconds != 2 || got.TokensPerFill != 1 {
 		t.Fatalf("%+v", got)
 	}
 	if got.MaxTokens == prev.MaxTokens {
 		t.Errorf("%+v: the same max_tokens and tokens_per_fill as %+v, which Envoy would take for the same bucket", got, prev)
+	}
+}
+
+// TestRecentFindsWhereDemandFell: an Envoy asking 1,000 a second under a
+// share of 500 for 3.9 s of a 5 s interval, then 142 a second: its report
+// mixes the two (811 a second), and Recent recovers the 142 from the
+// counts; reports that do not show a fall give their demand over the
+// interval.
+func TestRecentFindsWhereDemandFell(t *testing.T) {
+	share, t1, t2 := 500.0, 3.9, 1.1
+	allowed := uint64(share*t1 + 142*t2)
+	denied := uint64((1000 - share) * t1)
+	given := share * (t1 + t2)
+	if got := Recent(1000, allowed, denied, 5*time.Second, given); math.Abs(got-142) > 2 {
+		t.Errorf("the fall: %.1f a second, want 142", got)
+	}
+	for _, c := range []struct {
+		name            string
+		prev            float64
+		allowed, denied uint64
+		given           float64
+	}{
+		{"saturated throughout", 1000, 2500, 2500, 2500},
+		{"below its share throughout", 200, 1000, 0, 2500},
+		{"a first report", -1, allowed, denied, given},
+		{"demand that rose", 100, allowed, denied, given},
+		{"an interval under ALLOW_ALL", 1000, allowed, denied, math.NaN()},
+	} {
+		if got, want := Recent(c.prev, c.allowed, c.denied, 5*time.Second, c.given), Demand(c.allowed, c.denied, 5*time.Second); got != want {
+			t.Errorf("%s: %.1f, want its demand over the interval %.1f", c.name, got, want)
+		}
 	}
 }

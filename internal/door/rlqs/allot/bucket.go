@@ -31,14 +31,15 @@ const MaxFillSeconds = 3600
 const exactFills = 60
 
 // Hysteresis is how far a share may move before its bucket is assigned
-// anew: Envoy keeps a bucket, its tokens included, only while the
+// anew at a report: Envoy keeps a bucket, its tokens included, only while the
 // assignment is the same (shouldReplaceTokenBucket); a new one starts full,
 // so every change gives the Envoy its burst again.
 const Hysteresis = 0.05
 
 // Bucket is the token bucket of a share (requests a second) with room for
 // burst seconds of it at once (at least one token), or prev when the share
-// is within Hysteresis of what prev refills, so that Envoy keeps its bucket.
+// is within tolerance (a fraction: Hysteresis at a report) of what prev
+// refills, so that Envoy keeps its bucket.
 //
 // Envoy compares a new assignment with the one it holds by max_tokens,
 // tokens_per_fill and fill_interval's nanos alone (protoTokenBucketsEq,
@@ -46,8 +47,8 @@ const Hysteresis = 0.05
 // nanos (always 0 here) and the same tokens would be taken as unchanged,
 // its old rate kept. So a bucket that differs from prev only in its
 // interval has one more max token.
-func Bucket(share, burst float64, prev TokenBucket) TokenBucket {
-	if prev.FillSeconds > 0 && share > 0 && math.Abs(prev.Rate()-share) <= Hysteresis*share {
+func Bucket(share, burst float64, prev TokenBucket, tolerance float64) TokenBucket {
+	if prev.FillSeconds > 0 && share > 0 && math.Abs(prev.Rate()-share) <= tolerance*share {
 		return prev
 	}
 	b := fill(share)
