@@ -25,7 +25,12 @@ func TestTryRunsEachRecipeFromZero(t *testing.T) {
 	for _, proxy := range []struct{ name, pkg string }{{"nginx", "nginx"}, {"haproxy", "haproxy"}, {"caddy", "caddy"}} {
 		t.Run(proxy.name, func(t *testing.T) {
 			proxytest.Binary(t, proxy.name, proxy.pkg)
-			port := func() string { _, p, _ := net.SplitHostPort(proxytest.FreeAddr(t)); return p }
+			addrs := proxytest.FreeAddrs(t, 8)
+			port := func() string {
+				_, p, _ := net.SplitHostPort(addrs[0])
+				addrs = addrs[1:]
+				return p
+			}
 			env := map[string]string{
 				"TRY_PORT": port(), "TRY_GRPC_PORT": port(), "TRY_DOOR_PORT": port(), "TRY_APP_PORT": port(),
 				"TRY_GRPC_APP_PORT": port(), "TRY_GRPC_LISTEN": port(), "TRY_ADMIN_PORT": port(),

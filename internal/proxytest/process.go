@@ -68,6 +68,23 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// FreeAddrs returns n distinct free loopback addresses, each held until
+// all are chosen: FreeAddr called n times may hand the same port back
+// twice, and a process given both fails to bind the second.
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	out := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("no free loopback port: %v", err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
+	}
+	return out
+}
+
 // Read returns the file a recipe's test runs (its shipped configuration),
 // ending the test when it cannot be read.
 func Read(t testing.TB, name string) string {
