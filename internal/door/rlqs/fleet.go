@@ -496,13 +496,8 @@ const PushShift = 0.1
 // more (l.mu not held).
 func (l *ledger) pushOthers(except *stream, now time.Time, interval time.Duration) {
 	l.mu.Lock()
-	f := l.elsewhere
-	for _, e := range l.envoys {
-		if now.Sub(e.seen) <= staleAfter*interval {
-			f.Envoys++
-			f.Demand += e.assumed
-		}
-	}
+	mine := l.others(nil, now, interval)
+	f := allot.Fleet{Demand: l.elsewhere.Demand + mine.Demand, Envoys: l.elsewhere.Envoys + mine.Envoys}
 	moved := math.Abs(f.Demand-l.divided.Demand) > PushShift*l.divided.Demand ||
 		math.Abs(f.Envoys-l.divided.Envoys) >= 0.5
 	if !moved {
