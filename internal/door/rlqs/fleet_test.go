@@ -23,8 +23,9 @@ type sim struct {
 	bucket   map[string]string
 	now      time.Duration // since the start
 	owed     []float64
-	// rigs, when set, are every door the Envoys (all, every one of them)
-	// talk to: after a report the clock waits for the pushes it caused.
+	// rigs are every door the Envoys (all, every one of them, envoys
+	// those still asking) talk to: after a report the clock waits for the
+	// pushes it caused, and each door reads the fleet once a window.
 	rigs []*rig
 	all  []*Envoy
 }
@@ -53,8 +54,12 @@ func (s *sim) quiet() {
 	}
 }
 
-func newSim(t *testing.T, clock *limiter.ManualClock, envoys []*Envoy, interval time.Duration) *sim {
-	s := &sim{t: t, clock: clock, envoys: envoys, interval: interval, bucket: tenant1, owed: make([]float64, len(envoys))}
+// newSim runs envoys, reporting every ReportInterval, against rigs on the
+// first rig's clock.
+func newSim(t *testing.T, rigs []*rig, envoys []*Envoy) *sim {
+	interval := ReportInterval
+	s := &sim{t: t, clock: rigs[0].clock, envoys: envoys, interval: interval, bucket: tenant1, owed: make([]float64, len(envoys)),
+		rigs: rigs, all: append([]*Envoy(nil), envoys...)}
 	for i := range envoys {
 		s.phase = append(s.phase, (time.Duration(i+1) * interval / time.Duration(len(envoys)+1)).Truncate(10*time.Millisecond))
 	}
@@ -87,20 +92,16 @@ func (s *sim) run(d time.Duration, demand []float64) (asked, allowed [][]int) {
 				if e.Report() {
 					settleWithin(s.t, e)
 				}
-				if s.rigs != nil {
-					s.quiet()
-				}
-			}
-		}
-		if s.rigs != nil {
-			// Each replica reads the fleet's settled windows once a window,
-			// as Run does, just after one settles.
-			if w := s.rigs[0].door.fleet.window; s.now%w == w/5+step {
-				for _, r := range s.rigs {
-					r.door.refresh(r.clock.Now())
-				}
 				s.quiet()
 			}
+		}
+		// Each replica reads the fleet's settled windows once a window, as
+		// Run does, just after one settles.
+		if w := s.rigs[0].door.fleet.window; s.now%w == w/5+step {
+			for _, r := range s.rigs {
+				r.door.refresh(r.clock.Now())
+			}
+			s.quiet()
 		}
 	}
 	return asked, allowed
@@ -128,7 +129,7 @@ func sum(xs []int) int {
 func TestTwoEnvoysShareTheLimitByDemand(t *testing.T) {
 	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
 	es := []*Envoy{r.envoy(EnvoyOptions{}), r.envoy(EnvoyOptions{})}
-	s := newSim(t, r.clock, es, ReportInterval)
+	s := newSim(t, []*rig{r}, es)
 	s.run(20*time.Second, []float64{150, 50}) // settle in
 	asked, allowed := s.run(30*time.Second, []float64{150, 50})
 	var a [2]int
@@ -151,7 +152,7 @@ func TestTwoEnvoysShareTheLimitByDemand(t *testing.T) {
 func TestAnEnvoyThatStopsGivesItsShareBack(t *testing.T) {
 	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
 	es := []*Envoy{r.envoy(EnvoyOptions{}), r.envoy(EnvoyOptions{})}
-	s := newSim(t, r.clock, es, ReportInterval)
+	s := newSim(t, []*rig{r}, es)
 	s.run(20*time.Second, []float64{100, 100})
 	if got := rateOf2(es[0].Assignment(tenant1)); got < 40 || got > 60 {
 		t.Errorf("with two Envoys asking alike, one is assigned %v a second, want about 50", got)
@@ -170,7 +171,7 @@ func TestAnEnvoyThatStopsGivesItsShareBack(t *testing.T) {
 func TestAnIdleEnvoysShareFlowsToTheBusyOne(t *testing.T) {
 	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
 	es := []*Envoy{r.envoy(EnvoyOptions{}), r.envoy(EnvoyOptions{})}
-	s := newSim(t, r.clock, es, ReportInterval)
+	s := newSim(t, []*rig{r}, es)
 	s.run(20*time.Second, []float64{100, 100})
 	s.run(15*time.Second, []float64{200, 0})
 	busy, idle := rateOf2(es[0].Assignment(tenant1)), rateOf2(es[1].Assignment(tenant1))
@@ -185,7 +186,7 @@ func TestAnIdleEnvoysShareFlowsToTheBusyOne(t *testing.T) {
 func TestANewEnvoyGetsAShareAtItsFirstReport(t *testing.T) {
 	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
 	es := []*Envoy{r.envoy(EnvoyOptions{})}
-	s := newSim(t, r.clock, es, ReportInterval)
+	s := newSim(t, []*rig{r}, es)
 	s.run(15*time.Second, []float64{200})
 	n := r.envoy(EnvoyOptions{})
 	n.Request(tenant1)
@@ -206,7 +207,7 @@ func TestTheFleetHoldsTheLimitUnderSteadyDemand(t *testing.T) {
 	for range 8 {
 		es = append(es, r.envoy(EnvoyOptions{}))
 	}
-	s := newSim(t, r.clock, es, ReportInterval)
+	s := newSim(t, []*rig{r}, es)
 	runPhase(t, s, 0)
 	runPhase(t, s, 0)
 	asked, allowed := s.run(20*time.Second, demandOf(0))
@@ -247,8 +248,7 @@ func TestTheFleetFollowsShiftingDemand(t *testing.T) {
 	for i := range 8 {
 		es = append(es, rs[i%2].envoy(EnvoyOptions{}))
 	}
-	s := newSim(t, clock, es, ReportInterval)
-	s.rigs, s.all = rs, es
+	s := newSim(t, rs, es)
 	var admitted []int
 	for phase := range 6 {
 		admitted = append(admitted, runPhase(t, s, phase)...)

@@ -34,7 +34,7 @@ func twoReplicas(t *testing.T, src limits, envoysEach int) (rs [2]*rig, es []*En
 // the limit.
 func TestTwoReplicasDivideOneLimitThroughRedis(t *testing.T) {
 	rs, es, _ := twoReplicas(t, perSecond("tenant=t1", 300), 2)
-	s := newSim(t, rs[0].clock, es, ReportInterval)
+	s := newSim(t, rs[:], es)
 	demand := []float64{300, 100, 100, 100}
 	s.run(20*time.Second, demand)
 	asked, allowed := s.run(20*time.Second, demand)
@@ -66,7 +66,7 @@ func TestTwoReplicasDivideOneLimitThroughRedis(t *testing.T) {
 // assigned what it had.
 func TestAnEnvoyLeavingOneReplicaGivesItsShareToTheOther(t *testing.T) {
 	rs, es, _ := twoReplicas(t, perSecond("tenant=t1", 300), 1)
-	s := newSim(t, rs[0].clock, es, ReportInterval)
+	s := newSim(t, rs[:], es)
 	s.run(20*time.Second, []float64{300, 300})
 	if got := rateOf2(es[1].Assignment(tenant1)); got < 140 || got > 160 {
 		t.Errorf("with the other asking alike: %v a second, want about 150", got)
@@ -88,7 +88,7 @@ func TestAnEnvoyLeavingOneReplicaGivesItsShareToTheOther(t *testing.T) {
 // the fleet is counted again.
 func TestRedisDownKeepsTheLastFleet(t *testing.T) {
 	rs, es, srv := twoReplicas(t, perSecond("tenant=t1", 300), 1)
-	s := newSim(t, rs[0].clock, es, ReportInterval)
+	s := newSim(t, rs[:], es)
 	demand := []float64{300, 100}
 	s.run(20*time.Second, demand)
 	before := []float64{rateOf2(es[0].Assignment(tenant1)), rateOf2(es[1].Assignment(tenant1))}
