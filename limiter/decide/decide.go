@@ -58,15 +58,13 @@ type ShadowPanic struct {
 func (p *ShadowPanic) Error() string { return fmt.Sprintf("shadow decision panicked: %v", p.Value) }
 
 // Decider takes a plan from the stores: the enforced buckets in one
-// all-or-nothing Take, the shadow buckets in another of their own, in which
-// each decides as if it were the only shadow bucket (a shadow bucket's
-// would-be denial is its own, never caused by another's): when that Take
-// is denied, the shadow buckets that could pay are taken again without the
-// ones that could not, so a plan with one shadow bucket, or whose shadow
-// buckets all pay, costs one Take as before. Its working memory is reused,
-// and holds up to MaxInline buckets of each kind without allocating, so a
-// Decider is for one decision at a time: keep one per goroutine, or pool
-// them.
+// all-or-nothing Take, each shadow bucket in a Take of its own, so that it
+// decides as if it were the only shadow bucket (a shadow bucket's would-be
+// denial is its own, never caused by another's); the shadow Takes run at
+// the same time, costing one round trip together. Its working memory is
+// reused, and holds up to MaxInline buckets of each kind without
+// allocating, so a Decider is for one decision at a time: keep one per
+// goroutine, or pool them.
 type Decider struct {
 	Store limiter.Store
 	// Shadow decides the shadow buckets (default: Store).
@@ -80,8 +78,7 @@ type Decider struct {
 
 	enforced, shadow take
 	inline           [2]takeArrays
-	again            takeArrays // the shadow buckets taken again
-	roundAt          [MaxInline]int
+	each             [MaxInline]shadowTake // the shadow buckets' Takes
 
 	// The concurrent shadow Take: runShadow is takeShadow bound once, so
 	// starting it allocates nothing; ctx is the decision's context while it
@@ -183,56 +180,83 @@ func (d *Decider) takeShadow() {
 	defer d.done.Done()
 	defer func() {
 		if p := recover(); p != nil {
-			d.shadow.allowed, d.shadow.err = true, &ShadowPanic{Value: p, Stack: debug.Stack()}
+			sp, ok := p.(*ShadowPanic) // raised again from a bucket's own Take
+			if !ok {
+				sp = &ShadowPanic{Value: p, Stack: debug.Stack()}
+			}
+			d.shadow.allowed, d.shadow.err = true, sp
 		}
 	}()
 	d.takeShadowBuckets(d.ctx)
 }
 
-// takeShadowBuckets takes the shadow buckets so that each decides as if it
-// were the only one: one Take of them all and, while a Take is denied, its
-// Takes that could pay once more without those that could not. Each round
-// leaves out at least one bucket and ends when one is allowed, so there
-// are at most as many rounds as shadow buckets (two, unless the buckets
-// change between them). Charges and refunds apply in the first round only,
-// as they always apply. t.allowed stays "every shadow bucket paid".
+// takeShadowBuckets takes each shadow bucket in a Take of its own, so that
+// each decides as if it were the only one. With more than one and
+// Concurrent, the Takes run at the same time, each on a goroutine: a
+// decision waits for one store round trip however many shadow buckets it
+// has (a pipelining store sends Takes in flight together in one). A panic
+// in one is raised again here once all are done. t.allowed is "every
+// shadow bucket paid"; t.err the first error.
 func (d *Decider) takeShadowBuckets(ctx context.Context) {
 	t := &d.shadow
 	store := d.shadowStore()
-	t.run(ctx, store)
-	if t.allowed || t.err != nil {
+	n := len(t.reqs)
+	if n <= 1 {
+		t.run(ctx, store)
 		return
 	}
-	// round indexes t's requests taken in the last round: all of them at
-	// first.
-	round := d.again.at[:0]
-	for j := range t.reqs {
-		round = append(round, j)
+	if cap(t.res) >= n {
+		t.res = t.res[:n]
+	} else {
+		t.res = make([]limiter.Result, n)
 	}
-	for {
-		again := take{reqs: d.again.reqs[:0], res: d.again.res[:0], at: d.roundAt[:0]}
-		for _, j := range round {
-			if t.reqs[j].Kind == limiter.Take && t.res[j].Allowed {
-				again.reqs, again.at = append(again.reqs, t.reqs[j]), append(again.at, j)
+	each := d.each[:0]
+	if n > len(d.each) {
+		each = make([]shadowTake, 0, n)
+	}
+	each = each[:n]
+	one := func(j int) { // on a goroutine of its own
+		defer func() {
+			if p := recover(); p != nil {
+				each[j].panicked = &ShadowPanic{Value: p, Stack: debug.Stack()}
 			}
-		}
-		if len(again.reqs) == 0 {
-			return
-		}
-		again.run(ctx, store)
-		clear(again.reqs)
-		if again.err != nil {
-			t.err = again.err
-			return
-		}
-		for k, j := range again.at {
-			t.res[j] = again.res[k]
-		}
-		if again.allowed {
-			return
-		}
-		round = append(round[:0], again.at...)
+		}()
+		each[j].ok, each[j].err = store.Take(ctx, t.reqs[j:j+1], t.res[j:j+1])
 	}
+	if d.Concurrent {
+		var wg sync.WaitGroup
+		wg.Add(n)
+		for j := range n {
+			go func() { defer wg.Done(); one(j) }()
+		}
+		wg.Wait()
+	} else {
+		for j := range n {
+			each[j].ok, each[j].err = store.Take(ctx, t.reqs[j:j+1], t.res[j:j+1])
+		}
+	}
+	t.allowed, t.err = true, nil
+	for j := range each {
+		if p := each[j].panicked; p != nil {
+			clear(each)
+			panic(p)
+		}
+		if each[j].err != nil && t.err == nil {
+			t.err = each[j].err
+		}
+		t.allowed = t.allowed && each[j].ok
+	}
+	if t.err != nil {
+		t.allowed = false
+	}
+	clear(each)
+}
+
+// shadowTake is one shadow bucket's Take of its own.
+type shadowTake struct {
+	ok       bool
+	err      error
+	panicked *ShadowPanic
 }
 
 // run takes t's buckets from store: allowed with no error when it has none.
