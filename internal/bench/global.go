@@ -55,17 +55,11 @@ type globalRun struct {
 // with: what they admitted against what the bucket allowed, at every
 // second and in all, and Redis' CPU and script calls for it.
 func Global(ctx context.Context, o GlobalOptions, w io.Writer) error {
-	dir, err := os.MkdirTemp("", "floodbench-global-")
+	dir, rc, stopRedis, err := redisInTemp(ctx, o.Redis, "floodbench-global-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	rp, rc, err := startRedis(ctx, o.Redis, dir, nil)
-	if err != nil {
-		return err
-	}
-	defer rp.stop()
-	defer rc.Close()
+	defer stopRedis()
 	r, err := limiter.PerSecond(o.Rate)
 	if err != nil {
 		return err

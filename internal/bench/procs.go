@@ -159,6 +159,22 @@ func startRedis(ctx context.Context, bin, dir string, portArgs func(port int) []
 	return startRedisUnder(ctx, nil, 10*time.Second, bin, dir, portArgs)
 }
 
+// redisInTemp runs redis-server (bin) in a new temporary directory named
+// after prefix, as startRedis; stop stops it, closes its client and
+// removes the directory, which also holds the caller's own files.
+func redisInTemp(ctx context.Context, bin, prefix string) (dir string, rc *redis.Client, stop func(), err error) {
+	dir, err = os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	rp, rc, err := startRedis(ctx, bin, dir, nil)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, nil, err
+	}
+	return dir, rc, func() { rc.Close(); rp.stop(); os.RemoveAll(dir) }, nil
+}
+
 // startRedisUnder is startRedis with the command run under wrap (valgrind
 // and its arguments, say; nil: none), answering PING within.
 func startRedisUnder(ctx context.Context, wrap []string, within time.Duration, bin, dir string, portArgs func(port int) []string) (*proc, *redis.Client, error) {

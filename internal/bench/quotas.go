@@ -46,17 +46,11 @@ var DefaultQuotas = QuotaOptions{Floodgate: "bin/floodgate", Redis: "redis-serve
 // and in all, each Envoy's admitted share against its demand in each phase,
 // and the replicas' and Redis' CPU per million requests admitted.
 func Quotas(ctx context.Context, o QuotaOptions, w io.Writer) error {
-	dir, err := os.MkdirTemp("", "floodbench-rlqs-")
+	dir, rc, stopRedis, err := redisInTemp(ctx, o.Redis, "floodbench-rlqs-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	rp, rc, err := startRedis(ctx, o.Redis, dir, nil)
-	if err != nil {
-		return err
-	}
-	defer rp.stop()
-	defer rc.Close()
+	defer stopRedis()
 	limits := filepath.Join(dir, "limits")
 	if err := os.Mkdir(limits, 0o755); err != nil {
 		return err
