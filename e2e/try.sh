@@ -94,13 +94,21 @@ caddy)
 	pids+=($!) ;;
 esac
 
-# Ready when the proxy answers through the door (bash's /dev/tcp: no curl needed).
-for _ in $(seq 100); do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$door") 2>/dev/null; then
-		break
-	fi
+# Ready when every port of this run answers: the proxy's (nginx's gRPC one too), the door's, the
+# application's and the admin port (bash's /dev/tcp: no curl needed).
+ports="$port $door $app $admin"
+if [ "$proxy" = nginx ]; then ports="$ports $grpc_port"; fi
+answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for _ in $(seq 150); do
+	waiting=""
+	for p in $ports; do answers "$p" || waiting="$waiting $p"; done
+	[ -z "$waiting" ] && break
 	sleep 0.1
 done
+if [ -n "$waiting" ]; then
+	echo "nothing answers on 127.0.0.1, port(s)$waiting, after 15 s: is another program on one? (TRY_PORT and the others move them)" >&2
+	exit 1
+fi
 cat <<EOF
 
 $proxy on 127.0.0.1:$port, in front of Floodgate's HTTP door (127.0.0.1:$door) and the demo application
