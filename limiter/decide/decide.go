@@ -205,14 +205,10 @@ func (d *Decider) takeShadowBuckets(ctx context.Context) {
 		t.run(ctx, store)
 		return
 	}
-	if cap(t.res) >= n {
-		t.res = t.res[:n]
-	} else {
-		t.res = make([]limiter.Result, n)
-	}
-	each := d.each[:0]
-	if n > len(d.each) {
-		each = make([]shadowTake, 0, n)
+	t.sizeResults()
+	each := d.each[:]
+	if n > len(each) {
+		each = make([]shadowTake, n)
 	}
 	each = each[:n]
 	one := func(j int) { // on a goroutine of its own
@@ -259,17 +255,23 @@ type shadowTake struct {
 	panicked *ShadowPanic
 }
 
+// sizeResults gives t a result for each request, in its own array when it
+// has room.
+func (t *take) sizeResults() {
+	if n := len(t.reqs); cap(t.res) >= n {
+		t.res = t.res[:n]
+	} else {
+		t.res = make([]limiter.Result, n)
+	}
+}
+
 // run takes t's buckets from store: allowed with no error when it has none.
 func (t *take) run(ctx context.Context, store limiter.Store) {
 	t.allowed, t.err = true, nil
 	if len(t.reqs) == 0 {
 		return
 	}
-	if n := len(t.reqs); cap(t.res) >= n {
-		t.res = t.res[:n]
-	} else {
-		t.res = make([]limiter.Result, n)
-	}
+	t.sizeResults()
 	ok, err := store.Take(ctx, t.reqs, t.res)
 	if err != nil {
 		t.allowed, t.err = false, err
