@@ -251,7 +251,8 @@ type Redis struct {
 	// PipelineMaxBatch bounds the decisions in one pipeline (default 128).
 	// PipelineFlushers is how many pipelines may be on the wire at once
 	// (default 1: the deepest batches, best when Redis shares cores with
-	// its clients; 2 or more for a Redis far away, with cores of its own).
+	// its clients; across a network hop batches leave beside them on their
+	// own, see redisstore's pipeline.go).
 	// PipelineWait bounds how long a batch smaller than the one before it
 	// (under steady load) waits for more decisions to join (default 100µs;
 	// 0s: never wait).
@@ -374,9 +375,10 @@ const (
 	// arrives while a batch is on the wire joins the next one, so batches
 	// are as deep as the load allows and Redis pays its per-read and
 	// per-write system calls once per batch (docs/performance.md compares
-	// one flusher with two). More flushers suit a Redis with cores of its
-	// own and a long round trip, where Redis would otherwise idle while a
-	// batch's replies travel back.
+	// one flusher with two). Across a network hop (round trips of 300 µs
+	// and more) a batch that finds the wire taken leaves beside it anyway,
+	// up to three beside each flusher's, so one stays the default there
+	// too (docs/performance/network-hop.md).
 	DefaultPipelineFlushers = 1
 	// DefaultPipelineWait (store.redis.pipeline_wait) is the wait that
 	// serves best under steady load (see the comment at the top of

@@ -125,3 +125,78 @@ func TestAStoreFarAwayGetsItsConnectionsBack(t *testing.T) {
 		})
 	}
 }
+
+// TestAcrossAHopADecisionLeavesBesideTheBatchOnTheWire: Redis 200 ms away
+// with a 2 s timeout, at a hundred times a same-zone hop's scale (2 ms
+// against 20 µs of the round trip's own noise, say) so that the margins
+// here (50 ms) dwarf this machine's scheduling: the round trip is short
+// against the deadline, and long against Redis' own work. A decision that
+// arrives once another has reached Redis used to wait for that one's reply
+// (100 ms) before its own round trip began, 300 ms in all; it now leaves
+// beside it, on another connection, and is back in one round trip.
+func TestAcrossAHopADecisionLeavesBesideTheBatchOnTheWire(t *testing.T) {
+	const rtt, timeout = 200 * time.Millisecond, 2 * time.Second
+	srv := redistest.Start(t)
+	p, err := netfault.Start(srv.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	client, err := redisstore.Dial(redisstore.Options{Addresses: []string{p.Addr()}, Timeout: timeout, DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := redisstore.NewPipelined(client, "", redisstore.PipelineOptions{MaxBatch: 128, Flushers: 1})
+	t.Cleanup(s.Close)
+	decide := func(id string) (time.Duration, error) {
+		res := make([]limiter.Result, 1)
+		start := time.Now()
+		_, err := s.TakeBy(context.Background(), start.Add(timeout), []limiter.Request{{Name: "hop", ID: id, Limit: farLimit, Cost: 1}}, res)
+		return time.Since(start), err
+	}
+	if _, err := decide("load"); err != nil { // loads the script before the hop
+		t.Fatal(err)
+	}
+	p.Add(netfault.Latency{Dir: netfault.Both, Delay: rtt / 2})
+	for i := range 8 { // the store learns the round trip's floor, from eight batches
+		if _, err := decide(fmt.Sprint("learn", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var took []time.Duration
+	for pair := 0; pair < 3; pair++ {
+		up, _ := p.Bytes()
+		first := make(chan error, 1)
+		go func() {
+			_, err := decide(fmt.Sprintf("a%d", pair))
+			first <- err
+		}()
+		// The second leaves once the first has reached Redis: its reply
+		// is half a round trip away.
+		for reached := false; !reached; {
+			select {
+			case err := <-first:
+				t.Fatalf("pair %d: the first decision came back before the second started: %v", pair, err)
+			case <-time.After(time.Millisecond):
+				n, _ := p.Bytes()
+				reached = n > up
+			}
+		}
+		d, err := decide(fmt.Sprintf("b%d", pair))
+		if err != nil {
+			t.Fatalf("pair %d: the second decision: %v", pair, err)
+		}
+		if err := <-first; err != nil {
+			t.Fatalf("pair %d: the first decision: %v", pair, err)
+		}
+		took = append(took, d)
+		if d < rtt+rtt/4 {
+			t.Logf("round trips of %v: the decisions that arrived while another was on the wire took %v", rtt, took)
+			return
+		}
+	}
+	// Three tries: the first batch beside the wire rides a connection new
+	// to the pool, and pays its handshake (HELLO) first.
+	t.Fatalf("round trips of %v: the decisions that arrived while another was on the wire took %v, never under %v: they waited for its reply", rtt, took, rtt+rtt/4)
+}

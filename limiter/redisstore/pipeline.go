@@ -58,6 +58,18 @@ import (
 // nor does a link whose bandwidth is what makes round trips long, once
 // extra batches stop coming back in time (see extrasPay).
 //
+// A Redis a network hop away. A same-zone hop of half a millisecond or more
+// is short against the deadlines but long against Redis' own work, and a
+// decision that arrives while a batch is on the wire would wait for its
+// reply, half a round trip on average, before its own leaves. So, once the
+// shortest recent round trip (floor: the wire, not Redis' queue) is at least
+// hopFloor, a batch that finds the wire taken leaves beside it at once, on
+// another connection, with the same bounds as above and hopExtras at most
+// (past them it waits for whichever batch is back first). Near Redis (loopback,
+// or a host whose round trips come back faster) a batch waits and grows as
+// before: its fewer script calls are what the wait buys.
+// docs/performance/network-hop.md has the figures.
+//
 // go-redis' own AutoPipeline (v9.23) was considered and not used: it does
 // not honour a command's context once the command is queued (its blocking
 // face waits for the batch whatever the context says, and on its deferred
@@ -79,10 +91,11 @@ type PipelineOptions struct {
 	// Flushers is how many batches may be in flight at once, each on one
 	// connection, while round trips are short against the deadlines; at
 	// least 1. One gives the deepest batches, best when Redis shares cores
-	// with its clients; more suit a Redis far away with cores of its own
-	// (docs/performance.md compares one flusher with two). When a round
-	// trip is a large part of a decision's deadline, batches that cannot
-	// wait for these leave beside them (see "A Redis far away" above).
+	// with its clients (docs/performance.md compares one flusher with two).
+	// When a round trip is a large part of a decision's deadline, batches
+	// that cannot wait for these leave beside them (see "A Redis far away"
+	// above), and so do batches across a network hop (see "A Redis a
+	// network hop away").
 	Flushers int
 	// Wait bounds how long a flusher holds a batch smaller than its
 	// previous one (of at least minWaitBatch decisions) for more decisions
@@ -196,12 +209,22 @@ type coalescer struct {
 	// not wait for the wire (see "A Redis far away" above); its capacity is
 	// the client's pool size less Flushers.
 	extra chan struct{}
+	// hop holds one token per batch sent beside them across a hop (see "A
+	// Redis a network hop away" above), each with an extra token too.
+	hop chan struct{}
 	// rtt is the longest recent round trip of a batch that Redis answered
 	// (nanoseconds: a new longest at once, a shorter one an eighth of the
 	// way); wireAt is when a batch last took a wire token (Unix
 	// nanoseconds): with one flusher, when the batch on the wire left.
 	rtt    atomic.Int64
 	wireAt atomic.Int64
+	// floorCur and floorPrev are the shortest round trips of a batch that
+	// Redis answered in the current window of floorWindow, begun at floorAt
+	// (Unix nanoseconds), and in the one before it (nanoseconds; 0: none
+	// seen), of floorCurN and floorPrevN batches: how long the wire itself
+	// is, whatever Redis' queue adds.
+	floorCur, floorPrev, floorAt atomic.Int64
+	floorCurN, floorPrevN        atomic.Int64
 	// extraMisses and extraAt: see extrasPay.
 	extraMisses atomic.Int64
 	extraAt     atomic.Int64
@@ -222,6 +245,7 @@ func newCoalescer(s *Store, o PipelineOptions) *coalescer {
 		calls: make(chan *call, o.MaxBatch*o.Flushers),
 		wire:  make(chan struct{}, o.Flushers),
 		extra: make(chan struct{}, max(0, poolSize(s.client)-o.Flushers)),
+		hop:   make(chan struct{}, hopExtras),
 		quit:  make(chan struct{}),
 	}
 	c.wg.Add(o.Flushers)
@@ -392,14 +416,14 @@ func (c *coalescer) flusher() {
 		case <-c.quit:
 			return
 		}
-		extra, ok := c.acquire(batch[0], timer)
+		slot, ok := c.acquire(batch[0], timer)
 		if !ok {
 			cl := batch[0]
 			cl.err = ErrClosed
 			cl.finish()
 			return
 		}
-		if extra {
+		if slot != onWire {
 			// Its own buffers: the flusher goes on with the next batch.
 			b := c.fill(append(make([]*call, 0, c.maxBatch), batch[0]), 0, timer)
 			clear(batch)
@@ -415,6 +439,9 @@ func (c *coalescer) flusher() {
 					c.extraDone(inTime)
 				}
 				<-c.extra
+				if slot == besideHop {
+					<-c.hop
+				}
 			}()
 			continue
 		}
@@ -441,59 +468,124 @@ func (c *coalescer) flusher() {
 }
 
 // slow reports whether the longest recent round trip is over a quarter of
-// what cl has left: a decision that waited for it would risk its deadline,
-// so the flusher does not wait on cl's batch itself but sends it from a
+// what cl has left, or Redis is a hop away (see floor): a decision that
+// waited for cl's batch would risk its deadline, or wait a long wire out,
+// so the flusher does not wait on the batch itself but sends it from a
 // goroutine of its own, free to send the next one beside it.
 func (c *coalescer) slow(cl *call) bool {
 	rtt := time.Duration(c.rtt.Load())
-	return rtt > 0 && cap(c.extra) > 0 && !cl.deadline.IsZero() && 4*rtt > time.Until(cl.deadline)
+	if rtt <= 0 || cap(c.extra) == 0 {
+		return false
+	}
+	return (!cl.deadline.IsZero() && 4*rtt > time.Until(cl.deadline)) || c.floor() >= hopFloor
 }
+
+// A slot is where acquire lets a batch go: on the wire (a wire token),
+// beside the batch on the wire because it cannot wait (an extra token), or
+// beside it across a hop (a hop token and an extra one).
+type slot int
+
+const (
+	onWire slot = iota
+	beside
+	besideHop
+)
 
 // acquire takes a wire token for a batch whose first decision is cl. While
 // Redis answers slowly (see "A Redis far away" above), the batch waits for
 // one only until the latest moment it can leave and still be back by cl's
 // deadline, by the longest recent round trip and with an eighth of one to
 // spare (decisions arriving meanwhile join it); then it leaves beside the
-// batch on the wire (extra is true), when fewer than the pool's connections
-// are out. ok is false when the coalescer closes first.
-func (c *coalescer) acquire(cl *call, timer *time.Timer) (extra, ok bool) {
+// batch on the wire, when fewer than the pool's connections are out. Across
+// a hop (see "A Redis a network hop away" above) it leaves beside it at
+// once, or as soon as one of the hopExtras batches beside it is back if it
+// is back before the one on the wire. ok is false when the coalescer closes
+// first.
+func (c *coalescer) acquire(cl *call, timer *time.Timer) (s slot, ok bool) {
 	defer func() {
-		if ok && !extra {
+		if ok && s == onWire {
 			c.wireAt.Store(time.Now().UnixNano())
 		}
 	}()
 	select {
 	case c.wire <- struct{}{}:
-		return false, true
+		return onWire, true
 	default:
 	}
-	if rtt := time.Duration(c.rtt.Load()); rtt > 0 && cap(c.extra) > 0 && !cl.deadline.IsZero() && c.answering(rtt) {
-		timer.Reset(time.Until(cl.deadline.Add(-(rtt + rtt/8))))
+	rtt := time.Duration(c.rtt.Load())
+	if rtt <= 0 || cap(c.extra) == 0 || !c.answering(rtt) {
+		return c.waitWire()
+	}
+	// A hop: the wire itself is long, and short against the deadline.
+	if c.floor() >= hopFloor && (cl.deadline.IsZero() || 4*rtt <= time.Until(cl.deadline)) {
+		if !c.extrasPay(rtt) {
+			return c.waitWire()
+		}
 		select {
 		case c.wire <- struct{}{}:
-			timer.Stop()
-			return false, true
-		case <-timer.C:
-		case <-c.quit:
-			timer.Stop()
-			return false, false
-		}
-		if c.extrasPay(rtt) {
+			return onWire, true
+		case c.hop <- struct{}{}:
 			select {
 			case c.extra <- struct{}{}:
 				c.extraAt.Store(time.Now().UnixNano())
-				return true, true
+				return besideHop, true
 			default:
+				<-c.hop // the pool's connections are out
+				return c.waitWire()
 			}
+		case <-c.quit:
+			return onWire, false
 		}
 	}
+	if cl.deadline.IsZero() {
+		return c.waitWire()
+	}
+	timer.Reset(time.Until(cl.deadline.Add(-(rtt + rtt/8))))
 	select {
 	case c.wire <- struct{}{}:
-		return false, true
+		timer.Stop()
+		return onWire, true
+	case <-timer.C:
 	case <-c.quit:
-		return false, false
+		timer.Stop()
+		return onWire, false
+	}
+	if c.extrasPay(rtt) {
+		select {
+		case c.extra <- struct{}{}:
+			c.extraAt.Store(time.Now().UnixNano())
+			return beside, true
+		default:
+		}
+	}
+	return c.waitWire()
+}
+
+// waitWire waits for a wire token; ok is false when the coalescer closes
+// first.
+func (c *coalescer) waitWire() (s slot, ok bool) {
+	select {
+	case c.wire <- struct{}{}:
+		return onWire, true
+	case <-c.quit:
+		return onWire, false
 	}
 }
+
+// hopFloor is the shortest round trip (see floor) from which a batch that
+// finds the wire taken leaves beside it at once. Below it Redis is near
+// (on this project's machine batches came back in 40 to 80 µs at every
+// load, docs/performance/network-hop.md): a wait for the wire is short, and
+// the batch it grows saves Redis script calls. Past it the wire, not Redis,
+// is what a decision waits for, up to a round trip before its own begins.
+const hopFloor = 300 * time.Microsecond
+
+// hopExtras bounds the batches that leave beside the one on the wire across
+// a hop: past it a batch waits for one of them and grows. Every batch sent
+// is a script call and a read and a write on each side, and Redis has one
+// thread for all of them: without a bound, decisions at a high rate would
+// each leave alone.
+const hopExtras = 3
 
 // dialled is how many connections the client's pool has made (go-redis'
 // pool misses), or 0 for a client whose pool it cannot see.
@@ -539,14 +631,75 @@ func (c *coalescer) answering(rtt time.Duration) bool {
 	return time.Since(time.Unix(0, c.wireAt.Load())) < 2*rtt
 }
 
-// observe records a batch sent at sent that Redis answered (see rtt).
+// observe records a batch sent at sent that Redis answered (see rtt and
+// floorCur).
 func (c *coalescer) observe(sent time.Time) {
 	now := time.Now()
 	d := int64(now.Sub(sent))
+	c.observeFloor(now.UnixNano(), d)
 	if old := c.rtt.Load(); d < old {
 		d = old + (d-old)/8
 	}
 	c.rtt.Store(d)
+}
+
+// floorWindow is how long a window of the round trips' floor lasts at
+// least (and floorRounds of the floor, when longer): long enough to hold
+// some short batches under any load, short enough that a Redis that moved
+// nearer is seen at once.
+const (
+	floorWindow = 100 * time.Millisecond
+	floorRounds = 16
+)
+
+// floorBatches is how many batches the floor's two windows must hold for it
+// to be known: a connection's first batch pays its handshake, a store's
+// first ones load the script, and a Redis that stalls answers few.
+const floorBatches = 8
+
+// observeFloor records a round trip of d nanoseconds that ended at now
+// (Unix nanoseconds) in the floor's windows. Two batches that end together
+// as a window closes may both start the next: one's round trip is then
+// missing from it, which a floor can afford.
+func (c *coalescer) observeFloor(now, d int64) {
+	at := c.floorAt.Load()
+	window := max(int64(floorWindow), floorRounds*c.floorOf(c.floorCur.Load(), c.floorPrev.Load()))
+	if now-at >= window && c.floorAt.CompareAndSwap(at, now) {
+		prev, prevN := c.floorCur.Swap(d), c.floorCurN.Swap(1)
+		if now-at >= 2*window {
+			prev, prevN = 0, 0 // the window before this one saw no batch
+		}
+		c.floorPrev.Store(prev)
+		c.floorPrevN.Store(prevN)
+		return
+	}
+	c.floorCurN.Add(1)
+	for {
+		cur := c.floorCur.Load()
+		if cur != 0 && cur <= d {
+			return
+		}
+		if c.floorCur.CompareAndSwap(cur, d) {
+			return
+		}
+	}
+}
+
+// floor is the shortest round trip of the last one or two windows (see
+// floorWindow), or 0 while they hold fewer than floorBatches.
+func (c *coalescer) floor() time.Duration {
+	if c.floorCurN.Load()+c.floorPrevN.Load() < floorBatches {
+		return 0
+	}
+	return time.Duration(c.floorOf(c.floorCur.Load(), c.floorPrev.Load()))
+}
+
+// floorOf is the shorter of two windows' floors, of which 0 is none.
+func (*coalescer) floorOf(cur, prev int64) int64 {
+	if prev == 0 || (cur != 0 && cur < prev) {
+		return cur
+	}
+	return prev
 }
 
 // poolSize is how many connections client keeps to a server: go-redis'
