@@ -29,13 +29,19 @@ const farTimeout = 500 * time.Millisecond
 // returned proxy is told so.
 func farStore(t *testing.T) (*redisstore.Store, *netfault.Proxy, redis.UniversalClient) {
 	t.Helper()
+	return farStoreWith(t, farTimeout)
+}
+
+// farStoreWith is farStore with a store timeout of its own.
+func farStoreWith(t *testing.T, timeout time.Duration) (*redisstore.Store, *netfault.Proxy, redis.UniversalClient) {
+	t.Helper()
 	srv := redistest.Start(t)
 	p, err := netfault.Start(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	client, err := redisstore.Dial(redisstore.Options{Addresses: []string{p.Addr()}, Timeout: farTimeout, DialTimeout: time.Second})
+	client, err := redisstore.Dial(redisstore.Options{Addresses: []string{p.Addr()}, Timeout: timeout, DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,27 +142,12 @@ func TestAStoreFarAwayGetsItsConnectionsBack(t *testing.T) {
 // beside it, on another connection, and is back in one round trip.
 func TestAcrossAHopADecisionLeavesBesideTheBatchOnTheWire(t *testing.T) {
 	const rtt, timeout = 200 * time.Millisecond, 2 * time.Second
-	srv := redistest.Start(t)
-	p, err := netfault.Start(srv.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	client, err := redisstore.Dial(redisstore.Options{Addresses: []string{p.Addr()}, Timeout: timeout, DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	s := redisstore.NewPipelined(client, "", redisstore.PipelineOptions{MaxBatch: 128, Flushers: 1})
-	t.Cleanup(s.Close)
+	s, p, _ := farStoreWith(t, timeout) // the script loaded before the hop
 	decide := func(id string) (time.Duration, error) {
 		res := make([]limiter.Result, 1)
 		start := time.Now()
 		_, err := s.TakeBy(context.Background(), start.Add(timeout), []limiter.Request{{Name: "hop", ID: id, Limit: farLimit, Cost: 1}}, res)
 		return time.Since(start), err
-	}
-	if _, err := decide("load"); err != nil { // loads the script before the hop
-		t.Fatal(err)
 	}
 	p.Add(netfault.Latency{Dir: netfault.Both, Delay: rtt / 2})
 	for i := range 8 { // the store learns the round trip's floor, from eight batches

@@ -88,15 +88,21 @@ func TestAcrossAHopABatchLeavesBesideTheOneOnTheWire(t *testing.T) {
 		s  slot
 		ok bool
 	}
-	// waitsForTheWire asserts that acquire does not return before the
-	// batch on the wire is back, and then takes the wire.
-	waitsForTheWire := func(t *testing.T, c *coalescer, cl *call) {
-		t.Helper()
+	// start runs acquire on a goroutine of its own: where the batch went
+	// arrives on the channel.
+	start := func(c *coalescer, cl *call) <-chan got {
 		res := make(chan got, 1)
 		go func() {
 			s, ok := c.acquire(cl, timer)
 			res <- got{s, ok}
 		}()
+		return res
+	}
+	// waitsForTheWire asserts that acquire does not return before the
+	// batch on the wire is back, and then takes the wire.
+	waitsForTheWire := func(t *testing.T, c *coalescer, cl *call) {
+		t.Helper()
+		res := start(c, cl)
 		select {
 		case r := <-res:
 			t.Fatalf("acquire returned %v (ok %v) with the wire taken: it should have waited for it", r.s, r.ok)
@@ -107,18 +113,12 @@ func TestAcrossAHopABatchLeavesBesideTheOneOnTheWire(t *testing.T) {
 			t.Fatalf("acquire returned %v (ok %v) once the wire was free, want onWire", r.s, r.ok)
 		}
 	}
-
 	// acquireNow asserts that acquire returns at once (within a generous
 	// bound, rather than hanging the test) and where the batch went.
 	acquireNow := func(t *testing.T, c *coalescer, cl *call) slot {
 		t.Helper()
-		res := make(chan got, 1)
-		go func() {
-			s, ok := c.acquire(cl, timer)
-			res <- got{s, ok}
-		}()
 		select {
-		case r := <-res:
+		case r := <-start(c, cl):
 			if !r.ok {
 				t.Fatal("acquire: not ok on an open coalescer")
 			}
@@ -142,11 +142,7 @@ func TestAcrossAHopABatchLeavesBesideTheOneOnTheWire(t *testing.T) {
 		}
 		// With hopExtras beside it, the next waits for whichever is back
 		// first: here one of them.
-		res := make(chan got, 1)
-		go func() {
-			s, ok := c.acquire(noDeadline, timer)
-			res <- got{s, ok}
-		}()
+		res := start(c, noDeadline)
 		<-c.hop
 		if r := <-res; r.s != besideHop || !r.ok {
 			t.Fatalf("once a batch beside the wire was back: acquire returned %v (ok %v), want besideHop", r.s, r.ok)
