@@ -61,6 +61,27 @@ func TestTheFloorIsTheShortestRoundTripOfTheLastTwoWindows(t *testing.T) {
 	}
 }
 
+// Only a small batch's round trip tells how long the wire is: a deep one's
+// is mostly Redis' work, and on a Redis near and busy every batch is deep.
+func TestADeepBatchDoesNotCountInTheFloor(t *testing.T) {
+	var c coalescer
+	for range 2 * floorBatches {
+		c.observe(time.Now().Add(-time.Millisecond), floorMaxBatch+1)
+	}
+	if got := c.floor(); got != 0 {
+		t.Fatalf("after batches of %d decisions only: floor %v, want 0 (not known)", floorMaxBatch+1, got)
+	}
+	if c.rtt.Load() < int64(time.Millisecond) {
+		t.Fatalf("rtt %v: deep batches count there", time.Duration(c.rtt.Load()))
+	}
+	for range floorBatches {
+		c.observe(time.Now().Add(-time.Millisecond), floorMaxBatch)
+	}
+	if got := c.floor(); got < time.Millisecond {
+		t.Fatalf("after %d batches of %d: floor %v, want at least 1ms", floorBatches, floorMaxBatch, got)
+	}
+}
+
 // acquire with a batch on the wire, without Redis or flushers: where the
 // next batch goes, by how far Redis is. Nothing here waits on a clock: a
 // batch that must wait for the wire is released by the test taking the

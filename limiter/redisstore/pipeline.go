@@ -62,7 +62,8 @@ import (
 // is short against the deadlines but long against Redis' own work, and a
 // decision that arrives while a batch is on the wire would wait for its
 // reply, half a round trip on average, before its own leaves. So, once the
-// shortest recent round trip (floor: the wire, not Redis' queue) is at least
+// shortest recent round trip of a small batch (floor: the wire, not Redis'
+// work) is at least
 // hopFloor, a batch that finds the wire taken leaves beside it at once, on
 // another connection, with the same bounds as above and hopExtras at most
 // (past them it waits for whichever batch is back first). Near Redis (loopback,
@@ -631,12 +632,14 @@ func (c *coalescer) answering(rtt time.Duration) bool {
 	return time.Since(time.Unix(0, c.wireAt.Load())) < 2*rtt
 }
 
-// observe records a batch sent at sent that Redis answered (see rtt and
-// floorCur).
-func (c *coalescer) observe(sent time.Time) {
+// observe records a batch of n decisions sent at sent that Redis answered
+// (see rtt, and floorCur for batches of at most floorMaxBatch).
+func (c *coalescer) observe(sent time.Time, n int) {
 	now := time.Now()
 	d := int64(now.Sub(sent))
-	c.observeFloor(now.UnixNano(), d)
+	if n <= floorMaxBatch {
+		c.observeFloor(now.UnixNano(), d)
+	}
 	if old := c.rtt.Load(); d < old {
 		d = old + (d-old)/8
 	}
@@ -651,6 +654,13 @@ const (
 	floorWindow = 100 * time.Millisecond
 	floorRounds = 16
 )
+
+// floorMaxBatch is the most decisions a batch may carry for its round trip
+// to count in the floor: what Redis does for a few is nothing against a
+// hop, but a deep batch's round trip is mostly Redis' work, which grows
+// with the load, and on a Redis near and busy, every batch is deep. Then
+// the floor is not known, and batches wait and grow as they should.
+const floorMaxBatch = 4
 
 // floorBatches is how many batches the floor's two windows must hold for it
 // to be known: a connection's first batch pays its handshake, a store's
@@ -804,7 +814,7 @@ func (c *coalescer) flush(batch, live []*call, grace bool) (inTime bool) {
 
 	sent := c.decide(ctx, c.split(ctx, live, false))
 	if gotReplies(live) {
-		c.observe(now)
+		c.observe(now, len(live))
 		inTime = earliest.IsZero() || !time.Now().After(earliest)
 	}
 	// Counted before any caller hears back, so that what a caller saw is
