@@ -26,33 +26,10 @@
 local c, k, g, j = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local op, n = tonumber(ARGV[5]), tonumber(ARGV[6])
 local key = KEYS[1]
-if j == 255 then -- a quota's: bucket.lua's Q, made here as tokenbucket.lua makes it
+if j == 255 then -- a quota's: bucket.lua's Q, made here as tokenbucket.lua makes it (missing_now reads it)
   local l = limit_index(c, k, g, j)
   local w = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
   Q = {w = {[l] = w}, s = {}, e = {}, i = {}, now = tonumber(t[1]) * 1000000 + us}
-  Q.count = function(key, l) -- the window TIME is in, as tokenbucket.lua's Q.count picks it
-    local now, s, e, i = Q.now
-    if now >= w[2] and now < w[3] then
-      s, e, i = w[2], w[3], 1
-    elseif now >= w[3] and now < w[4] then
-      s, e, i = w[3], w[4], 2
-    elseif now >= w[1] and now < w[2] then
-      s, e, i = w[1], w[2], 0
-    else
-      error(string.format('QUOTA_CLOCK Redis clock %d us is outside the quota windows the replica sent, %d to %d', now, w[1], w[4]))
-    end
-    local m = 0
-    local v = redis.call('GET', key)
-    if v then
-      if #v ~= 16 then
-        error('WRONGTYPE the key ' .. key .. ' holds ' .. #v .. ' bytes that are not a Floodgate quota')
-      end
-      local ws, n = unpack('<dd', v)
-      if ws == s then m = n end
-    end
-    M[key], L[key], Q.s[key], Q.e[key], Q.i[key] = m, l, s, e, i
-    return m
-  end
   local m = missing_now(key, l)
   if op == 1 and n >= 0 then
     m = m - n

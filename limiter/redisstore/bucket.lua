@@ -162,9 +162,8 @@ local M, L, dirty = {}, {}, {}
 -- instructions a decision, docs/performance/instructions.md). Q.w[l] holds quota limit
 -- l's windows {s0, s1, e1, e2}; Q.s, Q.e and Q.i hold each quota key's
 -- window: its start, its end and which of the three it is (0 the previous,
--- 1 the current, 2 the next); Q.now is TIME in microseconds; Q.count(key, l)
--- reads the count at key in the window of quota limit l that TIME is in
--- (the function is in tokenbucket.lua, made with Q).
+-- 1 the current, 2 the next); Q.now is TIME in microseconds. missing_now
+-- reads a quota's count in the window of its limit that TIME is in.
 local Q
 
 -- missing_now returns the units missing from the bucket at key now, counted
@@ -173,7 +172,30 @@ local Q
 local function missing_now(key, l)
   local m = M[key]
   if m == nil then
-    if res[l] == 255 then return Q.count(key, l) end -- a quota's (Q)
+    if res[l] == 255 then -- a quota's count, in the window TIME is in (Q)
+      local w, now = Q.w[l], Q.now
+      local s, e, i
+      if now >= w[2] and now < w[3] then
+        s, e, i = w[2], w[3], 1
+      elseif now >= w[3] and now < w[4] then
+        s, e, i = w[3], w[4], 2
+      elseif now >= w[1] and now < w[2] then
+        s, e, i = w[1], w[2], 0
+      else
+        error(string.format('QUOTA_CLOCK Redis clock %d us is outside the quota windows the replica sent, %d to %d', now, w[1], w[4]))
+      end
+      m = 0
+      local v = redis.call('GET', key)
+      if v then
+        if #v ~= 16 then
+          error('WRONGTYPE the key ' .. key .. ' holds ' .. #v .. ' bytes that are not a Floodgate quota')
+        end
+        local ws, n = unpack('<dd', v)
+        if ws == s then m = n end
+      end
+      M[key], L[key], Q.s[key], Q.e[key], Q.i[key] = m, l, s, e, i
+      return m
+    end
     local s = redis.call('GET', key)
     if not s then
       M[key], L[key] = 0, l

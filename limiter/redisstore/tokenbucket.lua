@@ -98,30 +98,6 @@ for l = 1, nl do -- the limits cap, per, gain, res, full of bucket.lua, in order
     s0, s1, e1, e2, pos = unpack('<dddd', args, pos)
     if not Q then
       Q = {w = {}, s = {}, e = {}, i = {}, now = tonumber(t[1]) * 1000000 + us}
-      Q.count = function(key, l) -- see bucket.lua's Q
-        local w, now = Q.w[l], Q.now
-        local s, e, i
-        if now >= w[2] and now < w[3] then
-          s, e, i = w[2], w[3], 1
-        elseif now >= w[3] and now < w[4] then
-          s, e, i = w[3], w[4], 2
-        elseif now >= w[1] and now < w[2] then
-          s, e, i = w[1], w[2], 0
-        else
-          error(string.format('QUOTA_CLOCK Redis clock %d us is outside the quota windows the replica sent, %d to %d', now, w[1], w[4]))
-        end
-        local m = 0
-        local v = redis.call('GET', key)
-        if v then
-          if #v ~= 16 then
-            error('WRONGTYPE the key ' .. key .. ' holds ' .. #v .. ' bytes that are not a Floodgate quota')
-          end
-          local ws, n = unpack('<dd', v)
-          if ws == s then m = n end
-        end
-        M[key], L[key], Q.s[key], Q.e[key], Q.i[key] = m, l, s, e, i
-        return m
-      end
     end
     Q.w[l], anyq = {s0, s1, e1, e2}, true
   end
