@@ -517,9 +517,9 @@ func (s *Store) probeLoop() {
 	defer close(s.probeDone)
 	first := []limiter.Request{probeRequest}
 	if shards := s.shardsOf(first); len(shards) == 1 {
-		s.probe(s.breakerFor(shards[0]), probeRequest, max(s.opts.Timeout, startProbeTimeout))
+		s.probe(s.breakerFor(shards[0]), probeRequest, max(s.opts.Timeout, startProbeTimeout), nil)
 	} else {
-		s.probe(s.wide, probeRequest, max(s.opts.Timeout, startProbeTimeout))
+		s.probe(s.wide, probeRequest, max(s.opts.Timeout, startProbeTimeout), nil)
 	}
 	t := time.NewTicker(s.opts.ProbeInterval)
 	defer t.Stop()
@@ -529,7 +529,7 @@ func (s *Store) probeLoop() {
 			return
 		case <-t.C:
 			if s.breaker.State() != Closed {
-				s.probe(s.wide, probeRequest, s.opts.Timeout)
+				s.probe(s.wide, probeRequest, s.opts.Timeout, nil)
 			}
 			s.shards.Range(func(_, v any) bool {
 				if sb := v.(*shardBreaker); sb.b.State() != Closed {
@@ -563,18 +563,29 @@ func (s *Store) probeShard(sb *shardBreaker) {
 		if i > 0 {
 			req.ID = probeRequest.ID + "-" + strconv.Itoa(i)
 		}
-		if shards := s.shardsOf([]limiter.Request{req}); len(shards) == 1 && shards[0] == sb.name {
-			s.probe(sb, req, s.opts.Timeout)
+		if s.holds(sb, req) {
+			// The probe counts for sb only if sb still held its bucket
+			// once answered: slots that moved meanwhile (a failover) were
+			// answered by another master, and sb is then dropped at the
+			// next probe, not closed, for good, in its place.
+			s.probe(sb, req, s.opts.Timeout, func() bool { return s.holds(sb, req) })
 			return
 		}
 	}
 	s.forget(sb)
 }
 
+// holds reports whether sb's shard holds req's bucket alone.
+func (s *Store) holds(sb *shardBreaker, req limiter.Request) bool {
+	shards := s.shardsOf([]limiter.Request{req})
+	return len(shards) == 1 && shards[0] == sb.name
+}
+
 // probe makes one decision on a probe bucket, req, within timeout, when
 // sb's breaker admits a probe, and reports its result to it like any
-// call's.
-func (s *Store) probe(sb *shardBreaker, req limiter.Request, timeout time.Duration) {
+// call's; a success only when still (nil: always) says so, else the probe
+// is let go as if never sent.
+func (s *Store) probe(sb *shardBreaker, req limiter.Request, timeout time.Duration, still func() bool) {
 	b := sb.b
 	started := s.clock.Now()
 	ticket, ok := b.Probe(started)
@@ -585,6 +596,8 @@ func (s *Store) probe(sb *shardBreaker, req limiter.Request, timeout time.Durati
 	var res [1]limiter.Result
 	_, err := s.takePrimary(ctx, time.Now().Add(timeout), []limiter.Request{req}, res[:])
 	switch {
+	case err == nil && still != nil && !still():
+		b.Release(ticket)
 	case err == nil:
 		b.Success(ticket)
 	case ctx.Err() == context.Canceled:

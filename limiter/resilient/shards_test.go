@@ -21,12 +21,15 @@ import (
 // decision touching a server listed in down, with an error naming that
 // server, as redisstore's NodeError does.
 type shardedStore struct {
-	mu     sync.Mutex
-	down   map[string]bool
-	moved  map[string]string
-	spread []string
-	probes map[string]int // decisions per server of identities without a colon
-	mem    *memory.Store
+	mu    sync.Mutex
+	down  map[string]bool
+	moved map[string]string
+	// moveOnProbe moves a server's slots (as moved) when a probe of it
+	// arrives, before it is answered: a failover while the probe is out.
+	moveOnProbe map[string]string
+	spread      []string
+	probes      map[string]int // decisions per server of identities without a colon
+	mem         *memory.Store
 }
 
 func (s *shardedStore) serverOf(id string) string {
@@ -74,6 +77,15 @@ func (s *shardedStore) shards(reqs []limiter.Request, dst []string) []string {
 
 func (s *shardedStore) Take(ctx context.Context, reqs []limiter.Request, res []limiter.Result) (bool, error) {
 	s.mu.Lock()
+	if !strings.Contains(reqs[0].ID, ":") {
+		for _, r := range reqs {
+			srv := s.serverOf(r.ID)
+			if to, ok := s.moveOnProbe[srv]; ok {
+				s.moved[srv] = to
+				delete(s.moveOnProbe, srv)
+			}
+		}
+	}
 	var errs []error
 	for _, srv := range s.shards(reqs, nil) {
 		if s.down[srv] {
@@ -92,7 +104,7 @@ func (s *shardedStore) Take(ctx context.Context, reqs []limiter.Request, res []l
 
 func newShardedStore(clock limiter.Clock, servers ...string) *shardedStore {
 	return &shardedStore{
-		down: map[string]bool{}, moved: map[string]string{}, spread: servers, probes: map[string]int{},
+		down: map[string]bool{}, moved: map[string]string{}, moveOnProbe: map[string]string{}, spread: servers, probes: map[string]int{},
 		mem: storetest.Memory(clock),
 	}
 }
@@ -190,5 +202,44 @@ func TestAServerThatLeftTheTopologyIsForgotten(t *testing.T) {
 	}
 	if _, err := rs.Take(context.Background(), []limiter.Request{{Name: "p", ID: "b:1", Limit: limiter.MustLimit(5, "1"), Cost: 1}}, res); err != nil || res[0].Degraded {
 		t.Errorf("a decision on b's moved keys: %v, %+v", err, res[0])
+	}
+}
+
+// TestAProbeAnsweredByTheMasterThatTookTheSlotsClosesNoBreaker: server b is
+// down and its breaker open; b's slots move to c while b's probe is out,
+// so c answers it. That success is not b's: b's breaker used to close on
+// it and, closed, was never probed again nor dropped. It is dropped now,
+// and decisions are exact.
+func TestAProbeAnsweredByTheMasterThatTookTheSlotsClosesNoBreaker(t *testing.T) {
+	primary := newShardedStore(nil, "a", "b")
+	primary.down["b"] = true
+	rs, err := resilient.New(primary, resilient.Options{
+		Timeout:       50 * time.Millisecond,
+		Breaker:       resilient.BreakerOptions{Failures: 1, OpenFor: time.Millisecond},
+		ProbeInterval: 5 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	res := make([]limiter.Result, 1)
+	if _, err := rs.Take(context.Background(), []limiter.Request{{Name: "p", ID: "b:1", Limit: limiter.MustLimit(5, "1"), Cost: 1}}, res); err == nil {
+		t.Fatal("a decision on a down server succeeded")
+	}
+	if st := rs.ShardStates()["b"]; st == resilient.Closed {
+		t.Fatalf("b's breaker is %v after a failure", st)
+	}
+	primary.mu.Lock()
+	primary.moveOnProbe["b"] = "c"
+	primary.mu.Unlock()
+	waitUntil(t, 2*time.Second, "b's breaker dropped", func() bool { _, ok := rs.ShardStates()["b"]; return !ok })
+	primary.mu.Lock()
+	moved := primary.moved["b"]
+	primary.mu.Unlock()
+	if moved != "c" {
+		t.Fatalf("b's slots moved to %q: the probe that moves them never came", moved)
+	}
+	if !rs.Exact() {
+		t.Errorf("not exact with b gone: %v", rs.ShardStates())
 	}
 }
