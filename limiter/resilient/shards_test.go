@@ -167,12 +167,10 @@ func TestAFailureCountsAgainstTheServersItNames(t *testing.T) {
 	}
 }
 
-// TestAServerThatLeftTheTopologyIsForgotten: server b is down and its
-// breaker open; the background probe keeps probing it (with identities
-// that land on b) while b holds slots. Then b's slots move to c (a replica
-// promoted): no identity lands on b any more, so its breaker is dropped and
-// decisions are exact again, although b never came back.
-func TestAServerThatLeftTheTopologyIsForgotten(t *testing.T) {
+// withBDown is a resilient store on servers a and b, b down, whose first
+// decision on b failed: b's breaker is open, and probed every 5 ms.
+func withBDown(t *testing.T) (*shardedStore, *resilient.Store) {
+	t.Helper()
 	primary := newShardedStore(nil, "a", "b")
 	primary.down["b"] = true
 	rs, err := resilient.New(primary, resilient.Options{
@@ -183,11 +181,22 @@ func TestAServerThatLeftTheTopologyIsForgotten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rs.Close()
+	t.Cleanup(rs.Close)
 	res := make([]limiter.Result, 1)
 	if _, err := rs.Take(context.Background(), []limiter.Request{{Name: "p", ID: "b:1", Limit: limiter.MustLimit(5, "1"), Cost: 1}}, res); err == nil {
 		t.Fatal("a decision on a down server succeeded")
 	}
+	return primary, rs
+}
+
+// TestAServerThatLeftTheTopologyIsForgotten: server b is down and its
+// breaker open; the background probe keeps probing it (with identities
+// that land on b) while b holds slots. Then b's slots move to c (a replica
+// promoted): no identity lands on b any more, so its breaker is dropped and
+// decisions are exact again, although b never came back.
+func TestAServerThatLeftTheTopologyIsForgotten(t *testing.T) {
+	primary, rs := withBDown(t)
+	res := make([]limiter.Result, 1)
 	probes := func() int { primary.mu.Lock(); defer primary.mu.Unlock(); return primary.probes["b"] }
 	waitUntil(t, 2*time.Second, "probing b", func() bool { return probes() >= 3 })
 	if st, ok := rs.ShardStates()["b"]; !ok || st == resilient.Closed || rs.Exact() {
@@ -211,21 +220,7 @@ func TestAServerThatLeftTheTopologyIsForgotten(t *testing.T) {
 // it and, closed, was never probed again nor dropped. It is dropped now,
 // and decisions are exact.
 func TestAProbeAnsweredByTheMasterThatTookTheSlotsClosesNoBreaker(t *testing.T) {
-	primary := newShardedStore(nil, "a", "b")
-	primary.down["b"] = true
-	rs, err := resilient.New(primary, resilient.Options{
-		Timeout:       50 * time.Millisecond,
-		Breaker:       resilient.BreakerOptions{Failures: 1, OpenFor: time.Millisecond},
-		ProbeInterval: 5 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
-	res := make([]limiter.Result, 1)
-	if _, err := rs.Take(context.Background(), []limiter.Request{{Name: "p", ID: "b:1", Limit: limiter.MustLimit(5, "1"), Cost: 1}}, res); err == nil {
-		t.Fatal("a decision on a down server succeeded")
-	}
+	primary, rs := withBDown(t)
 	if st := rs.ShardStates()["b"]; st == resilient.Closed {
 		t.Fatalf("b's breaker is %v after a failure", st)
 	}
