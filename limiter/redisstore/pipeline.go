@@ -673,7 +673,7 @@ const floorBatches = 8
 // missing from it, which a floor can afford.
 func (c *coalescer) observeFloor(now, d int64) {
 	at := c.floorAt.Load()
-	window := max(int64(floorWindow), floorRounds*c.floorOf(c.floorCur.Load(), c.floorPrev.Load()))
+	window := max(int64(floorWindow), floorRounds*shorterFloor(c.floorCur.Load(), c.floorPrev.Load()))
 	if now-at >= window && c.floorAt.CompareAndSwap(at, now) {
 		prev, prevN := c.floorCur.Swap(d), c.floorCurN.Swap(1)
 		if now-at >= 2*window {
@@ -701,11 +701,11 @@ func (c *coalescer) floor() time.Duration {
 	if c.floorCurN.Load()+c.floorPrevN.Load() < floorBatches {
 		return 0
 	}
-	return time.Duration(c.floorOf(c.floorCur.Load(), c.floorPrev.Load()))
+	return time.Duration(shorterFloor(c.floorCur.Load(), c.floorPrev.Load()))
 }
 
-// floorOf is the shorter of two windows' floors, of which 0 is none.
-func (*coalescer) floorOf(cur, prev int64) int64 {
+// shorterFloor is the shorter of two windows' floors, of which 0 is none.
+func shorterFloor(cur, prev int64) int64 {
 	if prev == 0 || (cur != 0 && cur < prev) {
 		return cur
 	}
