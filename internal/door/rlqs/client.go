@@ -284,7 +284,9 @@ func (e *Envoy) startLocked() bool {
 }
 
 func (e *Envoy) sendOn(s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, r *rlqsv3.RateLimitQuotaUsageReports) {
-	if err := s.Send(r); err != nil {
+	// io.EOF: the server ended the stream; its status is what Recv returns,
+	// which receive records (grpc-go's ClientStream.SendMsg).
+	if err := s.Send(r); err != nil && !errors.Is(err, io.EOF) {
 		e.mu.Lock()
 		e.lastErr = err
 		e.mu.Unlock()

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -95,8 +96,14 @@ func TestAStoppingReplicaEndsItsStreams(t *testing.T) {
 	if err := e.Stats().Err; status.Code(err) != codes.Unavailable {
 		t.Errorf("the stream ended with %v, want UNAVAILABLE", err)
 	}
+	before := e.Stats().Streams
 	e.Report()
-	time.Sleep(50 * time.Millisecond)
+	redistest.Eventually(t, 5*time.Second, "the new stream ended", func() error {
+		if st := e.Stats(); st.Streams <= before || st.Open {
+			return fmt.Errorf("streams %d (before %d), open %v", st.Streams, before, st.Open)
+		}
+		return nil
+	})
 	if err := e.Stats().Err; status.Code(err) != codes.Unavailable {
 		t.Errorf("a new stream: %v, want UNAVAILABLE", err)
 	}
