@@ -232,7 +232,11 @@ func TestRatelimitBeforeAndAfterTheFirstPushAsThePeer(t *testing.T) {
 			}
 			for i, sv := range servers {
 				xds.WaitAcked(fmt.Sprintf("v%d", i))
+				// envoyproxy/ratelimit opens its gRPC port from a goroutine
+				// and its HTTP port after starting it (src/server/server_impl.go,
+				// Start): one open says nothing of the other.
 				sv.p.WaitListening(t, sv.grpc, 30*time.Second)
+				sv.p.WaitListening(t, sv.http, 30*time.Second)
 			}
 			var answers []string
 			for _, sv := range servers {
