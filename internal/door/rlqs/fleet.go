@@ -452,16 +452,24 @@ func (l *ledger) update(ls *ledgers, now time.Time) {
 	l.contested = l.fleet > l.limit
 }
 
-// others are the replica's Envoys of the bucket but st, by their latest
-// reports (l.mu held).
-func (l *ledger) others(st *stream, now time.Time, window time.Duration) allot.Fleet {
-	var f allot.Fleet
+// others are the demands the replica's Envoys of the bucket but st were
+// last divided for (l.mu held).
+func (l *ledger) others(st *stream, now time.Time, window time.Duration) []float64 {
+	var ds []float64
 	for o, e := range l.envoys {
 		if o == st || now.Sub(e.seen) > staleAfter*window {
 			continue
 		}
-		f.Envoys++
-		f.Demand += e.assumed
+		ds = append(ds, e.assumed)
+	}
+	return ds
+}
+
+// fleetOf is the fleet of the demands ds.
+func fleetOf(ds []float64) allot.Fleet {
+	f := allot.Fleet{Envoys: float64(len(ds))}
+	for _, d := range ds {
+		f.Demand += d
 	}
 	return f
 }
@@ -496,7 +504,7 @@ const PushShift = 0.1
 // more (l.mu not held).
 func (l *ledger) pushOthers(except *stream, now time.Time, interval time.Duration) {
 	l.mu.Lock()
-	mine := l.others(nil, now, interval)
+	mine := fleetOf(l.others(nil, now, interval))
 	f := allot.Fleet{Demand: l.elsewhere.Demand + mine.Demand, Envoys: l.elsewhere.Envoys + mine.Envoys}
 	moved := math.Abs(f.Demand-l.divided.Demand) > PushShift*l.divided.Demand ||
 		math.Abs(f.Envoys-l.divided.Envoys) >= 0.5

@@ -123,28 +123,30 @@ func sum(xs []int) int {
 	return n
 }
 
-// TestTwoEnvoysShareTheLimitByDemand: one replica, one bucket of 100 a
-// second, two Envoys asking 150 and 50: shares follow demand (3:1), and
-// the pair admits about the limit.
-func TestTwoEnvoysShareTheLimitByDemand(t *testing.T) {
+// TestTwoEnvoysShareTheLimitFairly: one replica, one bucket of 100 a
+// second, two Envoys asking 150 and 50 then 150 and 30: the level, 50
+// each, then the quiet one what it asks and the loud one the rest; the pair
+// admits about the limit either way.
+func TestTwoEnvoysShareTheLimitFairly(t *testing.T) {
 	r := newRig(t, perSecond("tenant=t1", 100), rigOptions{})
 	es := []*Envoy{r.envoy(EnvoyOptions{}), r.envoy(EnvoyOptions{})}
 	s := newSim(t, []*rig{r}, es)
-	s.run(20*time.Second, []float64{150, 50}) // settle in
-	asked, allowed := s.run(30*time.Second, []float64{150, 50})
-	var a [2]int
-	for _, sec := range allowed {
-		a[0] += sec[0]
-		a[1] += sec[1]
+	for _, c := range []struct{ loud, quiet float64 }{{150, 50}, {150, 30}} {
+		s.run(20*time.Second, []float64{c.loud, c.quiet}) // settle in
+		_, allowed := s.run(30*time.Second, []float64{c.loud, c.quiet})
+		var a [2]int
+		for _, sec := range allowed {
+			a[0] += sec[0]
+			a[1] += sec[1]
+		}
+		total := float64(a[0]+a[1]) / 30
+		if total < 95 || total > 105 {
+			t.Errorf("asking %v: the pair admitted %.1f a second of a limit of 100 (%v)", c, total, a)
+		}
+		if quiet := float64(a[1]) / 30; math.Abs(quiet-math.Min(c.quiet, 50)) > 3 {
+			t.Errorf("asking %v: the quiet one admitted %.1f a second, want %v", c, quiet, math.Min(c.quiet, 50))
+		}
 	}
-	total := float64(a[0]+a[1]) / 30
-	if total < 95 || total > 105 {
-		t.Errorf("the pair admitted %.1f a second of a limit of 100 (%v)", total, a)
-	}
-	if ratio := float64(a[0]) / float64(a[1]); ratio < 2.5 || ratio > 3.5 {
-		t.Errorf("admitted %v: ratio %.2f, want about 3 as their demand", a, ratio)
-	}
-	_ = asked
 }
 
 // TestAnEnvoyThatStopsGivesItsShareBack: one of two Envoys closes its
@@ -199,8 +201,8 @@ func TestANewEnvoyGetsAShareAtItsFirstReport(t *testing.T) {
 // TestTheFleetHoldsTheLimitUnderSteadyDemand: eight Envoys, one bucket of
 // 1,000 a second, demand twice the limit, one Envoy half of it: once every
 // Envoy has reported a few times, every second's admitted total is within
-// 0.95–1.05 of the limit, and each Envoy admits the same fraction of its
-// demand.
+// 0.95–1.05 of the limit, and each Envoy admits the same, an eighth of the
+// limit (every one asks more than that).
 func TestTheFleetHoldsTheLimitUnderSteadyDemand(t *testing.T) {
 	r := newRig(t, perSecond("tenant=t1", 1000), rigOptions{})
 	var es []*Envoy
@@ -221,8 +223,8 @@ func TestTheFleetHoldsTheLimitUnderSteadyDemand(t *testing.T) {
 		for sec := range allowed {
 			a, d = a+allowed[sec][e], d+asked[sec][e]
 		}
-		if f := float64(a) / float64(d); f < 0.45 || f > 0.55 {
-			t.Errorf("Envoy %d admitted %d of %d asked (%.2f), want about half as every other", e, a, d, f)
+		if got := float64(a) / 20; got < 120 || got > 130 {
+			t.Errorf("Envoy %d admitted %.1f a second of %d asked, want about 125 as every other", e, got, d/20)
 		}
 	}
 }
@@ -230,10 +232,9 @@ func TestTheFleetHoldsTheLimitUnderSteadyDemand(t *testing.T) {
 // TestTheFleetFollowsShiftingDemand: the benchmark's shape
 // (docs/performance.md, "Rate limit quotas"), two replicas on one store and
 // a manual clock: the heavy Envoy changes every 10 s, two report
-// intervals. The Envoy whose demand fell says so in its next report, whose
-// counts tell when (allot.Recent), and every Envoy of both replicas is
-// pushed its part of the move within a window or two: the fleet admits
-// less than the limit only until that report, then about the limit.
+// intervals. Under the level no Envoy holds more than the others may use,
+// so a shift leaves nothing unused: the fleet admits about the limit every
+// second.
 func TestTheFleetFollowsShiftingDemand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of simulated traffic")
@@ -265,13 +266,14 @@ func TestTheFleetFollowsShiftingDemand(t *testing.T) {
 	}
 	avg := float64(total) / float64(len(admitted)-10) / 1000
 	t.Logf("from the first shift: %.3f of the limit, %d of %d seconds within 0.95–1.05", avg, within, len(admitted)-10)
-	if avg < 0.93 || avg > 1.05 {
-		t.Errorf("%.3f of the limit admitted on average, want 0.93–1.05", avg)
+	if avg < 0.97 || avg > 1.03 {
+		t.Errorf("%.3f of the limit admitted on average, want 0.97–1.03", avg)
 	}
-	// Each phase loses the seconds before the Envoy whose demand fell
-	// reports (0.6 to 2.8 s here, by the Envoys' phases): about 10.
-	if within < 25 {
-		t.Errorf("%d of %d seconds within 0.95–1.05 of the limit, want 25 or more", within, len(admitted)-10)
+	// Every Envoy asks more than the level in every phase, so the one
+	// whose demand fell still uses all of its share: no second is lost
+	// waiting for its report (50 of 50 when written).
+	if within < 45 {
+		t.Errorf("%d of %d seconds within 0.95–1.05 of the limit, want 45 or more", within, len(admitted)-10)
 	}
 }
 

@@ -5,17 +5,33 @@
 // (internal/door/rlqs) feeds it what the shared store says of the fleet and
 // what each report says of one Envoy.
 //
-// The division is proportional: every Envoy is assigned the same fraction
-// of its own recent demand, r/D of it, D being the fleet's demand, so the
-// shares add up to the limit whether demand exceeds it (each gets less than
-// it asks) or not (each gets more, in proportion, and room to grow). An
-// Envoy's demand counts what it denied as well as what it allowed: a
-// throttled Envoy still shows what it would admit. What the division cannot
-// see is left as it is, and measured (docs/performance.md, "Rate limit
-// quotas"): an Envoy whose demand fell leaves part of its share unused
-// until its next report, one whose demand rose is held to its old share
-// until then, and every change of an Envoy's assignment gives it its
-// bucket's burst again.
+// The division is max-min fair (water-filling): while the fleet asks for
+// more than the limit, every Envoy gets the same share, the level, except
+// those that ask less, which get what they ask; the level is where the
+// shares add up to the limit. While it asks for less, every Envoy gets its
+// demand and an even part of what is left, room to grow. An Envoy's demand
+// counts what it denied as well as what it allowed: a throttled Envoy
+// still shows what it would admit.
+//
+// Why not shares in proportion to demand, which would give every request
+// the same chance whichever Envoy it reaches: Envoy reports every five
+// seconds, so an Envoy whose demand falls keeps its share until its next
+// report, and what it no longer uses is lost to the fleet meanwhile. Under
+// a proportional division an Envoy asking half of the fleet's demand holds
+// half of the limit, and when its demand falls to the others' the fleet
+// admits a third less for up to a report interval (measured:
+// docs/performance.md, "Rate limit quotas"). Under the level no Envoy holds
+// more than the others may use: the share a fall leaves unused is at most
+// the level less the new demand. The quiet Envoys are also kept from being
+// crowded out by a loud one, as in Doorman's fair share.
+//
+// What the division cannot see is left as it is, and measured: an Envoy
+// whose demand fell below the level leaves part of its share unused until
+// its next report, one whose demand rose is held to its old share until
+// then, and every change of an Envoy's assignment gives it its bucket's
+// burst again. Envoys of other replicas are known by their number and
+// demand added up (the shared store's registers), and divided for as that
+// many Envoys asking the same each.
 //
 // Floats are fine here: a share is an estimate, rounded to a token bucket
 // Envoy enforces in floating point itself (AtomicTokenBucketImpl); the
@@ -24,6 +40,7 @@ package allot
 
 import (
 	"math"
+	"sort"
 	"time"
 )
 
@@ -92,9 +109,11 @@ type Input struct {
 	// Demand is the Envoy's (Demand), -1 when not known yet.
 	Demand float64
 	// Elsewhere are the bucket's Envoys on other replicas, as the shared
-	// store last said (a window or two old); Others the replica's other
-	// Envoys of the bucket, by their latest reports.
-	Elsewhere, Others Fleet
+	// store last said (a window or two old), taken to ask the same each;
+	// Others the assumed demands of the replica's other Envoys of the
+	// bucket, by their latest reports.
+	Elsewhere Fleet
+	Others    []float64
 }
 
 // FloorFraction is the least share an Envoy gets, as a fraction of an even
@@ -109,35 +128,70 @@ func Assumed(in Input) float64 {
 	if in.Demand >= 0 {
 		return in.Demand
 	}
-	known := in.Elsewhere.Demand + in.Others.Demand
-	n := in.Elsewhere.Envoys + in.Others.Envoys
+	known, n := in.Elsewhere.Demand, in.Elsewhere.Envoys
+	for _, d := range in.Others {
+		known += d
+		n++
+	}
 	if n < 1 || known <= 0 {
 		return in.Limit
 	}
 	return known / n
 }
 
-// Share is the Envoy's share of the limit, in requests a second, between
-// the floor and the whole limit: Limit · d / D, d its demand and D the
-// fleet's (Elsewhere, Others and its own).
-//
-// An Envoy whose demand is not known yet (its first report) is taken to
-// want what the average Envoy of the bucket does, or the whole limit when
-// it is the first: so a new Envoy gets a share at once, and the others give
-// up theirs in proportion as its reports come in.
+// Share is the Envoy's share of the limit, in requests a second, at most
+// the whole limit: min(d, level) while the fleet (Elsewhere, Others and
+// itself) asks for more than the limit, d plus an even part of what is left
+// otherwise, d being its demand (Assumed) or the floor, whichever is more.
 func Share(in Input) float64 {
 	if in.Limit <= 0 {
 		return 0
 	}
-	known := in.Elsewhere.Demand + in.Others.Demand
-	n := in.Elsewhere.Envoys + in.Others.Envoys
-	d := Assumed(in)
-	total := known + d
-	n = math.Max(n+1, 1)
+	n := 1 + float64(len(in.Others)) + math.Max(in.Elsewhere.Envoys, 0)
 	floor := in.Limit / n * FloorFraction
-	if total <= 0 {
-		return in.Limit / n
+	// The fleet as groups of Envoys asking the same each, none less than
+	// the floor: the floors are divided for, so the shares still add up
+	// to the limit.
+	d := math.Max(Assumed(in), floor)
+	groups := make([]group, 0, len(in.Others)+2)
+	groups = append(groups, group{demand: d, envoys: 1})
+	for _, o := range in.Others {
+		groups = append(groups, group{demand: math.Max(o, floor), envoys: 1})
 	}
-	s := in.Limit * d / total
-	return math.Min(math.Max(s, floor), in.Limit)
+	if e := in.Elsewhere; e.Envoys > 0 {
+		groups = append(groups, group{demand: math.Max(e.Demand/e.Envoys, floor), envoys: e.Envoys})
+	}
+	total := 0.0
+	for _, g := range groups {
+		total += g.demand * g.envoys
+	}
+	s := d + (in.Limit-total)/n
+	if total > in.Limit {
+		s = math.Min(d, level(in.Limit, groups))
+	}
+	return math.Min(s, in.Limit)
+}
+
+// group is envoys Envoys asking demand each (requests a second).
+type group struct{ demand, envoys float64 }
+
+// level is the water level of a limit over groups asking more than it in
+// all: the x at which the groups' min(demand, x), each times its envoys,
+// add up to the limit.
+func level(limit float64, groups []group) float64 {
+	sort.Slice(groups, func(i, j int) bool { return groups[i].demand < groups[j].demand })
+	left, n := limit, 0.0
+	for _, g := range groups {
+		n += g.envoys
+	}
+	for _, g := range groups {
+		// Every group from here on asks at least g.demand each: if an even
+		// split of what is left is no more, that is the level.
+		if left/n <= g.demand {
+			return left / n
+		}
+		left -= g.demand * g.envoys
+		n -= g.envoys
+	}
+	return math.Inf(1) // the groups ask for less than the limit
 }

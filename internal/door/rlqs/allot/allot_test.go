@@ -29,20 +29,30 @@ func TestShare(t *testing.T) {
 			Input{Limit: 100, Demand: 300}, 100},
 		{"alone, asking less: still the whole limit, room to grow",
 			Input{Limit: 100, Demand: 10}, 100},
-		{"two on one replica, 150 and 50: three quarters",
-			Input{Limit: 100, Demand: 150, Others: Fleet{Demand: 50, Envoys: 1}}, 75},
+		{"two on one replica, 150 and 50: the level, half",
+			Input{Limit: 100, Demand: 150, Others: []float64{50}}, 50},
+		{"one asking half of the fleet's demand, seven the rest: an eighth, as each of them",
+			Input{Limit: 1000, Demand: 1000, Others: []float64{143, 143, 143}, Elsewhere: Fleet{Demand: 572, Envoys: 4}}, 125},
+		{"one of those seven: an eighth too",
+			Input{Limit: 1000, Demand: 143, Others: []float64{1000, 143, 143}, Elsewhere: Fleet{Demand: 572, Envoys: 4}}, 125},
+		{"a quiet one below the level: what it asks",
+			Input{Limit: 500, Demand: 20, Others: []float64{500, 500}}, 20},
+		{"a loud one beside it: what the quiet one leaves, halved",
+			Input{Limit: 500, Demand: 500, Others: []float64{20, 500}}, 240},
+		{"beside an idle one: what its floor leaves, thirded",
+			Input{Limit: 100, Demand: 100, Others: []float64{0, 100, 100}}, 32.5},
 		{"one elsewhere as busy: half",
 			Input{Limit: 100, Demand: 100, Elsewhere: Fleet{Demand: 100, Envoys: 1}}, 50},
-		{"under the limit, shares still add up to it: 30 of 60 asked gets half",
-			Input{Limit: 100, Demand: 30, Elsewhere: Fleet{Demand: 30, Envoys: 3}}, 50},
+		{"under the limit, shares still add up to it: what it asks and a quarter of what is left",
+			Input{Limit: 100, Demand: 30, Elsewhere: Fleet{Demand: 30, Envoys: 3}}, 40},
 		{"a newcomer among two Envoys of 100 each: an average one's, a third",
-			Input{Limit: 90, Demand: -1, Others: Fleet{Demand: 200, Envoys: 2}}, 30},
+			Input{Limit: 90, Demand: -1, Others: []float64{100, 100}}, 30},
 		{"a newcomer alone: the whole limit",
 			Input{Limit: 90, Demand: -1}, 90},
 		{"an idle Envoy among three busy ones: the floor, a tenth of an even share",
-			Input{Limit: 100, Demand: 0, Others: Fleet{Demand: 300, Envoys: 3}}, 2.5},
+			Input{Limit: 100, Demand: 0, Others: []float64{100, 100, 100}}, 2.5},
 		{"nobody asks anything: an even share",
-			Input{Limit: 100, Demand: 0, Others: Fleet{Demand: 0, Envoys: 3}}, 25},
+			Input{Limit: 100, Demand: 0, Others: []float64{0, 0, 0}}, 25},
 		{"no limit: nothing", Input{Limit: 0, Demand: 5}, 0},
 	} {
 		if got := Share(c.in); !near(got, c.want) {
@@ -52,22 +62,49 @@ func TestShare(t *testing.T) {
 }
 
 // TestSharesAddUpToTheLimit: whatever the demands, Envoys dividing with
-// the same view of the fleet are assigned the limit between them (floors
-// aside).
+// the same view of the fleet are assigned the limit between them, floors
+// included, and fairly: an Envoy gets less than another only when it gets
+// all it asks (or its floor).
 func TestSharesAddUpToTheLimit(t *testing.T) {
-	for _, demands := range [][]float64{{1000, 143, 143, 143, 143, 143, 143, 143}, {5, 5}, {1, 2, 3, 4}, {0.5, 1e6}} {
-		total := 0.0
-		for _, d := range demands {
-			total += d
-		}
+	for _, demands := range [][]float64{{1000, 143, 143, 143, 143, 143, 143, 143}, {5, 5}, {1, 2, 3, 4}, {0.5, 1e6}, {0, 0, 1000}, {10, 400, 2000, 300}} {
+		shares := make([]float64, len(demands))
 		sum := 0.0
-		for _, d := range demands {
-			sum += Share(Input{Limit: 1000, Demand: d, Others: Fleet{Demand: total - d, Envoys: float64(len(demands) - 1)}})
+		for i, d := range demands {
+			others := append(append([]float64{}, demands[:i]...), demands[i+1:]...)
+			shares[i] = Share(Input{Limit: 1000, Demand: d, Others: others})
+			sum += shares[i]
 		}
-		floors := float64(len(demands)) * 1000 / float64(len(demands)) * FloorFraction
-		if sum < 1000-1e-6 || sum > 1000+floors {
-			t.Errorf("demands %v: shares add up to %v", demands, sum)
+		if math.Abs(sum-1000) > 1e-6 {
+			t.Errorf("demands %v: shares %v add up to %v", demands, shares, sum)
 		}
+		floor := 1000 / float64(len(demands)) * FloorFraction
+		for i := range demands {
+			for j := range demands {
+				if shares[i] < shares[j]-1e-9 && shares[i] < math.Max(demands[i], floor)-1e-9 {
+					t.Errorf("demands %v: shares %v: %d gets less than %d and less than it asks", demands, shares, i, j)
+				}
+			}
+		}
+	}
+}
+
+// TestEnvoysElsewhereAreDividedForAsAnEvenGroup: a replica that knows the
+// other replicas' Envoys only by their number and demand added up gives
+// its own Envoys what a replica knowing each would, when the others ask
+// about the same each; when they do not, it gives less (never more).
+func TestEnvoysElsewhereAreDividedForAsAnEvenGroup(t *testing.T) {
+	exact := Share(Input{Limit: 1000, Demand: 143, Others: []float64{1000, 143, 143, 143, 143, 143, 143}})
+	grouped := Share(Input{Limit: 1000, Demand: 143, Others: []float64{1000, 143, 143}, Elsewhere: Fleet{Demand: 572, Envoys: 4}})
+	if !near(grouped, exact) || !near(exact, 125) {
+		t.Errorf("even elsewhere: %v, knowing each %v, want 125", grouped, exact)
+	}
+	// Elsewhere one Envoy asks 1,000 and one 10: each known, the level is
+	// 483 (the 10 counted as its floor, 33); as a group of two asking 505
+	// each, 333.
+	exact = Share(Input{Limit: 1000, Demand: 500, Others: []float64{1000, 10}})
+	grouped = Share(Input{Limit: 1000, Demand: 500, Elsewhere: Fleet{Demand: 1010, Envoys: 2}})
+	if !near(exact, (1000-100.0/3)/2) || !(grouped < exact) || !near(grouped, 1000.0/3) {
+		t.Errorf("uneven elsewhere: %v, knowing each %v", grouped, exact)
 	}
 }
 
