@@ -23,8 +23,9 @@ type BucketPage struct {
 	Key    string `json:"key"`
 	Caller string `json:"caller"`
 	// RequestsPerSecond is the limit; FleetDemand and FleetAdmitted the
-	// fleet's requests a second over the last settled windows, and
-	// FleetEnvoys how many report it.
+	// fleet's requests a second as of each Envoy's latest report (the
+	// shared store's current epoch, last read), and FleetEnvoys how many
+	// report it.
 	RequestsPerSecond float64 `json:"requests_per_second"`
 	FleetDemand       float64 `json:"fleet_demand"`
 	FleetAdmitted     float64 `json:"fleet_admitted"`

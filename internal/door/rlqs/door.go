@@ -246,12 +246,11 @@ func (d *quotaDoor) signal(st *stream) {
 // MaxRefresh bounds the buckets one refresh reads.
 const MaxRefresh = 1024
 
-// refresh reads, in one call to the store, the settled windows of the
-// buckets this replica's Envoys report (at most MaxRefresh of them, the
-// least recently read first), and pushes the Envoys whose shares the
+// refresh reads, in one call to the store, the current epoch's registers
+// of the buckets this replica's Envoys report (at most MaxRefresh of them,
+// the least recently read first), and pushes the Envoys whose shares the
 // fleet's move changed: a shift of demand reported on another replica
-// reaches this one's Envoys within a window or two, not at their next
-// reports.
+// reaches this one's Envoys within a window, not at their next reports.
 func (d *quotaDoor) refresh(now time.Time) {
 	ls := d.fleet.all()
 	sort.Slice(ls, func(i, j int) bool { return ls[i].readAt.Before(ls[j].readAt) })
@@ -280,6 +279,9 @@ func (d *quotaDoor) refresh(now time.Time) {
 	}
 	if !ok {
 		d.metrics.storeErrors.Inc()
+		for i := range parts {
+			parts[i].absorb(d.fleet, now, res, false)
+		}
 		return // the reports will say, and log
 	}
 	for i := range parts {

@@ -11,37 +11,41 @@ import (
 	"github.com/floodgate/floodgate/limiter"
 )
 
-// The fleet, through the shared store. Every replica charges what its
-// Envoys report into registers of the shared store, one set a window, and
-// reads the last settled windows back: what every Envoy of a bucket asked
-// for, what they admitted and how many report it, across replicas, with
+// The fleet, through the shared store. Every replica keeps, in registers
+// of the shared store, the rates its Envoys last reported for a bucket:
+// their demand, what they allowed, and one for each Envoy, added up across
+// replicas, one set of registers an epoch (a report interval), with
 // nothing but the store's Charge, Refund and Take (a look), so that Redis,
 // Redis Cluster and the in-memory store all serve (the memory store, one
 // replica).
 //
-// A window is a tenth of Envoy's report interval, and a replica reads the
-// last spanWindows settled ones, one interval of reports: every Envoy's
-// latest report, once, about a window and a fifth after it was sent. A
-// replica reads at its own Envoys' reports and once a window besides
-// (Run), so a shift of demand reported on one replica reaches the shares
-// of the others' Envoys within about two windows, not at their next
-// reports.
+// An Envoy's report sets its rates in the current epoch's registers and
+// the next two's (setEpochs), charging or refunding the difference from
+// what it set there before. Envoy reports every interval, so every Envoy
+// that reported within the last interval or two is in the current epoch's
+// registers exactly once, whichever replica it talks to and whenever in
+// the epoch it reported: one look at the current epoch is the fleet as of
+// every Envoy's latest report. The second epoch ahead covers a report that
+// comes late: a bucket's first report, which Envoy sends when the bucket
+// is made, up to an interval before its report timer's first tick; a
+// stalled Envoy. An Envoy that stops reporting drops out at the third
+// epoch after its last report; one whose stream ends is taken out at once. A call the store answered with an error may have been applied
+// or not; either way the registers are right again two epochs on.
 //
-// A register is a bucket used as a counter: capacity regCap, refilled at a
-// thousandth of the limit's rate (so a window's reading is off by at most
-// a thousandth of the limit over the windows it is read across, and a
-// register left alone empties from Redis as any bucket does, when full
-// again), charged with each report's counts; what it was charged is the
-// capacity less what it holds. Registers go round slots: a report charges
-// window w's, resets (refunds whole, which deletes them) the coming
-// windows' up to a span ahead, none of which anyone reads or writes yet,
-// and reads the settled windows before w, which no replica writes any
-// more. A window's slot is reset by every report of the span before it,
-// so a replica whose Envoys report every interval never reads a slot left
-// from slots windows before. A window is settled
-// a fifth of a window after it ends, time enough for the reports sent in it
-// to land. The registers of a bucket share its identity, so they and the
-// bucket itself sit in one Redis Cluster slot: one script call.
+// Registers go round slots. An epoch's are reset (refunded whole, which
+// deletes them) three and four epochs ahead, when no replica sets rates in
+// them (they are set in the current epoch and the next two only), so the
+// replicas' clocks may disagree by most of an epoch. A replica reads, at
+// its Envoys' reports and once a window (a tenth of an interval) besides
+// (Run), so a move of demand reported on one replica reaches the shares
+// of the others' Envoys within a window, not at their next reports.
+//
+// A register is a bucket used as a counter: capacity regCapacity, charged
+// with rates in thousandths of a request a second (rateScale), refilled so
+// slowly that what it refills over two epochs is below a thousandth of a
+// request a second of the limit: what it holds is the capacity less the
+// rates set in it. The registers of a bucket share its identity, so they
+// and the bucket itself sit in one Redis Cluster slot: one script call.
 //
 // The bucket itself (the rate limit door's, of the same descriptor chain)
 // is charged with what each Envoy allowed, as a stream-done hits_addend
@@ -50,19 +54,28 @@ import (
 
 // The registers of a bucket.
 const (
-	regDemand  = iota // requests reported, allowed and denied
-	regAllowed        // requests allowed
-	regReports        // reports: one an Envoy a window
+	regDemand  = iota // the demand each Envoy's share is divided for
+	regAllowed        // what each Envoy allowed
+	regEnvoys         // one for each Envoy
 	nRegs
 )
 
-// spanWindows is how many windows make a report interval: the settled
-// windows a replica reads.
+// rateScale is what a register counts a request a second (or an Envoy)
+// as: rates are set in thousandths.
+const rateScale = 1000
+
+// spanWindows is how many windows make a report interval: how often a
+// replica reads the fleet between its Envoys' reports.
 const spanWindows = 10
 
-// slots is how many windows the registers go round: the one charged, the
-// span ahead (reset), and the span read, a window behind at most.
-const slots = 2*spanWindows + 3
+// setEpochs is how many epochs a report sets its rates in: the current
+// one and those after it.
+const setEpochs = 3
+
+// slots is how many epochs the registers go round: the one before (still
+// looked at by a replica whose clock is behind), the ones set, the two
+// after them (reset).
+const slots = setEpochs + 3
 
 // regNames prefix the registers' bucket names (register, slot).
 var regNames = func() (n [nRegs][slots]string) {
@@ -74,6 +87,7 @@ var regNames = func() (n [nRegs][slots]string) {
 	return n
 }()
 
+// counts are rates as the registers count them (rateScale).
 type counts [nRegs]int64
 
 // ledgerKey is a bucket's name and identity in the store.
@@ -89,16 +103,20 @@ type ledger struct {
 	q  door.Quota
 	// domain, limit (requests a second), burst (seconds of a share an
 	// Envoy may spend at once), and the registers' shape.
-	domain  string
-	limit   float64
-	burst   float64
-	reg     [nRegs]limiter.Limit
-	read    map[int64]counts // settled windows, as the store said
-	mine    map[int64]counts // what this replica charged, by window
-	resetTo int64            // the last window whose slot this replica reset
+	domain string
+	limit  float64
+	burst  float64
+	reg    [nRegs]limiter.Limit
+	// mine is what this replica's Envoys set, by epoch; read the
+	// registers of the epoch last looked at, as the store said; resetTo
+	// the last epoch whose slot this replica reset.
+	mine      map[int64]counts
+	read      counts
+	readEpoch int64
+	resetTo   int64
 	// elsewhere is the fleet on other replicas; fleet the whole fleet's
 	// demand and admitted total (requests a second), contested whether
-	// demand exceeds the limit: as of the last settled windows read.
+	// demand exceeds the limit: as of the last look.
 	elsewhere         allot.Fleet
 	fleet, admitted   float64
 	fleetEnvoys       float64
@@ -106,11 +124,10 @@ type ledger struct {
 	storeFailedAt     time.Time
 	envoys            map[*stream]*envoyShare
 	lastUsed, created time.Time
-	// charged is when this replica last charged the registers; divided
-	// the fleet's demand and Envoys its Envoys' shares were last pushed
-	// for.
-	charged, readAt time.Time
-	divided         allot.Fleet
+	// readAt is when the registers were last looked at; divided the
+	// fleet's demand and Envoys its Envoys' shares were last pushed for.
+	readAt  time.Time
+	divided allot.Fleet
 }
 
 // envoyShare is one stream's latest report of the bucket and its share.
@@ -120,6 +137,10 @@ type envoyShare struct {
 	assumed       float64 // the demand the share was divided for
 	tb            allot.TokenBucket
 	seen          time.Time
+	// set are the rates it set in epochs setAt to setAt+setEpochs-1
+	// (setAt -1: none yet).
+	set   counts
+	setAt int64
 }
 
 // ledgers are a replica's ledgers, by bucket.
@@ -140,7 +161,7 @@ func (ls *ledgers) of(domain string, q door.Quota, now time.Time) *ledger {
 	ls.mu.Lock()
 	l := ls.m[k]
 	if l == nil {
-		l = &ledger{key: k, read: map[int64]counts{}, mine: map[int64]counts{}, resetTo: -1,
+		l = &ledger{key: k, mine: map[int64]counts{}, readEpoch: -1, resetTo: -1,
 			envoys: map[*stream]*envoyShare{}, created: now}
 		ls.m[k] = l
 	}
@@ -150,7 +171,7 @@ func (ls *ledgers) of(domain string, q door.Quota, now time.Time) *ledger {
 		l.domain = domain
 		l.limit = rateOf(q.Bucket.Limit)
 		l.burst = min(float64(q.Bucket.Limit.Capacity)/l.limit, MaxBurst.Seconds())
-		l.reg = registerLimits(q.Bucket.Limit, ls.window)
+		l.reg = registerLimits(q.Bucket.Limit)
 	}
 	l.q = q
 	l.lastUsed = now
@@ -174,7 +195,7 @@ func (ls *ledgers) sweep(now time.Time) {
 				delete(l.envoys, st)
 			}
 		}
-		idle := len(l.envoys) == 0 && now.Sub(l.lastUsed) > slots*ls.window
+		idle := len(l.envoys) == 0 && now.Sub(l.lastUsed) > slots*ls.interval
 		l.mu.Unlock()
 		if idle {
 			delete(ls.m, k)
@@ -189,7 +210,7 @@ func (ls *ledgers) sweep(now time.Time) {
 // among the Envoys but cut to this.
 const MaxBurst = 100 * time.Millisecond
 
-// staleAfter is how many windows without a report make an Envoy's share
+// staleAfter is how many report intervals without a report make an Envoy's share
 // of a bucket stale: it stopped reporting (Envoy reports every bucket it
 // holds every interval), and its share goes back.
 const staleAfter = 3
@@ -205,12 +226,45 @@ func (ls *ledgers) all() []*ledger {
 	return out
 }
 
-// forget drops st's shares from every ledger it reported to.
-func (ls *ledgers) forget(st *stream, of []*ledger) {
+// forget drops st's shares from every ledger it reported to, and appends
+// to reqs what takes its rates out of the registers; done is to be called
+// with the store's answer.
+func (ls *ledgers) forget(st *stream, of []*ledger, now time.Time, reqs []limiter.Request) ([]limiter.Request, func(ok bool)) {
+	k := ls.epochOf(now)
+	type out struct {
+		l     *ledger
+		taken map[int64]counts
+	}
+	var outs []out
 	for _, l := range of {
 		l.mu.Lock()
+		e := l.envoys[st]
 		delete(l.envoys, st)
+		if e != nil && e.setAt >= 0 {
+			o := out{l: l, taken: map[int64]counts{}}
+			for ep := max(e.setAt, k); ep < e.setAt+setEpochs; ep++ {
+				reqs = l.setIn(ep, e.set, counts{}, false, reqs)
+				o.taken[ep] = e.set
+			}
+			outs = append(outs, o)
+		}
 		l.mu.Unlock()
+	}
+	return reqs, func(ok bool) {
+		if !ok {
+			return // still counted as this replica's until its epochs pass
+		}
+		for _, o := range outs {
+			o.l.mu.Lock()
+			for ep, c := range o.taken {
+				m := o.l.mine[ep]
+				for r := range nRegs {
+					m[r] -= c[r]
+				}
+				o.l.mine[ep] = m
+			}
+			o.l.mu.Unlock()
+		}
 	}
 }
 
@@ -223,34 +277,32 @@ func rateOf(l limiter.Limit) float64 {
 	return float64(num) / float64(den)
 }
 
-// regCapacity is the registers' capacity, at most: far more requests than
-// a window of any bucket sees, within the store's exact arithmetic.
+// regCapacity is the registers' capacity, at most: within the store's
+// exact arithmetic, and far more than a bucket's fleet asks for (a
+// million requests a second, in thousandths).
 const regCapacity = 1 << 30
 
-// reportScale is what one report charges the reports register.
-const reportScale = 1000
-
-// registerLimits are the registers' shapes for a bucket of limit l and
-// windows of window: capacity as large as exact arithmetic allows up to
-// regCapacity; the demand and allowed registers refilled at a thousandth
-// of l's rate where that is exact, the reports register at a hundredth of
-// a report a window.
-func registerLimits(l limiter.Limit, window time.Duration) (out [nRegs]limiter.Limit) {
+// registerLimits are the registers' shapes for a bucket of limit l: the
+// largest capacity exact arithmetic allows up to regCapacity, refilled at
+// a millionth of l's rate where that is exact (the rates are set in
+// thousandths: a thousandth of a request a second of it over a thousand
+// seconds), the Envoys' register at one every thousand seconds (a
+// millionth of an Envoy a second).
+func registerLimits(l limiter.Limit) (out [nRegs]limiter.Limit) {
 	num, den := l.Rate.Fraction()
 	var rates []limiter.Rate
-	for _, div := range []int64{1000, 100, 10, 1} {
+	for _, div := range []int64{1_000_000, 1000, 100, 10, 1} {
 		if r, err := limiter.NewRate(num, den*div); err == nil {
 			rates = append(rates, r)
 		}
 	}
 	counter := shapeOf(rates, l)
 	out[regDemand], out[regAllowed] = counter, counter
-	ms := max(window.Milliseconds(), 1)
-	rep, err := limiter.NewRate(reportScale/100*1000, ms)
+	slow, err := limiter.NewRate(1, 1000)
 	if err != nil {
-		rep = l.Rate
+		slow = l.Rate
 	}
-	out[regReports] = shapeOf([]limiter.Rate{rep}, l)
+	out[regEnvoys] = shapeOf([]limiter.Rate{slow}, l)
 	return out
 }
 
@@ -267,107 +319,117 @@ func shapeOf(rates []limiter.Rate, fallback limiter.Limit) limiter.Limit {
 	return fallback
 }
 
-// refilled is what a register of shape l refills in d, whole tokens.
-func refilled(l limiter.Limit, d time.Duration) int64 {
-	if d <= 0 {
-		return 0
+// epochOf is the index of the epoch (report interval) now is in.
+func (ls *ledgers) epochOf(now time.Time) int64 {
+	return now.UnixNano() / int64(ls.interval)
+}
+
+// slot is epoch k's slot.
+func slot(k int64) int { return int(((k % slots) + slots) % slots) }
+
+// register is a request of register r in epoch k's slot (l.mu held).
+func (l *ledger) register(r int, k int64, kind limiter.Kind, cost int64) limiter.Request {
+	if kind == limiter.Refund && cost == 0 {
+		cost = l.reg[r].Capacity // whole: a reset
 	}
-	num, den := l.Rate.Fraction()
-	return int64(math.Round(float64(num) / float64(den) * d.Seconds()))
+	return limiter.Request{Name: regNames[r][slot(k)] + l.key.name, ID: l.key.id, Limit: l.reg[r], Kind: kind, Cost: cost}
 }
 
-// window is the index of the window now is in.
-func (ls *ledgers) windowOf(now time.Time) int64 {
-	return now.UnixNano() / int64(ls.window)
-}
-
-// settled is the latest settled window at now: the previous one, once a
-// fifth of the current one has passed, else the one before.
-func (ls *ledgers) settled(now time.Time) int64 {
-	w := ls.windowOf(now)
-	if now.UnixNano()-w*int64(ls.window) >= int64(ls.window)/5 {
-		return w - 1
-	}
-	return w - 2
-}
-
-// slot is window w's slot.
-func slot(w int64) int { return int(((w % slots) + slots) % slots) }
-
-// part is one bucket's share of a report's call to the store.
-type part struct {
-	l      *ledger
-	w      int64
-	charge counts
-	// at indexes the call's requests: the charges (nRegs, then the
-	// bucket's when allowed > 0), resets (nRegs each, through resetTo),
-	// looks by window.
-	charges, limitAt int
-	resetTo          int64
-
-	looks []look
-}
-
-type look struct {
-	w  int64
-	at int
-}
-
-// plan appends to reqs what one report of the bucket asks of the store:
-// its counts (requests, the demand its share is divided for; allowed)
-// charged at window w, the next window's slot reset once a
-// window, the settled windows not read yet looked at.
-func (l *ledger) plan(ls *ledgers, now time.Time, allowed, requests uint64, reqs []limiter.Request) ([]limiter.Request, part) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	w := ls.windowOf(now)
-	p := part{l: l, w: w, charge: counts{int64(requests), int64(allowed), reportScale}, limitAt: -1, resetTo: -1}
-	reg := func(r, s int, kind limiter.Kind, cost int64) limiter.Request {
-		if kind == limiter.Refund {
-			cost = l.reg[r].Capacity
-		}
-		return limiter.Request{Name: regNames[r][s] + l.key.name, ID: l.key.id, Limit: l.reg[r], Kind: kind, Cost: cost}
-	}
-	p.charges = len(reqs)
+// setIn appends to reqs what moves the rates set in epoch k from had to
+// to, and with look a look at each register left as it is, so that the
+// answers to the nRegs requests appended say what the registers hold
+// (l.mu held). A call names each bucket once: the look is the move's own
+// answer.
+func (l *ledger) setIn(k int64, had, to counts, look bool, reqs []limiter.Request) []limiter.Request {
 	for r := range nRegs {
-		reqs = append(reqs, reg(r, slot(w), limiter.Charge, p.charge[r]))
-	}
-	if allowed > 0 {
-		p.limitAt = len(reqs)
-		reqs = append(reqs, limiter.Request{Name: l.key.name, ID: l.key.id, Limit: l.q.Bucket.Limit, Kind: limiter.Charge, Cost: int64(allowed)})
-	}
-	if ahead := w + spanWindows + 1; l.resetTo < ahead {
-		for rw := max(l.resetTo+1, w+1); rw <= ahead; rw++ {
-			for r := range nRegs {
-				reqs = append(reqs, reg(r, slot(rw), limiter.Refund, 0))
-			}
-		}
-		p.resetTo = ahead
-	}
-	reqs = l.looks(ls, now, reqs, &p)
-	return reqs, p
-}
-
-// looks appends to reqs p's looks at the settled windows not read yet
-// (l.mu held).
-func (l *ledger) looks(ls *ledgers, now time.Time, reqs []limiter.Request, p *part) []limiter.Request {
-	s := ls.settled(now)
-	for sw := s; sw > s-spanWindows; sw-- {
-		if _, ok := l.read[sw]; ok {
-			continue
-		}
-		p.looks = append(p.looks, look{w: sw, at: len(reqs)})
-		for r := range nRegs {
-			reqs = append(reqs, limiter.Request{Name: regNames[r][slot(sw)] + l.key.name, ID: l.key.id, Limit: l.reg[r], Kind: limiter.Take})
+		switch d := to[r] - had[r]; {
+		case d > 0:
+			reqs = append(reqs, l.register(r, k, limiter.Charge, d))
+		case d < 0:
+			reqs = append(reqs, l.register(r, k, limiter.Refund, -d))
+		case look:
+			reqs = append(reqs, l.register(r, k, limiter.Take, 0))
 		}
 	}
 	return reqs
 }
 
+// part is one bucket's share of a call to the store: the rates set for
+// one Envoy (e nil: none, a look only), the resets, the look at epoch k.
+type part struct {
+	l       *ledger
+	e       *envoyShare
+	k       int64
+	to      counts
+	had     [setEpochs]counts // what e had set in epochs k, k+1...
+	resetTo int64
+	// lookAt indexes the call's requests: the look at epoch k's registers.
+	lookAt int
+}
+
+// rates are the registers' counts of an Envoy's demand and allowed
+// (requests a second).
+func rates(demand, allowed float64) counts {
+	scale := func(x float64) int64 { return int64(math.Round(math.Max(x, 0) * rateScale)) }
+	return counts{scale(demand), scale(allowed), rateScale}
+}
+
+// plan appends to reqs what one report of the bucket by st asks of the
+// store: its rates (the demand its share is divided for, -1 when not
+// known yet: the demand it is assumed to have; allowed requests over
+// elapsed) set in the current epoch and the next ones, the current epoch's
+// registers read in the same requests, the bucket charged with what it
+// allowed, the slots ahead reset.
+func (l *ledger) plan(ls *ledgers, st *stream, key string, now time.Time, demand float64, allowed uint64, elapsed time.Duration, reqs []limiter.Request) ([]limiter.Request, part) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := ls.epochOf(now)
+	e := l.envoyOf(st, key)
+	e.seen = now
+	if demand < 0 {
+		demand = allot.Assumed(allot.Input{Limit: l.limit, Demand: -1, Elsewhere: l.elsewhere, Others: l.others(st, now, ls.interval)})
+	}
+	admitted := 0.0
+	if elapsed > 0 {
+		admitted = float64(allowed) / elapsed.Seconds()
+	}
+	p := part{l: l, e: e, k: k, to: rates(demand, admitted), resetTo: -1}
+	for i := range p.had {
+		if ep := k + int64(i); e.setAt >= 0 && ep >= e.setAt && ep < e.setAt+setEpochs {
+			p.had[i] = e.set
+		}
+	}
+	p.lookAt = len(reqs)
+	for i := range p.had {
+		reqs = l.setIn(k+int64(i), p.had[i], p.to, i == 0, reqs)
+	}
+	if allowed > 0 {
+		reqs = append(reqs, limiter.Request{Name: l.key.name, ID: l.key.id, Limit: l.q.Bucket.Limit, Kind: limiter.Charge, Cost: int64(allowed)})
+	}
+	reqs = l.resets(k, reqs, &p)
+	return reqs, p
+}
+
+// resets appends to reqs the resets of the two epochs after the last one
+// a report in epoch k sets that this replica has not reset yet (l.mu
+// held).
+func (l *ledger) resets(k int64, reqs []limiter.Request, p *part) []limiter.Request {
+	last := k + setEpochs + 1
+	if l.resetTo >= last {
+		return reqs
+	}
+	for rk := max(l.resetTo+1, k+setEpochs); rk <= last; rk++ {
+		for r := range nRegs {
+			reqs = append(reqs, l.register(r, rk, limiter.Refund, 0))
+		}
+	}
+	p.resetTo = last
+	return reqs
+}
+
 // absorb takes the store's answer to p (res, the call's results; ok false
 // when the store could not decide, or decided without the shared store):
-// the windows read, what this replica charged, the fleet and correction
-// they give.
+// the rates set, the fleet the look gives.
 func (p *part) absorb(ls *ledgers, now time.Time, res []limiter.Result, ok bool) {
 	l := p.l
 	l.mu.Lock()
@@ -376,88 +438,56 @@ func (p *part) absorb(ls *ledgers, now time.Time, res []limiter.Result, ok bool)
 		l.storeFailedAt = now
 		return
 	}
-	if p.charges >= 0 {
-		c := l.mine[p.w]
-		for r := range nRegs {
-			c[r] += p.charge[r]
+	if p.e != nil {
+		for i := range p.had {
+			ep := p.k + int64(i)
+			m := l.mine[ep]
+			for r := range nRegs {
+				m[r] += p.to[r] - p.had[i][r]
+			}
+			l.mine[ep] = m
 		}
-		l.mine[p.w] = c
-		l.charged = now
+		p.e.set, p.e.setAt = p.to, p.k
 	}
 	if p.resetTo > l.resetTo {
 		l.resetTo = p.resetTo
 	}
-	for _, lk := range p.looks {
-		var got counts
-		// Charged through the window: refilled, on average, since its
-		// middle.
-		start := time.Unix(0, lk.w*int64(ls.window)+int64(ls.window)/2)
-		for r := range nRegs {
-			rr := res[lk.at+r]
-			if !rr.InDebt && rr.Remaining >= l.reg[r].Capacity {
-				continue // never charged, or refilled whole: nothing
-			}
-			got[r] = l.reg[r].Capacity - rr.Remaining + refilled(l.reg[r], now.Sub(start))
-			if rr.InDebt {
-				got[r] = l.reg[r].Capacity
-			}
-			got[r] = max(got[r], 0)
-		}
-		l.read[lk.w] = got
-		l.readAt = now
-	}
-	for w := range l.read {
-		if w < p.w-slots {
-			delete(l.read, w)
+	for r := range nRegs {
+		rr := res[p.lookAt+r]
+		switch {
+		case rr.InDebt:
+			l.read[r] = l.reg[r].Capacity
+		default:
+			l.read[r] = max(l.reg[r].Capacity-rr.Remaining, 0)
 		}
 	}
-	for w := range l.mine {
-		if w < p.w-slots {
-			delete(l.mine, w)
+	l.readEpoch, l.readAt = p.k, now
+	for ep := range l.mine {
+		if ep < p.k-1 {
+			delete(l.mine, ep)
 		}
 	}
-	l.update(ls, now)
+	l.update()
 }
 
-// update derives the fleet from the settled windows read (l.mu held).
-func (l *ledger) update(ls *ledgers, now time.Time) {
-	s := ls.settled(now)
-	var fleet, mine counts
-	n := 0
-	for w := s; w > s-spanWindows; w-- {
-		got, ok := l.read[w]
-		if !ok {
-			continue
-		}
-		n++
-		m := l.mine[w]
-		for r := range nRegs {
-			fleet[r] += got[r]
-			mine[r] += min(m[r], got[r])
-		}
-	}
-	if n == 0 {
-		return
-	}
-	// Each Envoy reports once an interval: the windows read hold secs /
-	// interval reports of each.
-	secs := float64(n) * ls.window.Seconds()
-	per := ls.interval.Seconds() / secs
+// update derives the fleet from the registers last looked at (l.mu held).
+func (l *ledger) update() {
+	mine := l.mine[l.readEpoch]
+	elsewhere := func(r int) float64 { return float64(max(l.read[r]-mine[r], 0)) / rateScale }
 	l.known = true
-	l.elsewhere = allot.Fleet{Demand: float64(max(fleet[regDemand]-mine[regDemand], 0)) / secs,
-		Envoys: float64(max(fleet[regReports]-mine[regReports], 0)) / reportScale * per}
-	l.fleet = float64(fleet[regDemand]) / secs
-	l.admitted = float64(fleet[regAllowed]) / secs
-	l.fleetEnvoys = float64(fleet[regReports]) / reportScale * per
+	l.elsewhere = allot.Fleet{Demand: elsewhere(regDemand), Envoys: elsewhere(regEnvoys)}
+	l.fleet = float64(l.read[regDemand]) / rateScale
+	l.admitted = float64(l.read[regAllowed]) / rateScale
+	l.fleetEnvoys = float64(l.read[regEnvoys]) / rateScale
 	l.contested = l.fleet > l.limit
 }
 
 // others are the demands the replica's Envoys of the bucket but st were
 // last divided for (l.mu held).
-func (l *ledger) others(st *stream, now time.Time, window time.Duration) []float64 {
+func (l *ledger) others(st *stream, now time.Time, interval time.Duration) []float64 {
 	var ds []float64
 	for o, e := range l.envoys {
-		if o == st || now.Sub(e.seen) > staleAfter*window {
+		if o == st || now.Sub(e.seen) > staleAfter*interval {
 			continue
 		}
 		ds = append(ds, e.assumed)
@@ -483,13 +513,19 @@ func (l *ledger) share(st *stream, key string, demand float64, prev allot.TokenB
 	in := allot.Input{Limit: l.limit, Demand: demand, Elsewhere: l.elsewhere, Others: l.others(st, now, window)}
 	s := allot.Share(in)
 	tb := allot.Bucket(s, l.burst, prev, tolerance)
-	e := l.envoys[st]
-	if e == nil {
-		e = &envoyShare{peer: st.peer, key: key}
-		l.envoys[st] = e
-	}
+	e := l.envoyOf(st, key)
 	e.demand, e.assumed, e.share, e.tb, e.seen = demand, allot.Assumed(in), s, tb, now
 	return s, tb
+}
+
+// envoyOf is st's share of the bucket, made when it has none (l.mu held).
+func (l *ledger) envoyOf(st *stream, key string) *envoyShare {
+	e := l.envoys[st]
+	if e == nil {
+		e = &envoyShare{peer: st.peer, key: key, demand: -1, setAt: -1}
+		l.envoys[st] = e
+	}
+	return e
 }
 
 // PushShift is how far the fleet's demand, or its count of Envoys, may
@@ -526,16 +562,20 @@ func (l *ledger) pushOthers(except *stream, now time.Time, interval time.Duratio
 	}
 }
 
-// lookPlan appends to reqs the looks at the settled windows not read yet,
-// when the replica's own charges keep the slots it would read reset (it
-// charged within the last interval).
+// lookPlan appends to reqs a look at the current epoch's registers, and
+// the resets due, while the replica has Envoys of the bucket and the store
+// has not failed it within the last interval (the reports alone try it
+// then).
 func (l *ledger) lookPlan(ls *ledgers, now time.Time, reqs []limiter.Request) ([]limiter.Request, part, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	p := part{l: l, w: ls.windowOf(now), charges: -1, limitAt: -1, resetTo: -1}
-	if len(l.envoys) == 0 || now.Sub(l.charged) > ls.interval {
+	k := ls.epochOf(now)
+	p := part{l: l, k: k, resetTo: -1}
+	if len(l.envoys) == 0 || (!l.storeFailedAt.IsZero() && now.Sub(l.storeFailedAt) < ls.interval) {
 		return reqs, p, false
 	}
-	reqs = l.looks(ls, now, reqs, &p)
-	return reqs, p, len(p.looks) > 0
+	reqs = l.resets(k, reqs, &p)
+	p.lookAt = len(reqs)
+	reqs = l.setIn(k, counts{}, counts{}, true, reqs)
+	return reqs, p, true
 }

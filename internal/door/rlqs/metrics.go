@@ -73,7 +73,7 @@ var (
 		"Requests a second the fleet's Envoys ask for under a limit (allowed and denied), its buckets added up, as this replica last read the shared store and its own Envoys' reports.",
 		[]string{"domain", "limit"}, nil)
 	admittedDesc = prometheus.NewDesc("floodgate_rlqs_admitted",
-		"Requests a second the fleet's Envoys admitted under a limit, its buckets added up, over the last settled windows of the shared store.",
+		"Requests a second the fleet's Envoys admitted under a limit, its buckets added up, as of each Envoy's latest report, as this replica last read the shared store.",
 		[]string{"domain", "limit"}, nil)
 	shareDesc = prometheus.NewDesc("floodgate_rlqs_share",
 		"Requests a second this replica's Envoys are assigned under a limit, its buckets added up.",

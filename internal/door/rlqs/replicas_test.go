@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -58,6 +59,66 @@ func TestTwoReplicasDivideOneLimitThroughRedis(t *testing.T) {
 		if len(p.Buckets) != 1 || p.Buckets[0].FleetEnvoys < 3.5 || p.Buckets[0].FleetDemand < 550 {
 			t.Errorf("replica %d's view of the fleet: %+v", i, p.Buckets)
 		}
+	}
+}
+
+// TestEveryReplicaSeesEveryEnvoyOnce: whatever the phase of an Envoy's
+// report timer against the replicas' epochs, every read of the shared
+// store counts each Envoy once, at the demand of its latest report (the
+// registers hold each Envoy's rates in the current epoch and the next two).
+// An Envoy whose stream ends is out of the other replica's count at its
+// next read; one that stops reporting, its stream open, within three
+// intervals.
+func TestEveryReplicaSeesEveryEnvoyOnce(t *testing.T) {
+	rs, es, _ := twoReplicas(t, perSecond("tenant=t1", 300), 2)
+	s := newSim(t, rs[:], es)
+	demand := []float64{300, 100, 100, 100}
+	s.run(12*time.Second, demand)
+	view := func(r *rig) BucketPage {
+		p := r.door.Snapshot()
+		if len(p.Buckets) != 1 {
+			t.Fatalf("buckets %+v", p.Buckets)
+		}
+		return p.Buckets[0]
+	}
+	reads := 0
+	s.onWindow = func() {
+		reads++
+		for i, r := range rs {
+			if b := view(r); math.Abs(b.FleetEnvoys-4) > 0.01 || math.Abs(b.FleetDemand-600) > 6 {
+				t.Errorf("read %d, replica %d: %.3f Envoys asking %.1f a second, want 4 asking 600", reads, i, b.FleetEnvoys, b.FleetDemand)
+			}
+		}
+	}
+	s.run(20*time.Second, demand)
+	if reads < 35 {
+		t.Fatalf("%d reads in 20 s, want one a window", reads)
+	}
+
+	// Envoy 3 (replica 1) ends its stream: the replica takes its rates
+	// out of the store as the stream ends.
+	s.onWindow = nil
+	es[3].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(view(rs[1]).Envoys) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica 1 still holds %d Envoys after one closed", len(view(rs[1]).Envoys))
+		}
+		time.Sleep(time.Millisecond) // the stream's end is the server's, on its goroutine; polled
+	}
+	rs[0].door.refresh(rs[0].clock.Now())
+	if b := view(rs[0]); math.Abs(b.FleetEnvoys-3) > 0.01 {
+		t.Errorf("replica 0's next read after a stream ended: %.3f Envoys, want 3", b.FleetEnvoys)
+	}
+
+	// Envoy 2 (replica 0) stops reporting, its stream open: replica 1
+	// counts it until the registers it set pass, three intervals at most.
+	s.envoys, s.phase, s.owed = es[:2], s.phase[:2], s.owed[:2]
+	var counted []float64
+	s.onWindow = func() { counted = append(counted, view(rs[1]).FleetEnvoys) }
+	s.run(16*time.Second, demand[:2])
+	if math.Abs(counted[0]-3) > 0.01 || math.Abs(counted[len(counted)-1]-2) > 0.01 {
+		t.Errorf("replica 1's count of Envoys after one stopped reporting: %v, want 3 then 2", counted)
 	}
 }
 

@@ -160,7 +160,7 @@ func (d *quotaDoor) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.Rat
 				ls = append(ls, b.ledger)
 			}
 		}
-		d.fleet.forget(st, ls)
+		st.forget(ls)
 	}()
 
 	reports := make(chan *rlqsv3.RateLimitQuotaUsageReports)
@@ -299,14 +299,10 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 		it.prevShare = b.share
 		b.demand = allot.Recent(b.demand, it.allowed, it.denied, it.elapsed, b.taken(now))
 		if b.quota.Meets == door.Bucketed {
-			// The fleet's registers count the demand the share is divided
+			// The fleet's registers hold the demand the share is divided
 			// for: the other replicas divide by it.
-			requests := it.allowed + it.denied
-			if b.demand >= 0 {
-				requests = uint64(math.Round(b.demand * it.elapsed.Seconds()))
-			}
 			var p part
-			reqs, p = b.ledger.plan(d.fleet, now, it.allowed, requests, reqs)
+			reqs, p = b.ledger.plan(d.fleet, st, b.key, now, b.demand, it.allowed, it.elapsed, reqs)
 			parts = append(parts, p)
 		}
 		items = append(items, it)
@@ -339,6 +335,30 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 		parts[i].l.pushOthers(st, now, d.o.Interval)
 	}
 	return resp, nil
+}
+
+// forget takes st out of the ledgers of, and its rates out of their
+// registers, in one call to the store: the other replicas see it gone at
+// their next look, not two epochs on.
+func (st *stream) forget(of []*ledger) {
+	d := st.d
+	reqs, done := d.fleet.forget(st, of, d.o.Clock.Now(), nil)
+	if len(reqs) == 0 {
+		done(true)
+		return
+	}
+	res := make([]limiter.Result, len(reqs))
+	ctx, cancel := context.WithTimeout(context.Background(), d.o.StoreTimeout)
+	defer cancel()
+	_, err := d.store.Take(ctx, reqs, res)
+	ok := err == nil
+	for i := range res {
+		ok = ok && !res[i].Degraded
+	}
+	if !ok {
+		d.metrics.storeErrors.Inc()
+	}
+	done(ok)
 }
 
 // decide makes the report's one call to the store; false when it could not
@@ -382,7 +402,7 @@ func (st *stream) select_(b *bucket, src door.QuotaSource, version uint64, now t
 		q = src.Quota(st.domain, b.chain)
 	}
 	if b.ledger != nil && (q.Meets != door.Bucketed || q.Bucket.Name != b.ledger.key.name || q.Bucket.ID != b.ledger.key.id) {
-		st.d.fleet.forget(st, []*ledger{b.ledger})
+		st.forget([]*ledger{b.ledger})
 		b.ledger = nil
 	}
 	b.quota = q
@@ -454,7 +474,7 @@ func (st *stream) assign(b *bucket, now time.Time, refresh bool) *rlqsv3.RateLim
 		d.metrics.assignments.WithLabelValues("abandon").Inc()
 		delete(st.buckets, b.key)
 		if b.ledger != nil {
-			d.fleet.forget(st, []*ledger{b.ledger})
+			st.forget([]*ledger{b.ledger})
 		}
 		return &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: b.id,
 			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}}

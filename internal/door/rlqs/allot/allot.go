@@ -70,7 +70,8 @@ func Demand(allowed, denied uint64, elapsed time.Duration) float64 {
 // below it for the rest, denied = (prev - s)·f·elapsed and allowed =
 // s·f·elapsed + d·(1-f)·elapsed: Recent is d. Every other report (no
 // denial, the share all used, demand that rose, a first report) gives its
-// demand over the interval (Demand), and so does a solution out of range.
+// demand over the interval (Demand), and so does a solution out of range
+// (a fall within FallSlack of the report, a negative d).
 func Recent(prev float64, allowed, denied uint64, elapsed time.Duration, given float64) float64 {
 	d := Demand(allowed, denied, elapsed)
 	t := elapsed.Seconds()
@@ -83,12 +84,23 @@ func Recent(prev float64, allowed, denied uint64, elapsed time.Duration, given f
 		return d
 	}
 	f := float64(denied) / ((prev - s) * t)
-	if f >= 1 {
+	if f >= 1-FallSlack {
 		return d
 	}
 	r := (float64(allowed) - s*f*t) / ((1 - f) * t)
-	return math.Min(math.Max(r, 0), d)
+	if r < 0 {
+		return d // it allowed less than its share while denying: not a fall
+	}
+	return math.Min(r, d)
 }
+
+// FallSlack is the last part of an interval a fall is not looked for in:
+// the counts put a fall there by their rounding alone, and a new demand
+// read off so short a time (the divisor 1-f) is mostly that rounding. A
+// saturated Envoy given tokens it never held (buckets replaced in an
+// instant, each counted full) would otherwise be read as having fallen to
+// nothing just before its report.
+const FallSlack = 0.05
 
 // UnusedSlack is the part of what an Envoy was given it may leave unused
 // and still count as having used it all: Envoy's buckets refill

@@ -187,6 +187,10 @@ func TestRecentFindsWhereDemandFell(t *testing.T) {
 		{"a first report", -1, allowed, denied, given},
 		{"demand that rose", 100, allowed, denied, given},
 		{"an interval under ALLOW_ALL", 1000, allowed, denied, math.NaN()},
+		// Saturated throughout, but given more than it could use: buckets
+		// pushed one after another in an instant, each counted full.
+		// Taken as a fall, the counts would put it at 0 a second.
+		{"saturated, tokens given it never held", 1016.7, 625, 4375, 691},
 	} {
 		if got, want := Recent(c.prev, c.allowed, c.denied, 5*time.Second, c.given), Demand(c.allowed, c.denied, 5*time.Second); got != want {
 			t.Errorf("%s: %.1f, want its demand over the interval %.1f", c.name, got, want)
