@@ -124,10 +124,8 @@ type ledger struct {
 	storeFailedAt     time.Time
 	envoys            map[*stream]*envoyShare
 	lastUsed, created time.Time
-	// readAt is when the registers were last looked at; divided the
-	// fleet's demand and Envoys its Envoys' shares were last pushed for.
-	readAt  time.Time
-	divided allot.Fleet
+	// readAt is when the registers were last looked at.
+	readAt time.Time
 }
 
 // envoyShare is one stream's latest report of the bucket and its share.
@@ -135,6 +133,7 @@ type envoyShare struct {
 	peer, key     string  // key: the stream's bucket
 	demand, share float64 // demand -1: not known yet (the share assumed it)
 	assumed       float64 // the demand the share was divided for
+	rose          bool    // its last report showed a rise (allot.Rose)
 	tb            allot.TokenBucket
 	seen          time.Time
 	// set are the rates it set in epochs setAt to setAt+setEpochs-1
@@ -380,15 +379,13 @@ func rates(demand, allowed float64) counts {
 // elapsed) set in the current epoch and the next ones, the current epoch's
 // registers read in the same requests, the bucket charged with what it
 // allowed, the slots ahead reset.
-func (l *ledger) plan(ls *ledgers, st *stream, key string, now time.Time, demand float64, allowed uint64, elapsed time.Duration, reqs []limiter.Request) ([]limiter.Request, part) {
+func (l *ledger) plan(ls *ledgers, st *stream, key string, now time.Time, demand float64, rose bool, allowed uint64, elapsed time.Duration, reqs []limiter.Request) ([]limiter.Request, part) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := ls.epochOf(now)
 	e := l.envoyOf(st, key)
-	e.seen = now
-	if demand < 0 {
-		demand = allot.Assumed(allot.Input{Limit: l.limit, Demand: -1, Elsewhere: l.elsewhere, Others: l.others(st, now, ls.interval)})
-	}
+	e.seen, e.rose = now, rose
+	demand = l.assumed(e, allot.Input{Limit: l.limit, Demand: demand, Elsewhere: l.elsewhere, Others: l.others(st, now, ls.interval)})
 	admitted := 0.0
 	if elapsed > 0 {
 		admitted = float64(allowed) / elapsed.Seconds()
@@ -495,27 +492,30 @@ func (l *ledger) others(st *stream, now time.Time, interval time.Duration) []flo
 	return ds
 }
 
-// fleetOf is the fleet of the demands ds.
-func fleetOf(ds []float64) allot.Fleet {
-	f := allot.Fleet{Envoys: float64(len(ds))}
-	for _, d := range ds {
-		f.Demand += d
-	}
-	return f
-}
-
 // share divides the bucket for st's report of demand (-1: not known) and
 // keeps it as st's: its share, requests a second, and the token bucket
 // that gives it, prev when Envoy should keep the one it holds.
 func (l *ledger) share(st *stream, key string, demand float64, prev allot.TokenBucket, tolerance float64, now time.Time, window time.Duration) (float64, allot.TokenBucket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	e := l.envoyOf(st, key)
 	in := allot.Input{Limit: l.limit, Demand: demand, Elsewhere: l.elsewhere, Others: l.others(st, now, window)}
+	in.Demand = l.assumed(e, in)
 	s := allot.Share(in)
 	tb := allot.Bucket(s, l.burst, prev, tolerance)
-	e := l.envoyOf(st, key)
-	e.demand, e.assumed, e.share, e.tb, e.seen = demand, allot.Assumed(in), s, tb, now
+	e.demand, e.assumed, e.share, e.tb, e.seen = demand, in.Demand, s, tb, now
 	return s, tb
+}
+
+// assumed is the demand e's share is divided for, in.Demand its own
+// (allot.Assumed), or, while its last report showed a rise (allot.Rose),
+// at least what the others leave (allot.Leftover; l.mu held).
+func (l *ledger) assumed(e *envoyShare, in allot.Input) float64 {
+	d := allot.Assumed(in)
+	if e.rose {
+		d = math.Max(d, allot.Leftover(in))
+	}
+	return d
 }
 
 // envoyOf is st's share of the bucket, made when it has none (l.mu held).
@@ -528,32 +528,42 @@ func (l *ledger) envoyOf(st *stream, key string) *envoyShare {
 	return e
 }
 
-// PushShift is how far the fleet's demand, or its count of Envoys, may
-// move before the replica's Envoys of the bucket are pushed their shares
-// anew, without waiting for their reports. A new share costs Envoy's
-// bucket a refill (it starts full), about MaxBurst of the share: a move
-// smaller than this gains less than that before the next report.
+// PushShift is how far an Envoy's share may move, as a part of it,
+// before the Envoy is pushed its share anew, without waiting for its
+// report. A new share costs Envoy's bucket a refill (it starts full),
+// about MaxBurst of the share: a move smaller than this gains less than
+// that before the next report.
 const PushShift = 0.1
 
 // pushOthers has the replica's Envoys of the bucket but except send their
-// shares anew, when the fleet they were divided for moved by PushShift or
-// more (l.mu not held).
+// shares anew, those whose share the fleet as now known moves by
+// PushShift or more (l.mu not held).
 func (l *ledger) pushOthers(except *stream, now time.Time, interval time.Duration) {
 	l.mu.Lock()
-	mine := fleetOf(l.others(nil, now, interval))
-	f := allot.Fleet{Demand: l.elsewhere.Demand + mine.Demand, Envoys: l.elsewhere.Envoys + mine.Envoys}
-	moved := math.Abs(f.Demand-l.divided.Demand) > PushShift*l.divided.Demand ||
-		math.Abs(f.Envoys-l.divided.Envoys) >= 0.5
-	if !moved {
-		l.mu.Unlock()
-		return
+	var sts []*stream
+	var es []*envoyShare
+	var ds []float64
+	others := math.Max(l.elsewhere.Demand, 0) // what every Envoy but the risers asks
+	for st, e := range l.envoys {
+		if now.Sub(e.seen) > staleAfter*interval {
+			continue
+		}
+		sts, es, ds = append(sts, st), append(es, e), append(ds, e.assumed)
+		if !e.rose {
+			others += math.Max(e.assumed, 0)
+		}
 	}
-	l.divided = f
+	for i, e := range es {
+		if e.rose { // what the others leave now, as assumed does
+			ds[i] = math.Max(e.demand, l.limit-others)
+		}
+	}
+	shares := allot.Shares(l.limit, ds, l.elsewhere)
 	var to []*stream
 	var keys []string
-	for st, e := range l.envoys {
-		if st != except {
-			to, keys = append(to, st), append(keys, e.key)
+	for i, st := range sts {
+		if st != except && math.Abs(shares[i]-es[i].share) >= PushShift*es[i].share {
+			to, keys = append(to, st), append(keys, es[i].key)
 		}
 	}
 	l.mu.Unlock()

@@ -294,6 +294,61 @@ func TestTheFleetFollowsShiftingDemand(t *testing.T) {
 	}
 }
 
+// TestTheFleetFollowsUnevenShiftingDemand: the benchmark's other shape,
+// demand 1.5 × the limit with one Envoy asking three quarters of it (1,125
+// a second, the others 54 each), the heavy one changing every 10 s. Unlike
+// the even shape, the Envoy whose demand falls leaves most of its share
+// unused until it reports, and the one whose demand rises is held to its
+// share until it reports: each shift costs a second or two. But once both
+// have reported, the riser is taken to ask what the others leave (not its
+// demand over the interval, which mixes 54 and 1,125), and the fleet admits
+// the limit at once, on both replicas.
+func TestTheFleetFollowsUnevenShiftingDemand(t *testing.T) {
+	clock := limiter.NewManualClock(epoch)
+	mem := storetest.Memory(clock)
+	var rs []*rig
+	for range 2 {
+		rs = append(rs, newRig(t, perSecond("tenant=t1", 1000), rigOptions{clock: clock, store: mem}))
+	}
+	var es []*Envoy
+	for i := range 8 {
+		es = append(es, rs[i%2].envoy(EnvoyOptions{}))
+	}
+	s := newSim(t, rs, es)
+	for phase := range 4 {
+		demand := make([]float64, 8)
+		for i := range demand {
+			demand[i] = 375.0 / 7
+		}
+		demand[phase] = 1125
+		_, allowed := s.run(10*time.Second, demand)
+		var out []int
+		for _, sec := range allowed {
+			out = append(out, sum(sec))
+		}
+		t.Logf("phase %d: admitted a second %v", phase, out)
+		if phase == 0 {
+			continue // every Envoy new
+		}
+		// The faller (Envoy phase-1) and the riser (Envoy phase) report
+		// phase·5/9 s and (phase+1)·5/9 s into the phase: both by its third
+		// second. The riser's next report, 5 s on, gives it a new bucket,
+		// full: a second up to 6% over.
+		total := 0
+		for sec, a := range out {
+			if a > 1100 || (sec >= 3 && (a < 930 || a > 1070)) {
+				t.Errorf("phase %d, second %d: %d admitted of 1000", phase, sec, a)
+			}
+			if sec >= 3 {
+				total += a
+			}
+		}
+		if avg := float64(total) / 7000; avg < 0.98 || avg > 1.02 {
+			t.Errorf("phase %d, seconds 3 to 9: %.3f of the limit admitted on average, want 0.98–1.02", phase, avg)
+		}
+	}
+}
+
 // demandOf is the benchmark's demand in phase: 2,000 a second, Envoy
 // phase%8 asking half of it, the others the rest evenly.
 func demandOf(phase int) []float64 {

@@ -297,12 +297,14 @@ func (st *stream) report(m *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimi
 		st.select_(b, src, version, now)
 		it.b = b
 		it.prevShare = b.share
-		b.demand = allot.Recent(b.demand, it.allowed, it.denied, it.elapsed, b.taken(now))
+		given := b.taken(now)
+		rose := allot.Rose(b.demand, it.allowed, it.denied, it.elapsed, given)
+		b.demand = allot.Recent(b.demand, it.allowed, it.denied, it.elapsed, given)
 		if b.quota.Meets == door.Bucketed {
 			// The fleet's registers hold the demand the share is divided
 			// for: the other replicas divide by it.
 			var p part
-			reqs, p = b.ledger.plan(d.fleet, st, b.key, now, b.demand, it.allowed, it.elapsed, reqs)
+			reqs, p = b.ledger.plan(d.fleet, st, b.key, now, b.demand, rose, it.allowed, it.elapsed, reqs)
 			parts = append(parts, p)
 		}
 		items = append(items, it)

@@ -27,9 +27,9 @@
 //
 // What the division cannot see is left as it is, and measured: an Envoy
 // whose demand fell below the level leaves part of its share unused until
-// its next report, one whose demand rose is held to its old share until
-// then, and every change of an Envoy's assignment gives it its bucket's
-// burst again. Envoys of other replicas are known by their number and
+// its next report, one whose demand rose is held to its share until then
+// (and at that report is taken to ask what the others leave: Rose), and
+// every change of an Envoy's assignment gives it its bucket's burst again. Envoys of other replicas are known by their number and
 // demand added up (the shared store's registers), and divided for as that
 // many Envoys asking the same each.
 //
@@ -70,8 +70,8 @@ func Demand(allowed, denied uint64, elapsed time.Duration) float64 {
 // below it for the rest, denied = (prev - s)·f·elapsed and allowed =
 // s·f·elapsed + d·(1-f)·elapsed: Recent is d. Every other report (no
 // denial, the share all used, demand that rose, a first report) gives its
-// demand over the interval (Demand), and so does a solution out of range
-// (a fall within FallSlack of the report, a negative d).
+// demand over the interval (Demand), and so does a fall within FallSlack of
+// the report or to no lower than FallDepth of the share.
 func Recent(prev float64, allowed, denied uint64, elapsed time.Duration, given float64) float64 {
 	d := Demand(allowed, denied, elapsed)
 	t := elapsed.Seconds()
@@ -87,11 +87,44 @@ func Recent(prev float64, allowed, denied uint64, elapsed time.Duration, given f
 	if f >= 1-FallSlack {
 		return d
 	}
-	r := (float64(allowed) - s*f*t) / ((1 - f) * t)
-	if r < 0 {
-		return d // it allowed less than its share while denying: not a fall
+	// Below zero only by what given overcounts: each new bucket is counted
+	// full, and one that came after the fall added nothing to a full one.
+	r := math.Max((float64(allowed)-s*f*t)/((1-f)*t), 0)
+	if r > FallDepth*s {
+		return d
 	}
 	return math.Min(r, d)
+}
+
+// Rose says whether a report shows the Envoy's demand rose through its
+// share within the interval: it asked less than its share at its previous
+// report (prev), and now more, on average over the interval, and denied
+// requests. When it rose the counts cannot tell: below its share Envoy's
+// bucket stays full and what it leaves unused is not counted anywhere, so
+// nothing says how much of the interval was before the rise. Its demand
+// over the interval, mixing before and after, would hold it to little more
+// than its old share until its next report.
+func Rose(prev float64, allowed, denied uint64, elapsed time.Duration, given float64) bool {
+	d := Demand(allowed, denied, elapsed)
+	if d < 0 || prev < 0 || denied == 0 || !(given > 0) || math.IsInf(given, 0) {
+		return false
+	}
+	s := given / elapsed.Seconds()
+	return prev < s && d > s
+}
+
+// Leftover is what the Envoy's fleet (Elsewhere and Others) leaves of the
+// limit, asking what it asks: the most the Envoy could be given without
+// taking from any other. An Envoy that Rose is taken to ask at least this
+// until its next report says how much: the share it may leave unused
+// would go to nobody else (every other Envoy has what it asks), and one
+// whose demand rose past it is held to it, not to its old demand.
+func Leftover(in Input) float64 {
+	left := in.Limit - math.Max(in.Elsewhere.Demand, 0)
+	for _, d := range in.Others {
+		left -= math.Max(d, 0)
+	}
+	return math.Max(left, 0)
 }
 
 // FallSlack is the last part of an interval a fall is not looked for in:
@@ -101,6 +134,14 @@ func Recent(prev float64, allowed, denied uint64, elapsed time.Duration, given f
 // instant, each counted full) would otherwise be read as having fallen to
 // nothing just before its report.
 const FallSlack = 0.05
+
+// FallDepth is how far below its share, as a part of it, an Envoy's
+// demand must have fallen to be read as a fall. Counts of a saturated
+// Envoy whose demand at the previous report was overestimated (a short
+// interval, a burst) read as a shallow fall just as well; one read as
+// fallen loses most of its share until its next report, while a shallow
+// fall missed leaves little unused.
+const FallDepth = 0.5
 
 // UnusedSlack is the part of what an Envoy was given it may leave unused
 // and still count as having used it all: Envoy's buckets refill
@@ -135,7 +176,10 @@ type Input struct {
 const FloorFraction = 0.1
 
 // Assumed is the demand Share divides for: the Envoy's own, or when not
-// known yet, the average Envoy's (the whole limit for the first).
+// known yet, the average Envoy's (the whole limit for the first), at most
+// an even share of the limit: a fleet of Envoys new at once is assumed to
+// ask alike, not as much as the first to report, which one heavy Envoy
+// would make many times the rest.
 func Assumed(in Input) float64 {
 	if in.Demand >= 0 {
 		return in.Demand
@@ -148,7 +192,7 @@ func Assumed(in Input) float64 {
 	if n < 1 || known <= 0 {
 		return in.Limit
 	}
-	return known / n
+	return math.Min(known/n, in.Limit/(n+1))
 }
 
 // Share is the Envoy's share of the limit, in requests a second, at most
@@ -156,32 +200,46 @@ func Assumed(in Input) float64 {
 // itself) asks for more than the limit, d plus an even part of what is left
 // otherwise, d being its demand (Assumed) or the floor, whichever is more.
 func Share(in Input) float64 {
-	if in.Limit <= 0 {
-		return 0
+	return Shares(in.Limit, append([]float64{Assumed(in)}, in.Others...), in.Elsewhere)[0]
+}
+
+// Shares are the shares of Envoys asking demands beside elsewhere, each
+// as Share divides for it (the others being the rest of demands), at
+// once: the level is the same for them all.
+func Shares(limit float64, demands []float64, elsewhere Fleet) []float64 {
+	out := make([]float64, len(demands))
+	if limit <= 0 {
+		return out
 	}
-	n := 1 + float64(len(in.Others)) + math.Max(in.Elsewhere.Envoys, 0)
-	floor := in.Limit / n * FloorFraction
+	n := float64(len(demands)) + math.Max(elsewhere.Envoys, 0)
+	floor := limit / n * FloorFraction
 	// The fleet as groups of Envoys asking the same each, none less than
 	// the floor: the floors are divided for, so the shares still add up
 	// to the limit.
-	d := math.Max(Assumed(in), floor)
-	groups := make([]group, 0, len(in.Others)+2)
-	groups = append(groups, group{demand: d, envoys: 1})
-	for _, o := range in.Others {
-		groups = append(groups, group{demand: math.Max(o, floor), envoys: 1})
+	groups := make([]group, 0, len(demands)+1)
+	for _, d := range demands {
+		groups = append(groups, group{demand: math.Max(d, floor), envoys: 1})
 	}
-	if e := in.Elsewhere; e.Envoys > 0 {
+	if e := elsewhere; e.Envoys > 0 {
 		groups = append(groups, group{demand: math.Max(e.Demand/e.Envoys, floor), envoys: e.Envoys})
 	}
 	total := 0.0
 	for _, g := range groups {
 		total += g.demand * g.envoys
 	}
-	s := d + (in.Limit-total)/n
-	if total > in.Limit {
-		s = math.Min(d, level(in.Limit, groups))
+	lv := math.Inf(1)
+	if total > limit {
+		lv = level(limit, groups)
 	}
-	return math.Min(s, in.Limit)
+	for i, d := range demands {
+		d = math.Max(d, floor)
+		s := d + (limit-total)/n
+		if total > limit {
+			s = math.Min(d, lv)
+		}
+		out[i] = math.Min(s, limit)
+	}
+	return out
 }
 
 // group is envoys Envoys asking demand each (requests a second).

@@ -47,6 +47,8 @@ func TestShare(t *testing.T) {
 			Input{Limit: 100, Demand: 30, Elsewhere: Fleet{Demand: 30, Envoys: 3}}, 40},
 		{"a newcomer among two Envoys of 100 each: an average one's, a third",
 			Input{Limit: 90, Demand: -1, Others: []float64{100, 100}}, 30},
+		{"a newcomer beside a heavy Envoy and two light ones: an even share, not their average",
+			Input{Limit: 1000, Demand: -1, Others: []float64{2000, 50, 50}}, 250},
 		{"a newcomer alone: the whole limit",
 			Input{Limit: 90, Demand: -1}, 90},
 		{"an idle Envoy among three busy ones: the floor, a tenth of an even share",
@@ -191,9 +193,65 @@ func TestRecentFindsWhereDemandFell(t *testing.T) {
 		// pushed one after another in an instant, each counted full.
 		// Taken as a fall, the counts would put it at 0 a second.
 		{"saturated, tokens given it never held", 1016.7, 625, 4375, 691},
+		// Saturated throughout, its previous demand read too high (a short
+		// interval): the counts show a shallow fall, to 321 under a share
+		// of 379, no lower than FallDepth of it.
+		{"saturated, its previous demand overestimated", 1763, 1766, 3859, 1894},
 	} {
 		if got, want := Recent(c.prev, c.allowed, c.denied, 5*time.Second, c.given), Demand(c.allowed, c.denied, 5*time.Second); got != want {
 			t.Errorf("%s: %.1f, want its demand over the interval %.1f", c.name, got, want)
+		}
+	}
+}
+
+// TestRoseSeesDemandCrossTheShareUpwards: an Envoy that asked 54 a second
+// under a share of 81 and then 1,125 reports 291 a second over the
+// interval, with denials: a rise. Below its share with a few requests of a
+// burst denied, saturated before, or new, it did not rise.
+func TestRoseSeesDemandCrossTheShareUpwards(t *testing.T) {
+	if !Rose(54, 272, 1185, 5*time.Second, 407) {
+		t.Error("54 a second at its last report, 291 now with denials, under a share of 81: not read as a rise")
+	}
+	for _, c := range []struct {
+		name            string
+		prev            float64
+		allowed, denied uint64
+		given           float64
+	}{
+		{"below its share, a few denied", 54, 270, 3, 625},
+		{"saturated before", 600, 2500, 3000, 2500},
+		{"a first report", -1, 272, 1185, 407},
+		{"no denial", 54, 400, 0, 407},
+		{"an interval under ALLOW_ALL", 54, 272, 1185, math.NaN()},
+	} {
+		if Rose(c.prev, c.allowed, c.denied, 5*time.Second, c.given) {
+			t.Errorf("%s: read as a rise", c.name)
+		}
+	}
+}
+
+func TestLeftoverIsWhatTheOthersLeave(t *testing.T) {
+	in := Input{Limit: 1000, Demand: 291, Others: []float64{54, 54, 54}, Elsewhere: Fleet{Demand: 216, Envoys: 4}}
+	if got := Leftover(in); !near(got, 622) {
+		t.Errorf("three of 54 and four elsewhere asking 216 of 1000: %v left, want 622", got)
+	}
+	in.Others = append(in.Others, 900)
+	if got := Leftover(in); got != 0 {
+		t.Errorf("others asking more than the limit: %v left, want 0", got)
+	}
+}
+
+// TestSharesAreEachEnvoysShare: Shares divides for every Envoy at once as
+// Share does for each, the others being the rest.
+func TestSharesAreEachEnvoysShare(t *testing.T) {
+	elsewhere := Fleet{Demand: 900, Envoys: 3}
+	for _, demands := range [][]float64{{1000, 143, 143}, {5, 5}, {1, 2, 3, 4}, {0, 0, 1000}, {10, 400, 2000, 300}, {7}} {
+		got := Shares(1000, demands, elsewhere)
+		for i, d := range demands {
+			others := append(append([]float64{}, demands[:i]...), demands[i+1:]...)
+			if want := Share(Input{Limit: 1000, Demand: d, Others: others, Elsewhere: elsewhere}); !near(got[i], want) {
+				t.Errorf("demands %v: Envoy %d's share %v, Share says %v", demands, i, got[i], want)
+			}
 		}
 	}
 }
