@@ -124,12 +124,19 @@ func Quotas(ctx context.Context, o QuotaOptions, w io.Writer) error {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, e := range envoys {
-		// Each Envoy's report timer starts with its first bucket (its first
-		// request): spread over one interval, as Envoys started at
-		// different times are.
+		// Each Envoy's report timer starts with its first bucket, made by
+		// its first request (GlobalRateLimitClientImpl): the Envoys start
+		// asking, and their timers, spread over one interval, as Envoys
+		// started at different times do.
+		offset := time.Duration(i+1) * o.Interval / time.Duration(o.Envoys+1)
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
+			select {
+			case <-time.After(offset):
+			case <-rctx.Done():
+				return
+			}
 			const step = 10 * time.Millisecond
 			t := time.NewTicker(step)
 			defer t.Stop()
@@ -156,7 +163,7 @@ func Quotas(ctx context.Context, o QuotaOptions, w io.Writer) error {
 		go func() {
 			defer wg.Done()
 			select {
-			case <-time.After(time.Duration(i+1) * o.Interval / time.Duration(o.Envoys+1)):
+			case <-time.After(offset):
 			case <-rctx.Done():
 				return
 			}
