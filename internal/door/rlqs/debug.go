@@ -42,8 +42,11 @@ type BucketPage struct {
 // EnvoyPage is one Envoy's demand and share of a bucket, requests a
 // second, and the token bucket that gives its share.
 type EnvoyPage struct {
-	Envoy         string  `json:"envoy"`
-	Demand        float64 `json:"demand"`
+	Envoy  string  `json:"envoy"`
+	Demand float64 `json:"demand"`
+	// Rose: its last report showed its demand rising through its share,
+	// and Demand is what the rest of the fleet leaves until its next.
+	Rose          bool    `json:"rose,omitempty"`
 	Share         float64 `json:"share"`
 	MaxTokens     uint32  `json:"max_tokens"`
 	TokensPerFill uint32  `json:"tokens_per_fill"`
@@ -58,7 +61,7 @@ func (d *quotaDoor) Snapshot() Page {
 		b := BucketPage{Domain: l.domain, Limit: l.q.Name, Key: l.q.Key, Caller: l.q.Caller, RequestsPerSecond: l.limit,
 			FleetDemand: l.fleet, FleetAdmitted: l.admitted, FleetEnvoys: l.fleetEnvoys, Contested: l.contested, Known: l.known, StoreFailedAt: l.storeFailedAt, Envoys: []EnvoyPage{}}
 		for _, e := range l.envoys {
-			b.Envoys = append(b.Envoys, EnvoyPage{Envoy: e.peer, Demand: e.assumed, Share: e.share,
+			b.Envoys = append(b.Envoys, EnvoyPage{Envoy: e.peer, Demand: e.assumed, Rose: e.rose, Share: e.share,
 				MaxTokens: e.tb.MaxTokens, TokensPerFill: e.tb.TokensPerFill, FillSeconds: e.tb.FillSeconds})
 		}
 		l.mu.Unlock()

@@ -315,7 +315,20 @@ func TestTheFleetFollowsUnevenShiftingDemand(t *testing.T) {
 		es = append(es, rs[i%2].envoy(EnvoyOptions{}))
 	}
 	s := newSim(t, rs, es)
-	for phase := range 4 {
+	// The debug page says which Envoy is taken to ask what the others
+	// leave, between its report of the rise and its next.
+	var phase int
+	rose := map[int]bool{} // by phase
+	s.onWindow = func() {
+		for _, r := range rs {
+			for _, b := range r.door.Snapshot().Buckets {
+				for _, e := range b.Envoys {
+					rose[phase] = rose[phase] || e.Rose
+				}
+			}
+		}
+	}
+	for phase = range 4 {
 		demand := make([]float64, 8)
 		for i := range demand {
 			demand[i] = 375.0 / 7
@@ -345,6 +358,11 @@ func TestTheFleetFollowsUnevenShiftingDemand(t *testing.T) {
 		}
 		if avg := float64(total) / 7000; avg < 0.98 || avg > 1.02 {
 			t.Errorf("phase %d, seconds 3 to 9: %.3f of the limit admitted on average, want 0.98–1.02", phase, avg)
+		}
+	}
+	for phase := 1; phase < 4; phase++ {
+		if !rose[phase] {
+			t.Errorf("phase %d: /debug/rlqs never showed the riser as risen", phase)
 		}
 	}
 }
