@@ -244,17 +244,7 @@ func TestTheFleetFollowsShiftingDemand(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of simulated traffic")
 	}
-	clock := limiter.NewManualClock(epoch)
-	mem := storetest.Memory(clock)
-	var rs []*rig
-	for range 2 {
-		rs = append(rs, newRig(t, perSecond("tenant=t1", 1000), rigOptions{clock: clock, store: mem}))
-	}
-	var es []*Envoy
-	for i := range 8 {
-		es = append(es, rs[i%2].envoy(EnvoyOptions{}))
-	}
-	s := newSim(t, rs, es)
+	_, s := benchFleet(t)
 	var admitted []int
 	for phase := range 6 {
 		admitted = append(admitted, runPhase(t, s, phase)...)
@@ -304,17 +294,7 @@ func TestTheFleetFollowsShiftingDemand(t *testing.T) {
 // demand over the interval, which mixes 54 and 1,125), and the fleet admits
 // the limit at once, on both replicas.
 func TestTheFleetFollowsUnevenShiftingDemand(t *testing.T) {
-	clock := limiter.NewManualClock(epoch)
-	mem := storetest.Memory(clock)
-	var rs []*rig
-	for range 2 {
-		rs = append(rs, newRig(t, perSecond("tenant=t1", 1000), rigOptions{clock: clock, store: mem}))
-	}
-	var es []*Envoy
-	for i := range 8 {
-		es = append(es, rs[i%2].envoy(EnvoyOptions{}))
-	}
-	s := newSim(t, rs, es)
+	rs, s := benchFleet(t)
 	// The debug page says which Envoy is taken to ask what the others
 	// leave, between its report of the rise and its next.
 	var phase int
@@ -365,6 +345,22 @@ func TestTheFleetFollowsUnevenShiftingDemand(t *testing.T) {
 			t.Errorf("phase %d: /debug/rlqs never showed the riser as risen", phase)
 		}
 	}
+}
+
+// benchFleet is the benchmark's fleet on a manual clock: two doors on one
+// memory store, a bucket of 1,000 a second, eight Envoys, four on each.
+func benchFleet(t *testing.T) ([]*rig, *sim) {
+	clock := limiter.NewManualClock(epoch)
+	mem := storetest.Memory(clock)
+	var rs []*rig
+	for range 2 {
+		rs = append(rs, newRig(t, perSecond("tenant=t1", 1000), rigOptions{clock: clock, store: mem}))
+	}
+	var es []*Envoy
+	for i := range 8 {
+		es = append(es, rs[i%2].envoy(EnvoyOptions{}))
+	}
+	return rs, newSim(t, rs, es)
 }
 
 // demandOf is the benchmark's demand in phase: 2,000 a second, Envoy

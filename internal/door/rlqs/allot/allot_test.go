@@ -165,6 +165,16 @@ func TestAnIntervalChangeAloneChangesMaxTokensToo(t *testing.T) {
 	}
 }
 
+// report is one report's counts, as Recent and Rose read them: the
+// Envoy's demand at its previous report, what it allowed and denied, and
+// what its token buckets gave it over the 5 s interval.
+type report struct {
+	name            string
+	prev            float64
+	allowed, denied uint64
+	given           float64
+}
+
 // TestRecentFindsWhereDemandFell: an Envoy asking 1,000 a second under a
 // share of 500 for 3.9 s of a 5 s interval, then 142 a second: its report
 // mixes the two (811 a second), and Recent recovers the 142 from the
@@ -178,12 +188,7 @@ func TestRecentFindsWhereDemandFell(t *testing.T) {
 	if got := Recent(1000, allowed, denied, 5*time.Second, given); math.Abs(got-142) > 2 {
 		t.Errorf("the fall: %.1f a second, want 142", got)
 	}
-	for _, c := range []struct {
-		name            string
-		prev            float64
-		allowed, denied uint64
-		given           float64
-	}{
+	for _, c := range []report{
 		{"saturated throughout", 1000, 2500, 2500, 2500},
 		{"below its share throughout", 200, 1000, 0, 2500},
 		{"a first report", -1, allowed, denied, given},
@@ -212,12 +217,7 @@ func TestRoseSeesDemandCrossTheShareUpwards(t *testing.T) {
 	if !Rose(54, 272, 1185, 5*time.Second, 407) {
 		t.Error("54 a second at its last report, 291 now with denials, under a share of 81: not read as a rise")
 	}
-	for _, c := range []struct {
-		name            string
-		prev            float64
-		allowed, denied uint64
-		given           float64
-	}{
+	for _, c := range []report{
 		{"below its share, a few denied", 54, 270, 3, 625},
 		{"saturated before", 600, 2500, 3000, 2500},
 		{"a first report", -1, 272, 1185, 407},
