@@ -13,7 +13,8 @@ import (
 
 // The fleet, through the shared store. Every replica keeps, in registers
 // of the shared store, the rates its Envoys last reported for a bucket:
-// their demand, what they allowed, and one for each Envoy, added up across
+// their demand, what they allowed, and one for each Envoy, and the same
+// two of those throttled (last assigned less than they ask), added up across
 // replicas, one set of registers an epoch (a report interval), with
 // nothing but the store's Charge, Refund and Take (a look), so that Redis,
 // Redis Cluster and the in-memory store all serve (the memory store, one
@@ -54,9 +55,11 @@ import (
 
 // The registers of a bucket.
 const (
-	regDemand  = iota // the demand each Envoy's share is divided for
-	regAllowed        // what each Envoy allowed
-	regEnvoys         // one for each Envoy
+	regDemand          = iota // the demand each Envoy's share is divided for
+	regAllowed                // what each Envoy allowed
+	regEnvoys                 // one for each Envoy
+	regThrottled              // one for each Envoy assigned less than it asks
+	regThrottledDemand        // the demand of those
 	nRegs
 )
 
@@ -79,7 +82,7 @@ const slots = setEpochs + 3
 
 // regNames prefix the registers' bucket names (register, slot).
 var regNames = func() (n [nRegs][slots]string) {
-	for r, p := range [nRegs]string{"d", "a", "n"} {
+	for r, p := range [nRegs]string{"d", "a", "n", "t", "u"} {
 		for s := range slots {
 			n[r][s] = "rlqs/" + p + strconv.Itoa(s) + "/"
 		}
@@ -296,12 +299,13 @@ func registerLimits(l limiter.Limit) (out [nRegs]limiter.Limit) {
 		}
 	}
 	counter := shapeOf(rates, l)
-	out[regDemand], out[regAllowed] = counter, counter
+	out[regDemand], out[regAllowed], out[regThrottledDemand] = counter, counter, counter
 	slow, err := limiter.NewRate(1, 1000)
 	if err != nil {
 		slow = l.Rate
 	}
 	out[regEnvoys] = shapeOf([]limiter.Rate{slow}, l)
+	out[regThrottled] = out[regEnvoys]
 	return out
 }
 
@@ -367,11 +371,20 @@ type part struct {
 }
 
 // rates are the registers' counts of an Envoy's demand and allowed
-// (requests a second).
-func rates(demand, allowed float64) counts {
+// (requests a second), throttled or not.
+func rates(demand, allowed float64, throttled bool) counts {
 	scale := func(x float64) int64 { return int64(math.Round(math.Max(x, 0) * rateScale)) }
-	return counts{scale(demand), scale(allowed), rateScale}
+	c := counts{regDemand: scale(demand), regAllowed: scale(allowed), regEnvoys: rateScale}
+	if throttled {
+		c[regThrottled], c[regThrottledDemand] = rateScale, c[regDemand]
+	}
+	return c
 }
+
+// Throttled is how far below its demand an Envoy's last share must be
+// for it to count as throttled in the shared registers: an Envoy at the
+// level is assigned its demand, give or take the rounding.
+const Throttled = 0.98
 
 // plan appends to reqs what one report of the bucket by st asks of the
 // store: its rates (the demand its share is divided for, -1 when not
@@ -390,7 +403,10 @@ func (l *ledger) plan(ls *ledgers, st *stream, key string, now time.Time, demand
 	if elapsed > 0 {
 		admitted = float64(allowed) / elapsed.Seconds()
 	}
-	p := part{l: l, e: e, k: k, to: rates(demand, admitted), resetTo: -1}
+	// Throttled by the share it was last divided: the one this report
+	// brings is divided after the store's answer.
+	throttled := e.share > 0 && e.share < Throttled*demand
+	p := part{l: l, e: e, k: k, to: rates(demand, admitted, throttled), resetTo: -1}
 	for i := range p.had {
 		if ep := k + int64(i); e.setAt >= 0 && ep >= e.setAt && ep < e.setAt+setEpochs {
 			p.had[i] = e.set
@@ -472,7 +488,8 @@ func (l *ledger) update() {
 	mine := l.mine[l.readEpoch]
 	elsewhere := func(r int) float64 { return float64(max(l.read[r]-mine[r], 0)) / rateScale }
 	l.known = true
-	l.elsewhere = allot.Fleet{Demand: elsewhere(regDemand), Envoys: elsewhere(regEnvoys)}
+	l.elsewhere = allot.Fleet{Demand: elsewhere(regDemand), Envoys: elsewhere(regEnvoys),
+		Throttled: elsewhere(regThrottled), ThrottledDemand: elsewhere(regThrottledDemand)}
 	l.fleet = float64(l.read[regDemand]) / rateScale
 	l.admitted = float64(l.read[regAllowed]) / rateScale
 	l.fleetEnvoys = float64(l.read[regEnvoys]) / rateScale

@@ -181,3 +181,32 @@ func TestRedisDownKeepsTheLastFleet(t *testing.T) {
 		t.Errorf("with Redis back, replica 1's view of the fleet: %+v", p.Buckets)
 	}
 }
+
+// TestAReplicaSeesTheOthersThrottledAndNot: a bucket of 1,000 a second,
+// replica 0's Envoys asking 1,000 and 20, replica 1's 600 and 600. Max-min
+// gives the quiet one its 20 and the three others 327 each. Replica 1 sees
+// replica 0's Envoys only through the shared counters: taken as two asking
+// 510 each, they would put the level at 250, and the fleet would admit
+// 847. The counters also say which of them are throttled (assigned less
+// than they ask), so the quiet one is divided for as asking 20.
+func TestAReplicaSeesTheOthersThrottledAndNot(t *testing.T) {
+	rs, es, _ := twoReplicas(t, perSecond("tenant=t1", 1000), 2)
+	s := newSim(t, rs[:], es)
+	demand := []float64{1000, 600, 20, 600}
+	s.run(20*time.Second, demand)
+	_, allowed := s.run(20*time.Second, demand)
+	var a [4]int
+	for sec := range allowed {
+		for e := range 4 {
+			a[e] += allowed[sec][e]
+		}
+		if got := sum(allowed[sec]); got < 950 || got > 1050 {
+			t.Errorf("second %d: the fleet admitted %d of 1000", sec, got)
+		}
+	}
+	for e, want := range []float64{327, 327, 20, 327} {
+		if got := float64(a[e]) / 20; math.Abs(got-want) > want*0.05+1 {
+			t.Errorf("Envoy %d (replica %d, asking %v) admitted %.1f a second, want %v", e, e%2, demand[e], got, want)
+		}
+	}
+}

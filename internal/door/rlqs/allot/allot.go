@@ -29,9 +29,11 @@
 // whose demand fell below the level leaves part of its share unused until
 // its next report, one whose demand rose is held to its share until then
 // (and at that report is taken to ask what the others leave: Rose), and
-// every change of an Envoy's assignment gives it its bucket's burst again. Envoys of other replicas are known by their number and
-// demand added up (the shared store's registers), and divided for as that
-// many Envoys asking the same each.
+// every change of an Envoy's assignment gives it its bucket's burst again.
+// Envoys of other replicas are known by their number and demand added up
+// (the shared store's registers), those throttled apart (Fleet), and
+// divided for as two groups of Envoys asking the same each: exact while
+// every throttled Envoy asks more than the level and every other less.
 //
 // Floats are fine here: a share is an estimate, rounded to a token bucket
 // Envoy enforces in floating point itself (AtomicTokenBucketImpl); the
@@ -149,10 +151,30 @@ const FallDepth = 0.5
 const UnusedSlack = 0.05
 
 // Fleet is what is known of a bucket's Envoys: their demand in requests a
-// second, added up, and how many report it.
+// second, added up, and how many report it; and of those, the ones their
+// replicas last assigned less than they ask (throttled: they ask more than
+// the level), their demand added up and how many.
 type Fleet struct {
-	Demand float64
-	Envoys float64
+	Demand, Envoys             float64
+	ThrottledDemand, Throttled float64
+}
+
+// groups are the fleet as at most two groups of Envoys asking the same
+// each, the throttled and the rest, none asking less than floor.
+func (f Fleet) groups(floor float64) []group {
+	if f.Envoys <= 0 {
+		return nil
+	}
+	th := min(max(f.Throttled, 0), f.Envoys)
+	thDemand := min(max(f.ThrottledDemand, 0), f.Demand)
+	var gs []group
+	if rest := f.Envoys - th; rest > 1e-9 {
+		gs = append(gs, group{demand: math.Max((f.Demand-thDemand)/rest, floor), envoys: rest})
+	}
+	if th > 1e-9 {
+		gs = append(gs, group{demand: math.Max(thDemand/th, floor), envoys: th})
+	}
+	return gs
 }
 
 // Input is what one Envoy's share is divided from.
@@ -216,13 +238,11 @@ func Shares(limit float64, demands []float64, elsewhere Fleet) []float64 {
 	// The fleet as groups of Envoys asking the same each, none less than
 	// the floor: the floors are divided for, so the shares still add up
 	// to the limit.
-	groups := make([]group, 0, len(demands)+1)
+	groups := make([]group, 0, len(demands)+2)
 	for _, d := range demands {
 		groups = append(groups, group{demand: math.Max(d, floor), envoys: 1})
 	}
-	if e := elsewhere; e.Envoys > 0 {
-		groups = append(groups, group{demand: math.Max(e.Demand/e.Envoys, floor), envoys: e.Envoys})
-	}
+	groups = append(groups, elsewhere.groups(floor)...)
 	total := 0.0
 	for _, g := range groups {
 		total += g.demand * g.envoys

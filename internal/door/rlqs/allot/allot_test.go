@@ -41,6 +41,10 @@ func TestShare(t *testing.T) {
 			Input{Limit: 500, Demand: 500, Others: []float64{20, 500}}, 240},
 		{"beside an idle one: what its floor leaves, thirded",
 			Input{Limit: 100, Demand: 100, Others: []float64{0, 100, 100}}, 32.5},
+		{"elsewhere a throttled Envoy and a quiet one: the quiet one's 30 left to it, a third of the rest",
+			Input{Limit: 1000, Demand: 600, Others: []float64{600}, Elsewhere: Fleet{Demand: 1030, Envoys: 2, ThrottledDemand: 1000, Throttled: 1}}, 970.0 / 3},
+		{"the same not knowing which is throttled: as two asking 515 each, a quarter",
+			Input{Limit: 1000, Demand: 600, Others: []float64{600}, Elsewhere: Fleet{Demand: 1030, Envoys: 2}}, 250},
 		{"one elsewhere as busy: half",
 			Input{Limit: 100, Demand: 100, Elsewhere: Fleet{Demand: 100, Envoys: 1}}, 50},
 		{"under the limit, shares still add up to it: what it asks and a quarter of what is left",
@@ -244,13 +248,14 @@ func TestLeftoverIsWhatTheOthersLeave(t *testing.T) {
 // TestSharesAreEachEnvoysShare: Shares divides for every Envoy at once as
 // Share does for each, the others being the rest.
 func TestSharesAreEachEnvoysShare(t *testing.T) {
-	elsewhere := Fleet{Demand: 900, Envoys: 3}
-	for _, demands := range [][]float64{{1000, 143, 143}, {5, 5}, {1, 2, 3, 4}, {0, 0, 1000}, {10, 400, 2000, 300}, {7}} {
-		got := Shares(1000, demands, elsewhere)
-		for i, d := range demands {
-			others := append(append([]float64{}, demands[:i]...), demands[i+1:]...)
-			if want := Share(Input{Limit: 1000, Demand: d, Others: others, Elsewhere: elsewhere}); !near(got[i], want) {
-				t.Errorf("demands %v: Envoy %d's share %v, Share says %v", demands, i, got[i], want)
+	for _, elsewhere := range []Fleet{{Demand: 900, Envoys: 3}, {Demand: 900, Envoys: 3, ThrottledDemand: 800, Throttled: 1}} {
+		for _, demands := range [][]float64{{1000, 143, 143}, {5, 5}, {1, 2, 3, 4}, {0, 0, 1000}, {10, 400, 2000, 300}, {7}} {
+			got := Shares(1000, demands, elsewhere)
+			for i, d := range demands {
+				others := append(append([]float64{}, demands[:i]...), demands[i+1:]...)
+				if want := Share(Input{Limit: 1000, Demand: d, Others: others, Elsewhere: elsewhere}); !near(got[i], want) {
+					t.Errorf("demands %v beside %+v: Envoy %d's share %v, Share says %v", demands, elsewhere, i, got[i], want)
+				}
 			}
 		}
 	}
