@@ -381,10 +381,11 @@ func rates(demand, allowed float64, throttled bool) counts {
 	return c
 }
 
-// Throttled is how far below its demand an Envoy's last share must be
-// for it to count as throttled in the shared registers: an Envoy at the
-// level is assigned its demand, give or take the rounding.
-const Throttled = 0.98
+// ThrottledShare is the part of its demand below which an Envoy's last
+// share makes it count as throttled in the shared registers: an Envoy
+// asking less than the level is assigned its demand, give or take the
+// rounding.
+const ThrottledShare = 0.98
 
 // plan appends to reqs what one report of the bucket by st asks of the
 // store: its rates (the demand its share is divided for, -1 when not
@@ -405,7 +406,7 @@ func (l *ledger) plan(ls *ledgers, st *stream, key string, now time.Time, demand
 	}
 	// Throttled by the share it was last divided: the one this report
 	// brings is divided after the store's answer.
-	throttled := e.share > 0 && e.share < Throttled*demand
+	throttled := e.share > 0 && e.share < ThrottledShare*demand
 	p := part{l: l, e: e, k: k, to: rates(demand, admitted, throttled), resetTo: -1}
 	for i := range p.had {
 		if ep := k + int64(i); e.setAt >= 0 && ep >= e.setAt && ep < e.setAt+setEpochs {
